@@ -1,0 +1,57 @@
+package actors
+
+import (
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+)
+
+var _ = Describe("the connection actor", func() {
+	var h *harness
+	BeforeEach(func() { h = newHarness(&scriptedProvider{}) })
+	AfterEach(func() { h.close() })
+
+	It("refuses requests before initialize", func() {
+		Expect(h.errorOf(h.call("session/new", map[string]any{"cwd": "/"}))["code"]).To(Equal(-32600.0))
+	})
+
+	It("answers initialize with protocol 1 and the spec's capabilities", func() {
+		res := h.result(h.call("initialize", map[string]any{"protocolVersion": 2}))
+		Expect(res["protocolVersion"]).To(Equal(1.0))
+		Expect(res["agentInfo"]).To(HaveKeyWithValue("name", "iac-code"))
+		caps := res["agentCapabilities"].(map[string]any)
+		Expect(caps["loadSession"]).To(BeTrue())
+		Expect(caps["promptCapabilities"]).To(Equal(map[string]any{"image": false, "audio": false, "embeddedContext": true}))
+		Expect(caps["sessionCapabilities"]).To(Equal(map[string]any{"list": map[string]any{}, "close": map[string]any{}}))
+		Expect(res["authMethods"]).To(BeEmpty())
+	})
+
+	It("validates cwd on session/new", func() {
+		h.result(h.call("initialize", map[string]any{"protocolVersion": 1}))
+		for _, cwd := range []string{"relative/dir", "/does/not/exist", ""} {
+			e := h.errorOf(h.call("session/new", map[string]any{"cwd": cwd}))
+			Expect(e["code"]).To(Equal(-32602.0))
+			Expect(e["data"]).To(HaveKey("cwd"))
+		}
+	})
+
+	It("answers unknown methods and ignores unknown notifications", func() {
+		h.result(h.call("initialize", map[string]any{"protocolVersion": 1}))
+		h.notify("whatever/notify", map[string]any{})
+		Expect(h.errorOf(h.call("whatever/call", map[string]any{}))["code"]).To(Equal(-32601.0))
+		Expect(h.out.all()).To(HaveLen(2))
+	})
+
+	It("reports unknown sessions the spec's way", func() {
+		h.result(h.call("initialize", map[string]any{"protocolVersion": 1}))
+		e := h.errorOf(h.call("session/prompt", map[string]any{"sessionId": "nope", "prompt": []any{}}))
+		Expect(e["code"]).To(Equal(-32602.0))
+		Expect(e["data"]).To(Equal(map[string]any{"session_id": "Session not found"}))
+	})
+
+	It("closes a session: later prompts get session not found", func() {
+		sid := h.newSession(GinkgoT().TempDir())
+		Expect(h.result(h.call("session/close", map[string]any{"sessionId": sid}))).To(BeEmpty())
+		e := h.errorOf(h.call("session/prompt", map[string]any{"sessionId": sid, "prompt": []any{map[string]any{"type": "text", "text": "x"}}}))
+		Expect(e["data"]).To(Equal(map[string]any{"session_id": "Session not found"}))
+	})
+})

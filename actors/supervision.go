@@ -1,0 +1,65 @@
+package actors
+
+import (
+	"fmt"
+	"runtime/debug"
+
+	"github.com/asynkron/protoactor-go/actor"
+)
+
+// panicError carries a recovered panic with the stack where it happened.
+type panicError struct {
+	value any
+	stack []byte
+}
+
+func (p *panicError) Error() string { return fmt.Sprint(p.value) }
+
+// keepStack re-raises panics of Receive wrapped with their stack, so the
+// supervisor can log where the crash happened.
+func keepStack(next actor.ReceiverFunc) actor.ReceiverFunc {
+	return func(c actor.ReceiverContext, env *actor.MessageEnvelope) {
+		defer func() {
+			if r := recover(); r != nil {
+				if _, ok := r.(*panicError); !ok {
+					r = &panicError{value: r, stack: debug.Stack()}
+				}
+				panic(r)
+			}
+		}()
+		next(c, env)
+	}
+}
+
+// recovered turns a panic in an actor-owned goroutine into a message for the
+// actor: protoactor does not recover goroutines, and a crash there would take
+// the whole process down.
+func recovered(r any) *panicError {
+	if p, ok := r.(*panicError); ok {
+		return p
+	}
+	return &panicError{value: r, stack: debug.Stack()}
+}
+
+// childCrashed tells a parent that one of its children panicked; the child
+// has been stopped.
+type childCrashed struct {
+	child  *actor.PID
+	reason *panicError
+}
+
+// reportAndStop is the strategy for turn and tool children: restarting a
+// half-done turn or tool is meaningless, so the child is stopped and its
+// parent told, which answers for it (a JSON-RPC error, a failed tool call).
+type reportAndStop struct{}
+
+func (reportAndStop) HandleFailure(sys *actor.ActorSystem, sup actor.Supervisor, child *actor.PID, _ *actor.RestartStatistics, reason any, _ any) {
+	p, ok := reason.(*panicError)
+	if !ok {
+		p = &panicError{value: reason}
+	}
+	if self, ok := sup.(interface{ Self() *actor.PID }); ok {
+		sys.Root.Send(self.Self(), &childCrashed{child: child, reason: p})
+	}
+	sup.StopChildren(child)
+}

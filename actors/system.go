@@ -1,0 +1,116 @@
+// Package actors is the actor tree of the server: one connection actor per
+// client connection, one session actor per session, one turn actor per
+// session/prompt and one tool actor per tool invocation. Transports only
+// translate bytes to messages for the connection actor and back.
+package actors
+
+import (
+	"log/slog"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/google/uuid"
+	"github.com/rs/zerolog"
+
+	"github.com/iac-code/iac-code/llm"
+	"github.com/iac-code/iac-code/protocol"
+	"github.com/iac-code/iac-code/tools"
+)
+
+// Config holds the server's behaviour settings.
+type Config struct {
+	Version string
+	// Home is the state root (IAC_CODE_HOME).
+	Home string
+	LLM  llm.Config
+	// MaxTurnRequests caps model calls per prompt.
+	MaxTurnRequests int
+}
+
+// Deps is what every actor of the tree shares. It is read-only after start.
+type Deps struct {
+	Config   Config
+	Provider llm.Provider
+	Tools    *tools.Registry
+	Log      zerolog.Logger
+	// Metrics may be shared with an edge that exports them; nil = private.
+	Metrics *Metrics
+}
+
+// Frame is one encoded outbound JSON-RPC message. SessionID names the
+// session it belongs to ("" for connection-level traffic) so transports with
+// per-session streams can route it.
+type Frame struct {
+	Data      []byte
+	SessionID string
+}
+
+// Outlet receives a connection's outbound frames in order. Send must not
+// block for long: it is called from inside the connection actor.
+type Outlet interface {
+	Send(f Frame)
+}
+
+// Server owns the actor system.
+type Server struct {
+	sys  *actor.ActorSystem
+	deps *Deps
+}
+
+// NewServer starts an actor system whose own logging goes to deps.Log.
+func NewServer(deps Deps) *Server {
+	if deps.Config.MaxTurnRequests <= 0 {
+		deps.Config.MaxTurnRequests = 100
+	}
+	if deps.Metrics == nil {
+		deps.Metrics = &Metrics{}
+	}
+	if deps.Tools == nil {
+		deps.Tools = tools.Default()
+	}
+	lib := deps.Log.With().Str("lib", "protoactor").Logger()
+	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(s *actor.ActorSystem) *slog.Logger {
+		return slog.New(zerolog.NewSlogHandler(lib.With().Str("system", s.ID).Logger()))
+	}))
+	return &Server{sys: sys, deps: &deps}
+}
+
+// Conn is a transport's handle on its connection actor.
+type Conn struct {
+	ID   string
+	pid  *actor.PID
+	root *actor.RootContext
+}
+
+// Connect spawns a connection actor writing to out.
+func (s *Server) Connect(out Outlet) *Conn {
+	id := uuid.NewString()
+	props := actor.PropsFromProducer(func() actor.Actor { return newConnection(s.deps, id, out) })
+	pid := s.sys.Root.Spawn(props)
+	return &Conn{ID: id, pid: pid, root: s.sys.Root}
+}
+
+// Deliver hands one decoded inbound message to the connection actor.
+func (c *Conn) Deliver(m *protocol.Message) { c.root.Send(c.pid, &inbound{msg: m}) }
+
+// Reject makes the connection answer a message that could not be decoded.
+// id may be nil (written as null).
+func (c *Conn) Reject(id protocol.RawMessage, e *protocol.Error) {
+	c.root.Send(c.pid, &inbound{rejectID: id, reject: e})
+}
+
+// Close cancels the connection's running turns, waits (up to timeout) until
+// their prompts are answered, then stops the connection actor.
+func (c *Conn) Close(timeout time.Duration) {
+	_, _ = c.root.RequestFuture(c.pid, &drain{}, timeout).Result()
+	_ = c.root.StopFuture(c.pid).Wait()
+}
+
+// Metrics returns the live counters of the tree.
+func (s *Server) Metrics() *Metrics { return s.deps.Metrics }
+
+// Shutdown stops the actor system.
+func (s *Server) Shutdown() { s.sys.Shutdown() }
+
+// newErrorID makes a short id that ties a client-visible error to a log line.
+func newErrorID() string { return uuid.NewString()[:8] }

@@ -1,0 +1,204 @@
+package actors
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/iac-code/iac-code/protocol"
+	"github.com/iac-code/iac-code/tools"
+)
+
+// Messages of the tool actor.
+type (
+	// toolRan is the outcome of the tool's goroutine.
+	toolRan struct{ result tools.Result }
+)
+
+func (*toolRan) IgnoreDeadLetterLogging() {}
+
+// toolCall is one tool invocation requested by the model.
+type toolCall struct {
+	index int
+	id    string
+	name  string
+	input json.RawMessage
+	tool  tools.Tool // nil when the model named an unknown tool
+}
+
+func (c *toolCall) kind() string {
+	if c.tool == nil {
+		return string(tools.KindOther)
+	}
+	return string(c.tool.Kind())
+}
+
+// startUpdate is the `tool_call` announcing the call (status pending).
+func (c *toolCall) startUpdate(cwd string) protocol.ToolCallUpdate {
+	title := c.name
+	var locs []protocol.ToolCallLocation
+	if c.tool != nil {
+		t, l := c.tool.Describe(&tools.Env{Cwd: cwd}, c.input)
+		if t != "" {
+			title = t
+		}
+		locs = toLocations(l)
+	}
+	return protocol.ToolCallUpdate{
+		SessionUpdate: protocol.UpdateToolCall,
+		ToolCallID:    c.id,
+		Title:         title,
+		Kind:          c.kind(),
+		Status:        protocol.ToolPending,
+		Locations:     locs,
+		RawInput:      c.input,
+	}
+}
+
+func toLocations(in []tools.Location) []protocol.ToolCallLocation {
+	if len(in) == 0 {
+		return nil
+	}
+	out := make([]protocol.ToolCallLocation, len(in))
+	for i, l := range in {
+		out[i] = protocol.ToolCallLocation{Path: l.Path, Line: l.Line}
+	}
+	return out
+}
+
+// toolActor runs one tool invocation: permission, execution in a goroutine,
+// and the tool_call_update lifecycle. Its parent is the turn.
+type toolActor struct {
+	deps      *Deps
+	sessionID string
+	cwd       string
+	session   *actor.PID
+	call      toolCall
+	parentCtx context.Context
+	cancel    context.CancelFunc
+	done      bool
+}
+
+func newToolActor(deps *Deps, sessionID, cwd string, session *actor.PID, call toolCall, parentCtx context.Context) *toolActor {
+	return &toolActor{deps: deps, sessionID: sessionID, cwd: cwd, session: session, call: call, parentCtx: parentCtx}
+}
+
+func (a *toolActor) Receive(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case *actor.Started:
+		a.deps.Metrics.RunningTools.Add(1)
+		a.start(ctx)
+	case *actor.Stopped:
+		a.deps.Metrics.RunningTools.Add(-1)
+	case *permissionDecision:
+		switch {
+		case m.cancelled:
+			a.done = true
+			ctx.Send(ctx.Parent(), &toolDone{index: a.call.index, cancelled: true})
+			ctx.Stop(ctx.Self())
+		case m.allow:
+			a.run(ctx)
+		default:
+			a.complete(ctx, tools.Errorf("Permission denied."))
+		}
+	case *toolRan:
+		a.complete(ctx, m.result)
+	case *goroutinePanic:
+		a.complete(ctx, tools.Errorf(fmt.Sprintf("Tool %s crashed: %v", a.call.name, m.p.value)))
+	case *actor.Stopping:
+		if a.cancel != nil {
+			a.cancel()
+		}
+	}
+}
+
+func (a *toolActor) emit(ctx actor.Context, u protocol.ToolCallUpdate) {
+	u.SessionUpdate = protocol.UpdateToolCallUpdate
+	u.ToolCallID = a.call.id
+	data := protocol.EncodeNotification(protocol.MethodSessionUpdate,
+		protocol.SessionNotification{SessionID: a.sessionID, Update: u})
+	ctx.Send(a.session, &outbound{frame: Frame{Data: data, SessionID: a.sessionID}})
+}
+
+func (a *toolActor) start(ctx actor.Context) {
+	if a.call.tool == nil {
+		a.complete(ctx, tools.Errorf(fmt.Sprintf("Unknown tool: %s", a.call.name)))
+		return
+	}
+	if !json.Valid(a.call.input) || len(a.call.input) == 0 || a.call.input[0] != '{' {
+		a.complete(ctx, tools.Errorf(fmt.Sprintf("Invalid input for tool '%s': input must be a JSON object", a.call.name)))
+		return
+	}
+	if a.needsPermission() {
+		u := a.call.startUpdate(a.cwd)
+		u.SessionUpdate = ""
+		ctx.Send(a.session, &permissionAsk{toolName: a.call.name, toolCall: u, replyTo: ctx.Self()})
+		return
+	}
+	a.run(ctx)
+}
+
+// needsPermission: read-only tools inside the session cwd run without asking;
+// everything else asks (the session answers remembered decisions itself).
+func (a *toolActor) needsPermission() bool {
+	if !a.call.tool.ReadOnly() {
+		return true
+	}
+	_, locs := a.call.tool.Describe(&tools.Env{Cwd: a.cwd}, a.call.input)
+	for _, l := range locs {
+		if !insideDir(a.cwd, l.Path) {
+			return true
+		}
+	}
+	return false
+}
+
+func insideDir(dir, path string) bool {
+	rel, err := filepath.Rel(dir, path)
+	return err == nil && rel != ".." && !filepath.IsAbs(rel) && (len(rel) < 3 || rel[:3] != "../")
+}
+
+func (a *toolActor) run(ctx actor.Context) {
+	a.emit(ctx, protocol.ToolCallUpdate{Status: protocol.ToolInProgress})
+	runCtx, cancel := context.WithCancel(a.parentCtx)
+	a.cancel = cancel
+	self, root, tool, input := ctx.Self(), ctx.ActorSystem().Root, a.call.tool, a.call.input
+	env := &tools.Env{Cwd: a.cwd, Home: a.deps.Config.Home}
+	go func() {
+		defer func() {
+			if r := recover(); r != nil {
+				root.Send(self, &goroutinePanic{p: recovered(r)})
+			}
+		}()
+		root.Send(self, &toolRan{result: tool.Run(runCtx, env, input)})
+	}()
+}
+
+// complete reports the final tool_call_update and hands the result to the turn.
+func (a *toolActor) complete(ctx actor.Context, res tools.Result) {
+	if a.done {
+		return
+	}
+	a.done = true
+	u := protocol.ToolCallUpdate{Status: protocol.ToolCompleted, RawOutput: res.Raw}
+	if res.IsError {
+		u.Status = protocol.ToolFailed
+	}
+	if res.Output != "" {
+		text := protocol.Text(res.Output)
+		u.Content = append(u.Content, protocol.ToolCallContent{Type: "content", Content: &text})
+	}
+	if res.Diff != nil {
+		newText := res.Diff.NewText
+		u.Content = append(u.Content, protocol.ToolCallContent{Type: "diff", Path: res.Diff.Path, OldText: res.Diff.OldText, NewText: &newText})
+	}
+	if u.RawOutput == nil {
+		u.RawOutput = map[string]any{"output": res.Output, "isError": res.IsError}
+	}
+	a.emit(ctx, u)
+	ctx.Send(ctx.Parent(), &toolDone{index: a.call.index, result: res})
+	ctx.Stop(ctx.Self())
+}

@@ -1,0 +1,376 @@
+package actors
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/rs/zerolog"
+
+	"github.com/iac-code/iac-code/llm"
+	"github.com/iac-code/iac-code/protocol"
+	"github.com/iac-code/iac-code/tools"
+)
+
+// Messages of the turn actor.
+type (
+	cancelTurn struct{}
+	// streamEvent is one provider event; gen tells stale model calls apart.
+	streamEvent struct {
+		gen int
+		ev  llm.Event
+	}
+	streamEnd struct {
+		gen int
+		err error
+	}
+	// goroutinePanic is a panic recovered in a goroutine the actor owns; the
+	// actor re-raises it so supervision handles every crash the same way.
+	goroutinePanic struct{ p *panicError }
+	// toolDone is the result of the tool call at index.
+	toolDone struct {
+		index     int
+		result    tools.Result
+		cancelled bool
+	}
+)
+
+func (*streamEvent) IgnoreDeadLetterLogging()    {}
+func (*streamEnd) IgnoreDeadLetterLogging()      {}
+func (*goroutinePanic) IgnoreDeadLetterLogging() {}
+func (*toolDone) IgnoreDeadLetterLogging()       {}
+
+// pendingCall is a tool call being streamed or run.
+type pendingCall struct {
+	id   string
+	name string
+	args strings.Builder
+	done bool
+	res  tools.Result
+}
+
+// turn runs the agent loop of one prompt: model call, tools, model call…
+type turn struct {
+	deps      *Deps
+	sessionID string
+	cwd       string
+	model     string
+	log       zerolog.Logger
+	messages  []llm.Message
+
+	ctx        context.Context
+	cancel     context.CancelFunc
+	modelCalls int
+	usage      llm.Usage
+	// pendingUsage is the usage reported by the model call being streamed.
+	pendingUsage llm.Usage
+	streaming    bool
+	gen          int
+	ended        bool
+
+	// State of the model call being streamed.
+	text     strings.Builder
+	thinking strings.Builder
+	sig      string
+	redacted []string
+	pending  []*pendingCall
+	stop     llm.StopReason
+
+	// Tool phase.
+	toolPIDs  map[string]int // tool actor id -> call index
+	remaining int
+}
+
+func newTurn(deps *Deps, sessionID, cwd, model string, history []llm.Message) *turn {
+	return &turn{
+		deps:      deps,
+		sessionID: sessionID,
+		cwd:       cwd,
+		model:     model,
+		log:       deps.Log.With().Str("session", sessionID).Logger(),
+		messages:  history,
+	}
+}
+
+func (t *turn) Receive(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case *actor.Started:
+		t.deps.Metrics.RunningTurns.Add(1)
+		t.ctx, t.cancel = context.WithCancel(context.Background())
+		t.callModel(ctx)
+	case *streamEvent:
+		if m.gen == t.gen && !t.ended {
+			t.onEvent(ctx, &m.ev)
+		}
+	case *streamEnd:
+		if m.gen == t.gen && !t.ended {
+			t.onStreamEnd(ctx, m.err)
+		}
+	case *goroutinePanic:
+		panic(m.p)
+	case *cancelTurn:
+		t.finish(ctx, protocol.StopCancelled, nil)
+	case *toolDone:
+		t.onToolDone(ctx, m)
+	case *childCrashed:
+		if i, ok := t.toolPIDs[m.child.Id]; ok {
+			t.log.Error().Interface("panic", m.reason.value).Bytes("stack", m.reason.stack).Msg("tool actor crashed")
+			t.onToolDone(ctx, &toolDone{index: i, result: tools.Errorf("Tool crashed: " + m.reason.Error())})
+		}
+	case *actor.Stopping:
+		if t.cancel != nil {
+			t.cancel()
+		}
+	case *actor.Stopped:
+		t.deps.Metrics.RunningTurns.Add(-1)
+	}
+}
+
+// emit sends a session/update for this session through the session actor,
+// which keeps it ordered with everything else the session says.
+func (t *turn) emit(ctx actor.Context, update any) {
+	data := protocol.EncodeNotification(protocol.MethodSessionUpdate,
+		protocol.SessionNotification{SessionID: t.sessionID, Update: update})
+	ctx.Send(ctx.Parent(), &outbound{frame: Frame{Data: data, SessionID: t.sessionID}})
+}
+
+func (t *turn) systemPrompt() string {
+	return "You are iac-code, an AI coding agent working for a developer through their editor.\n" +
+		"Working directory: " + t.cwd + "\n" +
+		"Use the tools to inspect and change files; paths are relative to the working directory unless absolute."
+}
+
+func (t *turn) callModel(ctx actor.Context) {
+	if t.modelCalls >= t.deps.Config.MaxTurnRequests {
+		t.finish(ctx, protocol.StopMaxTurnRequests, nil)
+		return
+	}
+	t.modelCalls++
+	t.streaming = true
+	t.gen++
+	t.text.Reset()
+	t.thinking.Reset()
+	t.sig = ""
+	t.redacted = nil
+	t.pending = nil
+	t.stop = ""
+
+	req := &llm.Request{
+		Model:     t.model,
+		System:    t.systemPrompt(),
+		Messages:  t.messages,
+		Tools:     toolSpecs(t.deps.Tools),
+		MaxTokens: t.deps.Config.LLM.MaxTokens,
+	}
+	gen, self, root, provider, runCtx := t.gen, ctx.Self(), ctx.ActorSystem().Root, t.deps.Provider, t.ctx
+	go func() {
+		defer func() {
+			if r := recover(); r != nil {
+				root.Send(self, &goroutinePanic{p: recovered(r)})
+			}
+		}()
+		err := provider.Stream(runCtx, req, func(ev llm.Event) {
+			root.Send(self, &streamEvent{gen: gen, ev: ev})
+		})
+		root.Send(self, &streamEnd{gen: gen, err: err})
+	}()
+}
+
+func toolSpecs(r *tools.Registry) []llm.ToolSpec {
+	list := r.List()
+	specs := make([]llm.ToolSpec, len(list))
+	for i, tl := range list {
+		specs[i] = llm.ToolSpec{Name: tl.Name(), Description: tl.Description(), InputSchema: tl.Schema()}
+	}
+	return specs
+}
+
+func (t *turn) onEvent(ctx actor.Context, ev *llm.Event) {
+	switch ev.Type {
+	case llm.EventTextDelta:
+		if ev.Text == "" {
+			return
+		}
+		t.text.WriteString(ev.Text)
+		t.emit(ctx, protocol.ChunkUpdate{SessionUpdate: protocol.UpdateAgentMessageChunk, Content: protocol.Text(ev.Text)})
+	case llm.EventThinkingDelta:
+		if ev.Text == "" {
+			return
+		}
+		t.thinking.WriteString(ev.Text)
+		t.emit(ctx, protocol.ChunkUpdate{SessionUpdate: protocol.UpdateAgentThoughtChunk, Content: protocol.Text(ev.Text)})
+	case llm.EventThinkingSignature:
+		t.sig = ev.Text
+	case llm.EventRedactedThinking:
+		t.redacted = append(t.redacted, ev.Text)
+	case llm.EventToolCallStart:
+		for len(t.pending) <= ev.Index {
+			t.pending = append(t.pending, &pendingCall{})
+		}
+		c := t.pending[ev.Index]
+		c.id, c.name = ev.ID, ev.Name
+	case llm.EventToolCallArgs:
+		if ev.Index < len(t.pending) {
+			t.pending[ev.Index].args.WriteString(ev.ArgsDelta)
+		}
+	case llm.EventUsage:
+		t.pendingUsage = ev.Usage
+	case llm.EventStop:
+		t.stop = ev.StopReason
+	}
+}
+
+// assistantMessage builds the message the model just produced.
+func (t *turn) assistantMessage() llm.Message {
+	msg := llm.Message{Role: llm.RoleAssistant}
+	if t.thinking.Len() > 0 || t.sig != "" {
+		msg.Content = append(msg.Content, llm.Block{Type: llm.BlockThinking, Text: t.thinking.String(), Signature: t.sig})
+	}
+	for _, r := range t.redacted {
+		msg.Content = append(msg.Content, llm.Block{Type: llm.BlockRedactedThinking, Data: r})
+	}
+	if t.text.Len() > 0 {
+		msg.Content = append(msg.Content, llm.Block{Type: llm.BlockText, Text: t.text.String()})
+	}
+	for _, c := range t.pending {
+		if c.id == "" && c.name == "" {
+			continue
+		}
+		msg.Content = append(msg.Content, llm.Block{Type: llm.BlockToolUse, ToolCallID: c.id, Name: c.name, Input: toolInput(c.args.String())})
+	}
+	return msg
+}
+
+// toolInput keeps the model's arguments as JSON; invalid JSON is kept as a
+// JSON string so history stays encodable and the tool reports the error.
+func toolInput(args string) json.RawMessage {
+	if strings.TrimSpace(args) == "" {
+		return json.RawMessage("{}")
+	}
+	if protocol.Valid([]byte(args)) {
+		return json.RawMessage(args)
+	}
+	return json.RawMessage(protocol.MustMarshal(args))
+}
+
+func (t *turn) record(ctx actor.Context, msg llm.Message) {
+	if len(msg.Content) == 0 {
+		return
+	}
+	t.messages = append(t.messages, msg)
+	ctx.Send(ctx.Parent(), &messageDone{msg: msg})
+}
+
+func (t *turn) onStreamEnd(ctx actor.Context, err error) {
+	t.streaming = false
+	t.usage = t.usage.Add(t.pendingUsage)
+	t.pendingUsage = llm.Usage{}
+	if err != nil {
+		t.record(ctx, t.assistantMessage())
+		if errors.Is(err, context.Canceled) {
+			t.finish(ctx, protocol.StopCancelled, nil)
+			return
+		}
+		t.failModel(ctx, err)
+		return
+	}
+	msg := t.assistantMessage()
+	t.record(ctx, msg)
+	hasTools := false
+	for _, b := range msg.Content {
+		if b.Type == llm.BlockToolUse {
+			hasTools = true
+			break
+		}
+	}
+	switch {
+	case hasTools:
+		t.runTools(ctx, msg)
+	case t.stop == llm.StopMaxTokens:
+		t.finish(ctx, protocol.StopMaxTokens, nil)
+	case t.stop == llm.StopRefusal:
+		t.finish(ctx, protocol.StopRefusal, nil)
+	default:
+		t.finish(ctx, protocol.StopEndTurn, nil)
+	}
+}
+
+func (t *turn) failModel(ctx actor.Context, err error) {
+	if llm.IsAuthError(err) {
+		t.finish(ctx, "", errAuthRequired())
+		return
+	}
+	errorID := newErrorID()
+	t.log.Error().Err(err).Str("error_id", errorID).Msg("model call failed")
+	t.emit(ctx, protocol.ChunkUpdate{SessionUpdate: protocol.UpdateAgentMessageChunk,
+		Content: protocol.Text("[Error] " + err.Error())})
+	t.finish(ctx, "", protocol.ErrInternal(err.Error(), errorID))
+}
+
+// runTools starts one tool actor per call; they run concurrently and their
+// results go back to the model in the original order.
+func (t *turn) runTools(ctx actor.Context, msg llm.Message) {
+	t.pending = t.pending[:0]
+	t.toolPIDs = map[string]int{}
+	session := ctx.Parent()
+	for _, b := range msg.Content {
+		if b.Type != llm.BlockToolUse {
+			continue
+		}
+		idx := len(t.pending)
+		pc := &pendingCall{id: b.ToolCallID, name: b.Name}
+		t.pending = append(t.pending, pc)
+		tool, _ := t.deps.Tools.Get(b.Name)
+		call := toolCall{index: idx, id: b.ToolCallID, name: b.Name, input: b.Input, tool: tool}
+		t.emit(ctx, call.startUpdate(t.cwd))
+		props := actor.PropsFromProducer(func() actor.Actor {
+			return newToolActor(t.deps, t.sessionID, t.cwd, session, call, t.ctx)
+		}, actor.WithReceiverMiddleware(keepStack))
+		pid := ctx.Spawn(props)
+		t.toolPIDs[pid.Id] = idx
+	}
+	t.remaining = len(t.pending)
+}
+
+func (t *turn) onToolDone(ctx actor.Context, m *toolDone) {
+	if t.ended || m.index >= len(t.pending) || t.pending[m.index].done {
+		return
+	}
+	if m.cancelled {
+		t.finish(ctx, protocol.StopCancelled, nil)
+		return
+	}
+	c := t.pending[m.index]
+	c.done, c.res = true, m.result
+	t.remaining--
+	if t.remaining > 0 {
+		return
+	}
+	results := llm.Message{Role: llm.RoleTool}
+	for _, c := range t.pending {
+		results.Content = append(results.Content, llm.Block{Type: llm.BlockToolResult, ToolCallID: c.id,
+			Name: c.name, Text: c.res.Output, IsError: c.res.IsError})
+	}
+	t.record(ctx, results)
+	t.callModel(ctx)
+}
+
+// finish reports the end of the turn to the session and stops the actor.
+// Tool calls still running are cancelled with it (children stop first).
+func (t *turn) finish(ctx actor.Context, stopReason string, err *protocol.Error) {
+	if t.ended {
+		return
+	}
+	t.ended = true
+	if t.cancel != nil {
+		t.cancel()
+	}
+	if t.streaming {
+		// Keep what the user already saw of a cancelled answer.
+		t.record(ctx, t.assistantMessage())
+	}
+	ctx.Send(ctx.Parent(), &turnFinished{stopReason: stopReason, usage: t.usage, err: err})
+	ctx.Stop(ctx.Self())
+}

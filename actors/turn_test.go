@@ -1,0 +1,235 @@
+package actors
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+
+	"github.com/iac-code/iac-code/llm"
+	"github.com/iac-code/iac-code/tools"
+)
+
+// echoTool is a minimal tool for exercising the tool actor path.
+type echoTool struct {
+	readOnly bool
+	panics   bool
+}
+
+func (echoTool) Name() string            { return "echo" }
+func (echoTool) Description() string     { return "echo the input" }
+func (echoTool) Schema() json.RawMessage { return json.RawMessage(`{"type":"object"}`) }
+func (echoTool) Kind() tools.Kind        { return tools.KindOther }
+func (e echoTool) ReadOnly() bool        { return e.readOnly }
+func (echoTool) Describe(_ *tools.Env, input json.RawMessage) (string, []tools.Location) {
+	return "Echo " + string(input), nil
+}
+func (e echoTool) Run(_ context.Context, _ *tools.Env, input json.RawMessage) tools.Result {
+	if e.panics {
+		panic("echo exploded")
+	}
+	return tools.Result{Output: "echo:" + string(input)}
+}
+
+func callTool(id, name, args string) func(context.Context, func(llm.Event)) error {
+	return func(_ context.Context, emit func(llm.Event)) error {
+		emit(llm.Event{Type: llm.EventToolCallStart, Index: 0, ID: id, Name: name})
+		emit(llm.Event{Type: llm.EventToolCallArgs, Index: 0, ArgsDelta: args})
+		emit(llm.Event{Type: llm.EventToolCallEnd, Index: 0})
+		emit(llm.Event{Type: llm.EventStop, StopReason: llm.StopToolUse})
+		return nil
+	}
+}
+
+var _ = Describe("a prompt turn", func() {
+	var (
+		h   *harness
+		p   *scriptedProvider
+		sid string
+	)
+	prompt := func(text string) float64 {
+		return h.call("session/prompt", map[string]any{"sessionId": sid, "prompt": []any{map[string]any{"type": "text", "text": text}}})
+	}
+	start := func(extra ...tools.Tool) {
+		h = newHarness(p, extra...)
+		sid = h.newSession(GinkgoT().TempDir())
+	}
+	BeforeEach(func() { p = &scriptedProvider{} })
+	AfterEach(func() { h.close() })
+
+	It("streams text and thinking before the response and sums usage", func() {
+		p.then(func(_ context.Context, emit func(llm.Event)) error {
+			emit(llm.Event{Type: llm.EventThinkingDelta, Text: "hmm"})
+			emit(llm.Event{Type: llm.EventTextDelta, Text: "Hel"})
+			emit(llm.Event{Type: llm.EventTextDelta, Text: "lo"})
+			emit(llm.Event{Type: llm.EventUsage, Usage: llm.Usage{InputTokens: 7, OutputTokens: 3}})
+			emit(llm.Event{Type: llm.EventStop, StopReason: llm.StopEndTurn})
+			return nil
+		})
+		start()
+		id := prompt("hi")
+		res := h.result(id)
+		Expect(res["stopReason"]).To(Equal("end_turn"))
+		Expect(res["usage"]).To(Equal(map[string]any{"inputTokens": 7.0, "outputTokens": 3.0, "totalTokens": 10.0}))
+		ups := h.out.updates()
+		Expect(ups).To(HaveLen(3))
+		Expect(ups[0]["sessionUpdate"]).To(Equal("agent_thought_chunk"))
+		Expect(ups[1]["content"]).To(Equal(map[string]any{"type": "text", "text": "Hel"}))
+		// the response is the last frame: every update precedes it
+		all := h.out.all()
+		Expect(all[len(all)-1]["id"]).To(Equal(id))
+	})
+
+	It("maps provider stop reasons", func() {
+		p.then(func(_ context.Context, emit func(llm.Event)) error {
+			emit(llm.Event{Type: llm.EventTextDelta, Text: "long"})
+			emit(llm.Event{Type: llm.EventStop, StopReason: llm.StopMaxTokens})
+			return nil
+		}).then(func(_ context.Context, emit func(llm.Event)) error {
+			emit(llm.Event{Type: llm.EventStop, StopReason: llm.StopRefusal})
+			return nil
+		})
+		start()
+		Expect(h.result(prompt("a"))["stopReason"]).To(Equal("max_tokens"))
+		Expect(h.result(prompt("b"))["stopReason"]).To(Equal("refusal"))
+	})
+
+	It("keeps the conversation across prompts", func() {
+		p.then(say("first answer"))
+		start()
+		h.result(prompt("one"))
+		h.result(prompt("two"))
+		reqs := p.requests()
+		Expect(reqs).To(HaveLen(2))
+		Expect(reqs[1].Messages).To(HaveLen(3))
+		Expect(reqs[1].Messages[1].TextOf()).To(Equal("first answer"))
+		Expect(reqs[1].Messages[2].TextOf()).To(Equal("two"))
+	})
+
+	It("answers cancelled on session/cancel and accepts the next prompt", func() {
+		started := make(chan struct{})
+		p.then(func(ctx context.Context, emit func(llm.Event)) error {
+			emit(llm.Event{Type: llm.EventTextDelta, Text: "partial"})
+			close(started)
+			<-ctx.Done()
+			return ctx.Err()
+		})
+		start()
+		id := prompt("long")
+		Eventually(started).Should(BeClosed())
+		h.notify("session/cancel", map[string]any{"sessionId": sid})
+		h.notify("session/cancel", map[string]any{"sessionId": sid}) // idempotent
+		Expect(h.result(id)["stopReason"]).To(Equal("cancelled"))
+		Expect(h.result(prompt("again"))["stopReason"]).To(Equal("end_turn"))
+		// the partial answer the user saw stays in the history
+		Expect(p.requests()[1].Messages[1].TextOf()).To(Equal("partial"))
+	})
+
+	It("rejects a second prompt while one runs and leaves the first untouched", func() {
+		release := make(chan struct{})
+		p.then(func(ctx context.Context, emit func(llm.Event)) error {
+			<-release
+			return say("done")(ctx, emit)
+		})
+		start()
+		first := prompt("one")
+		second := prompt("two")
+		Expect(h.errorOf(second)["code"]).To(Equal(-32602.0))
+		close(release)
+		Expect(h.result(first)["stopReason"]).To(Equal("end_turn"))
+	})
+
+	It("turns a panic in the turn into -32603 with an error id and keeps the session", func() {
+		p.then(func(context.Context, func(llm.Event)) error { panic("provider exploded") })
+		start()
+		e := h.errorOf(prompt("boom"))
+		Expect(e["code"]).To(Equal(-32603.0))
+		Expect(e["data"]).To(HaveKey("error_id"))
+		Expect(e["message"]).To(ContainSubstring("provider exploded"))
+		Expect(h.result(prompt("again"))["stopReason"]).To(Equal("end_turn"))
+	})
+
+	It("reports provider errors as an [Error] chunk and -32603, auth errors as -32000", func() {
+		p.then(func(context.Context, func(llm.Event)) error { return errors.New("upstream broke") }).
+			then(func(context.Context, func(llm.Event)) error { return &llm.APIError{Status: 401, Message: "bad key"} })
+		start()
+		e := h.errorOf(prompt("x"))
+		Expect(e["code"]).To(Equal(-32603.0))
+		Expect(h.out.updates()[0]["content"].(map[string]any)["text"]).To(HavePrefix("[Error] "))
+		Expect(h.errorOf(prompt("y"))["code"]).To(Equal(-32000.0))
+	})
+
+	It("runs a read-only tool through a tool actor and feeds the result back", func() {
+		p.then(callTool("c1", "echo", `{"a":1}`)).then(say("used it"))
+		start(echoTool{readOnly: true})
+		Expect(h.result(prompt("use echo"))["stopReason"]).To(Equal("end_turn"))
+		ups := h.out.updates()
+		Expect(ups[0]).To(HaveKeyWithValue("sessionUpdate", "tool_call"))
+		Expect(ups[0]).To(HaveKeyWithValue("status", "pending"))
+		Expect(ups[0]).To(HaveKeyWithValue("toolCallId", "c1"))
+		Expect(ups[1]).To(HaveKeyWithValue("status", "in_progress"))
+		Expect(ups[2]).To(HaveKeyWithValue("status", "completed"))
+		msgs := p.requests()[1].Messages
+		last := msgs[len(msgs)-1]
+		Expect(last.Role).To(Equal(llm.RoleTool))
+		Expect(last.Content[0].Text).To(Equal(`echo:{"a":1}`))
+	})
+
+	It("answers an unknown tool with an error result to the model", func() {
+		p.then(callTool("c1", "nope", `{}`)).then(say("ok"))
+		start()
+		h.result(prompt("x"))
+		msgs := p.requests()[1].Messages
+		Expect(msgs[len(msgs)-1].Content[0]).To(MatchFields2("Unknown tool: nope", true))
+	})
+
+	It("turns a panicking tool into a failed tool call and continues the turn", func() {
+		p.then(callTool("c1", "echo", `{}`)).then(say("after crash"))
+		start(echoTool{readOnly: true, panics: true})
+		Expect(h.result(prompt("x"))["stopReason"]).To(Equal("end_turn"))
+		Expect(h.out.updates()).To(ContainElement(HaveKeyWithValue("status", "failed")))
+	})
+
+	Describe("permissions", func() {
+		It("asks, then runs on allow and remembers allow_always", func() {
+			p.then(callTool("c1", "echo", `{}`)).then(say("a")).then(callTool("c2", "echo", `{}`)).then(say("b"))
+			start(echoTool{})
+			id := prompt("x")
+			var req map[string]any
+			Eventually(func() int { return len(h.out.requests("session/request_permission")) }).Should(Equal(1))
+			req = h.out.requests("session/request_permission")[0]
+			params := req["params"].(map[string]any)
+			Expect(params["toolCall"]).To(HaveKeyWithValue("toolCallId", "c1"))
+			h.answer(req["id"], map[string]any{"outcome": map[string]any{"outcome": "selected", "optionId": "allow_always"}})
+			Expect(h.result(id)["stopReason"]).To(Equal("end_turn"))
+			Expect(h.result(prompt("y"))["stopReason"]).To(Equal("end_turn"))
+			Expect(h.out.requests("session/request_permission")).To(HaveLen(1))
+		})
+
+		DescribeTable("rejects without running the tool",
+			func(answer map[string]any) {
+				p.then(callTool("c1", "echo", `{}`)).then(say("ok"))
+				start(echoTool{})
+				id := prompt("x")
+				Eventually(func() int { return len(h.out.requests("session/request_permission")) }).Should(Equal(1))
+				h.answer(h.out.requests("session/request_permission")[0]["id"], answer)
+				Expect(h.result(id)["stopReason"]).To(Equal("end_turn"))
+				msgs := p.requests()[1].Messages
+				Expect(msgs[len(msgs)-1].Content[0]).To(MatchFields2("Permission denied.", true))
+			},
+			Entry("reject_once", map[string]any{"outcome": map[string]any{"outcome": "selected", "optionId": "reject_once"}}),
+			Entry("legacy denied", map[string]any{"outcome": "denied"}),
+		)
+
+		It("ends the turn cancelled on a cancelled outcome", func() {
+			p.then(callTool("c1", "echo", `{}`))
+			start(echoTool{})
+			id := prompt("x")
+			Eventually(func() int { return len(h.out.requests("session/request_permission")) }).Should(Equal(1))
+			h.answer(h.out.requests("session/request_permission")[0]["id"], map[string]any{"outcome": map[string]any{"outcome": "cancelled"}})
+			Expect(h.result(id)["stopReason"]).To(Equal("cancelled"))
+		})
+	})
+})

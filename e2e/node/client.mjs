@@ -1,0 +1,790 @@
+#!/usr/bin/env node
+// ACP scenario runner driven by the Go e2e suite.
+//
+//   node client.mjs --transport stdio --bin /path/to/iac-code --scenario NAME [--cwd DIR] [options]
+//   node client.mjs --transport http --http-url http://127.0.0.1:PORT/acp --scenario NAME [options]
+//
+// Drives the agent with the real TypeScript client (@agentclientprotocol/sdk 2.x),
+// validates every raw message the agent writes against the official JSON Schema
+// (schema-check.mjs), and prints exactly ONE JSON line on stdout:
+//
+//   {"ok":bool,"scenario":...,"transport":...,"result":...,"updates":[...],
+//    "permissionRequests":[...],"schema":{"passed":N,"failed":N,"violations":[...]},
+//    "sdkErrors":[...],"failures":[...],"error":"...", ...}
+//
+// Exit code 0 when ok, 1 otherwise. Everything else (harness and SDK logs,
+// the agent's stderr) goes to stderr. See README.md.
+
+import { spawn } from "node:child_process";
+import path from "node:path";
+import { Readable, Writable } from "node:stream";
+import { format, parseArgs } from "node:util";
+
+import * as acp from "@agentclientprotocol/sdk";
+import { createHttpStream } from "@agentclientprotocol/sdk/experimental/http-client";
+
+import { lineSplitter, makeChecker, sseSplitter } from "./schema-check.mjs";
+
+// ---------------------------------------------------------------------------
+// SDK log capture. The SDK reports what it rejected or dropped only through
+// console.error / console.warn ("Error handling notification", "Invalid
+// message", "Got response to unknown request", SSE payload warnings...).
+// Every such call is recorded and makes the run fail. The harness itself
+// logs with log() below, never through console.
+
+const sdkErrors = [];
+const origConsole = { error: console.error.bind(console), warn: console.warn.bind(console) };
+for (const level of ["error", "warn"]) {
+  console[level] = (...args) => {
+    sdkErrors.push({ level, message: format(...args) });
+    origConsole[level]("[acp-sdk]", ...args);
+  };
+}
+
+function log(...args) {
+  process.stderr.write(`[e2e-node] ${format(...args)}\n`);
+}
+
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+// Lets handlers of messages that were already received run to completion. The
+// SDK resolves a request's promise synchronously on its response, while the
+// notification handlers of earlier messages still have microtasks pending.
+const flush = async () => {
+  for (let i = 0; i < 3; i++) await new Promise((resolve) => setImmediate(resolve));
+};
+
+class ScenarioFailure extends Error {}
+
+function errorInfo(err) {
+  if (err instanceof acp.RequestError || (err && typeof err.code === "number" && "message" in err)) {
+    return { code: err.code, message: err.message, data: err.data };
+  }
+  return undefined;
+}
+
+function describeError(err) {
+  if (err === undefined || err === null) return String(err);
+  const rpc = errorInfo(err);
+  if (rpc) return `JSON-RPC error ${rpc.code}: ${rpc.message}${rpc.data !== undefined ? ` ${JSON.stringify(rpc.data)}` : ""}`;
+  return err instanceof Error ? err.message : String(err);
+}
+
+// ---------------------------------------------------------------------------
+// Permission answers.
+
+const PERMISSION_MODES = [
+  "allow_once",
+  "allow_always",
+  "reject_once",
+  "reject_always",
+  "cancelled",
+  "legacy-allowed",
+  "legacy-denied",
+  "hold", // never answer until the harness cancels the turn, then answer "cancelled"
+];
+
+const CANCELLED_OUTCOME = Object.freeze({ outcome: { outcome: "cancelled" } });
+
+// ---------------------------------------------------------------------------
+// Scenarios. Each takes the helper object `h` (see makeHelpers) and returns the
+// value reported as "result". Throwing (or h.fail) makes the run fail; h.check
+// records a failure and continues. To add a scenario, add an entry here.
+
+export const scenarios = {
+  /** initialize only. */
+  async initialize(h) {
+    return h.initialize();
+  },
+
+  /** initialize → session/new → session/prompt(--text). Result: the PromptResponse. */
+  async prompt(h) {
+    await h.initialize();
+    const { sessionId } = await h.newSession();
+    return h.prompt(sessionId, h.text(0));
+  },
+
+  /**
+   * initialize → new → prompt; after the first agent_message_chunk of the
+   * turn, send session/cancel; the prompt must resolve with stopReason
+   * "cancelled" (never reject). Then prompt "again". Result: {first, second}.
+   */
+  async cancel(h) {
+    await h.initialize();
+    const { sessionId } = await h.newSession();
+    const from = h.updates.length;
+    const turn = h.startPrompt(sessionId, h.text(0));
+    await h.waitFor("first agent_message_chunk of the turn", () =>
+      h.updateEvents.slice(from).some((e) => e.sessionId === sessionId && e.update.sessionUpdate === "agent_message_chunk"),
+      { race: turn },
+    );
+    await h.cancel(sessionId);
+    const first = await h.expectResolve(turn, "cancelled prompt");
+    h.check(first.stopReason === "cancelled", `cancelled prompt: stopReason ${JSON.stringify(first.stopReason)}, want "cancelled"`);
+    const second = await h.prompt(sessionId, h.opts.text?.[1] ?? "again");
+    return { sessionId, first, second };
+  },
+
+  /**
+   * Like prompt, answering session/request_permission per --permission;
+   * --prompts N sends N prompts sequentially in the same session (prompt i
+   * uses the i-th --text, or the last one). Result: {sessionId, prompts:[PromptResponse...]}.
+   */
+  async permission(h) {
+    await h.initialize();
+    const { sessionId } = await h.newSession();
+    const prompts = [];
+    for (let i = 0; i < h.opts.prompts; i++) prompts.push(await h.prompt(sessionId, h.text(i)));
+    h.check(h.permissionRequests.length > 0, "no session/request_permission was received");
+    return { sessionId, prompts };
+  },
+
+  /**
+   * initialize → new → prompt → session/close → prompt again, which must be
+   * rejected with a JSON-RPC error. Result: {sessionId, firstPrompt, closeResponse, rejected:{code,message,data}}.
+   */
+  async close(h) {
+    const init = await h.initialize();
+    h.check(
+      init?.agentCapabilities?.sessionCapabilities?.close != null,
+      "initialize does not advertise agentCapabilities.sessionCapabilities.close, which a client needs before calling session/close",
+    );
+    const { sessionId } = await h.newSession();
+    const firstPrompt = await h.prompt(sessionId, h.text(0));
+    const closeResponse = await h.request(acp.methods.agent.session.close, { sessionId });
+    const rejected = await h.expectReject(h.prompt(sessionId, h.opts.text?.[1] ?? "after close"), "prompt after session/close");
+    return { sessionId, firstPrompt, closeResponse, rejected };
+  },
+
+  /** session/cancel on an idle session is a no-op; the next prompt works. Result: the PromptResponse. */
+  async "cancel-idle"(h) {
+    await h.initialize();
+    const { sessionId } = await h.newSession();
+    await h.cancel(sessionId);
+    await sleep(100);
+    return h.prompt(sessionId, h.text(0));
+  },
+
+  /**
+   * A permission request is left pending; the harness sends session/cancel,
+   * answers the pending request "cancelled" (as the spec requires), and the
+   * prompt must resolve with stopReason "cancelled". Needs a prompt (--text)
+   * that makes the agent ask for permission. Result: {sessionId, first, second}.
+   */
+  async "cancel-permission"(h) {
+    await h.initialize();
+    const { sessionId } = await h.newSession();
+    h.permissionMode = "hold";
+    const turn = h.startPrompt(sessionId, h.text(0));
+    await h.waitFor("a session/request_permission", () => h.permissionRequests.some((p) => p.params.sessionId === sessionId), {
+      race: turn,
+    });
+    await h.cancel(sessionId);
+    const first = await h.expectResolve(turn, "prompt cancelled during a permission request");
+    h.check(first.stopReason === "cancelled", `stopReason ${JSON.stringify(first.stopReason)}, want "cancelled"`);
+    h.permissionMode = h.opts.permission;
+    const second = await h.prompt(sessionId, h.opts.text?.[1] ?? "again");
+    return { sessionId, first, second };
+  },
+
+  /** A prompt for a session id that does not exist is rejected; the connection stays usable. */
+  async "unknown-session"(h) {
+    await h.initialize();
+    const rejected = await h.expectReject(h.prompt("no-such-session-e2e", h.text(0)), "prompt for an unknown session");
+    const { sessionId } = await h.newSession();
+    const after = await h.prompt(sessionId, h.text(0));
+    return { rejected, after };
+  },
+};
+
+// ---------------------------------------------------------------------------
+// Argument parsing.
+
+function parseOptions(argv) {
+  const { values } = parseArgs({
+    args: argv,
+    strict: true,
+    allowPositionals: false,
+    options: {
+      transport: { type: "string", default: "stdio" },
+      bin: { type: "string" },
+      scenario: { type: "string" },
+      cwd: { type: "string" },
+      "http-url": { type: "string" },
+      text: { type: "string", multiple: true },
+      permission: { type: "string", default: "allow_once" },
+      prompts: { type: "string", default: "1" },
+      "timeout-ms": { type: "string", default: "60000" },
+      "eof-grace-ms": { type: "string", default: "1000" },
+      "list-scenarios": { type: "boolean", default: false },
+    },
+  });
+  const opts = {
+    transport: values.transport,
+    bin: values.bin,
+    scenario: values.scenario,
+    cwd: path.resolve(values.cwd ?? process.cwd()),
+    httpUrl: values["http-url"],
+    text: values.text,
+    permission: values.permission,
+    prompts: Number(values.prompts),
+    timeoutMs: Number(values["timeout-ms"]),
+    eofGraceMs: Number(values["eof-grace-ms"]),
+    listScenarios: values["list-scenarios"],
+  };
+  if (opts.listScenarios) return opts;
+  if (!opts.scenario) throw new Error("--scenario is required");
+  if (!Object.hasOwn(scenarios, opts.scenario)) {
+    throw new Error(`unknown scenario ${JSON.stringify(opts.scenario)}; known: ${Object.keys(scenarios).join(", ")}`);
+  }
+  if (opts.transport === "stdio") {
+    if (!opts.bin) throw new Error("--bin is required with --transport stdio");
+  } else if (opts.transport === "http") {
+    if (!opts.httpUrl) throw new Error("--http-url is required with --transport http");
+  } else {
+    throw new Error(`--transport must be stdio or http, not ${JSON.stringify(opts.transport)}`);
+  }
+  if (!PERMISSION_MODES.includes(opts.permission)) {
+    throw new Error(`--permission must be one of ${PERMISSION_MODES.join(", ")}`);
+  }
+  for (const [name, v] of [["--prompts", opts.prompts], ["--timeout-ms", opts.timeoutMs], ["--eof-grace-ms", opts.eofGraceMs]]) {
+    if (!Number.isInteger(v) || v < 0) throw new Error(`${name} must be a non-negative integer`);
+  }
+  return opts;
+}
+
+// ---------------------------------------------------------------------------
+// Transports. Each returns {stream, finish(), info()} where stream is the SDK
+// Stream, finish() shuts the transport down after the run (idempotent), and
+// info() describes it for the report.
+
+function stdioTransport(opts, checker) {
+  log(`spawning ${opts.bin} acp`);
+  // Own process group, so that the agent and anything it started can be
+  // killed together at the end (kill(-pid)).
+  const child = spawn(opts.bin, ["acp"], { stdio: ["pipe", "pipe", "inherit"], env: process.env, detached: true });
+  const killGroup = (signal) => {
+    try {
+      process.kill(-child.pid, signal);
+    } catch {
+      try {
+        child.kill(signal);
+      } catch {
+        // already gone
+      }
+    }
+  };
+
+  const state = { pid: child.pid, exitCode: null, signal: null, exitedOnEof: false, spawnError: undefined };
+  const exited = new Promise((resolve) => {
+    child.on("exit", (code, signal) => {
+      state.exitCode = code;
+      state.signal = signal;
+      resolve();
+    });
+  });
+  const spawnFailed = new Promise((_, reject) => {
+    child.on("error", (err) => {
+      state.spawnError = err.message;
+      reject(new Error(`cannot run ${opts.bin}: ${err.message}`));
+    });
+  });
+  spawnFailed.catch(() => {});
+  // Writing to a dead child raises EPIPE on stdin; the SDK sees the failed write.
+  child.stdin.on("error", (err) => log(`agent stdin: ${err.message}`));
+
+  // Agent stdout: one branch to the SDK, one to the checker.
+  const [toSdk, toChecker] = Readable.toWeb(child.stdout).tee();
+  const serverLines = lineSplitter((line) => checker.serverLine(line));
+  const checkerDone = (async () => {
+    const reader = toChecker.getReader();
+    try {
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        serverLines.push(value);
+      }
+    } catch (err) {
+      log(`reading agent stdout: ${err.message}`);
+    } finally {
+      serverLines.flush();
+    }
+  })();
+
+  // Client output: tee every complete line to the checker (for id tracking)
+  // before it goes to the agent's stdin.
+  const clientLines = lineSplitter((line) => checker.clientLine(line));
+  const toAgent = new TransformStream({
+    transform(chunk, controller) {
+      clientLines.push(chunk);
+      controller.enqueue(chunk);
+    },
+  });
+  const piped = toAgent.readable.pipeTo(Writable.toWeb(child.stdin)).catch((err) => log(`agent stdin pipe: ${err.message}`));
+
+  let finished;
+  return {
+    stream: acp.ndJsonStream(toAgent.writable, toSdk),
+    failed: spawnFailed,
+    finish() {
+      finished ??= (async () => {
+        // Close the agent's stdin (EOF), give it a moment to exit on its own,
+        // then make sure it is gone.
+        try {
+          await toAgent.writable.close();
+          await Promise.race([piped, sleep(500)]);
+        } catch {
+          child.stdin.end();
+        }
+        if (state.exitCode === null && state.signal === null && !state.spawnError) {
+          await Promise.race([exited, sleep(opts.eofGraceMs)]);
+          state.exitedOnEof = state.exitCode !== null || state.signal !== null;
+          if (!state.exitedOnEof) {
+            killGroup("SIGTERM");
+            await Promise.race([exited, sleep(2000)]);
+            if (state.exitCode === null && state.signal === null) {
+              killGroup("SIGKILL");
+              await Promise.race([exited, sleep(2000)]);
+            }
+          }
+        }
+        // Whatever the agent left behind in its process group goes too.
+        if (child.pid) killGroup("SIGKILL");
+        await Promise.race([checkerDone, sleep(2000)]);
+      })();
+      return finished;
+    },
+    kill: () => child.pid && killGroup("SIGKILL"),
+    info: () => ({ child: { ...state } }),
+    describeClose: () =>
+      state.exitCode !== null || state.signal !== null
+        ? ` (agent process exited: code ${state.exitCode}, signal ${state.signal})`
+        : "",
+  };
+}
+
+// UNTESTED until iac-code serves HTTP: written against http-transport.md §4
+// and the SDK 2.4.0 sources.
+function httpTransport(opts, checker) {
+  const httpErrors = [];
+  const readers = new Set();
+  const inflight = new Set();
+
+  // Reads one branch of a teed response body into the checker.
+  const drain = (body, splitter) => {
+    const done = (async () => {
+      const reader = body.getReader();
+      try {
+        for (;;) {
+          const { value, done: end } = await reader.read();
+          if (end) break;
+          splitter.push(value);
+        }
+      } catch {
+        // aborted on close: whatever was read has been checked
+      } finally {
+        splitter.flush();
+      }
+    })();
+    readers.add(done);
+    done.finally(() => readers.delete(done));
+  };
+
+  const teeFetch = async (input, init = {}) => {
+    const method = (init.method ?? "GET").toUpperCase();
+    if (method === "POST" && typeof init.body === "string") checker.clientLine(init.body);
+    const call = globalThis.fetch(input, init);
+    inflight.add(call);
+    call.catch(() => {}).finally(() => inflight.delete(call));
+    const response = await call;
+    if (!response.ok) {
+      httpErrors.push({ method, status: response.status, url: String(input) });
+      return response; // HTTP-level error bodies are not JSON-RPC; the SDK reports them
+    }
+    if (!response.body) return response;
+    const type = (response.headers.get("content-type") ?? "").toLowerCase();
+    const isSse = type.includes("text/event-stream");
+    const isJson = !isSse && method === "POST" && response.status !== 202;
+    if (!isSse && !isJson) return response;
+    const [mine, theirs] = response.body.tee();
+    drain(
+      mine,
+      isSse
+        ? sseSplitter((data) => checker.serverLine(data))
+        : (() => {
+            // A whole JSON body (the initialize response): one message.
+            const chunks = [];
+            const decoder = new TextDecoder();
+            return {
+              push: (c) => chunks.push(decoder.decode(c, { stream: true })),
+              flush: () => {
+                const text = chunks.join("") + decoder.decode();
+                if (text.trim()) checker.serverLine(text);
+              },
+            };
+          })(),
+    );
+    return new Response(theirs, { status: response.status, statusText: response.statusText, headers: response.headers });
+  };
+
+  const token = process.env.IACCODE_ACP_HTTP_TOKEN;
+  const stream = createHttpStream(opts.httpUrl, {
+    headers: token ? { Authorization: `Bearer ${token}` } : {},
+    fetch: teeFetch,
+  });
+  let finished;
+  return {
+    stream,
+    failed: new Promise(() => {}),
+    finish() {
+      finished ??= (async () => {
+        // The SDK closes the HTTP stream (DELETE) when the connection closes.
+        // Wait for outstanding requests, then for the tee readers.
+        await flush();
+        const deadline = Date.now() + 3000;
+        while (inflight.size && Date.now() < deadline) {
+          await Promise.race([Promise.allSettled([...inflight]), sleep(100)]);
+          await flush();
+        }
+        await Promise.race([Promise.allSettled([...readers]), sleep(2000)]);
+      })();
+      return finished;
+    },
+    kill: () => {},
+    info: () => ({ httpErrors }),
+    describeClose: () => (httpErrors.length ? ` (HTTP errors: ${JSON.stringify(httpErrors)})` : ""),
+  };
+}
+
+// ---------------------------------------------------------------------------
+// The helper object handed to scenarios.
+
+function makeHelpers(opts, ctx, record, checker) {
+  const waiters = new Set();
+  const poke = () => {
+    for (const w of waiters) w();
+  };
+  const cancelled = new Set(); // sessions whose current turn the harness cancelled
+  const held = new Map(); // sessionId -> [resolve] of permission answers held until cancel
+
+  const h = {
+    acp,
+    opts,
+    ctx,
+    cwd: opts.cwd,
+    checker,
+    log,
+    sleep,
+    flush,
+    /** update objects in arrival order (as delivered by the SDK) */
+    updates: record.updates,
+    /** {sessionId, update} in arrival order */
+    updateEvents: record.updateEvents,
+    /** {turn, params, answer} */
+    permissionRequests: record.permissionRequests,
+    failures: record.failures,
+    /** current answer policy for session/request_permission (see PERMISSION_MODES) */
+    permissionMode: opts.permission,
+    /** incremented at the start of every prompt sent through h.prompt/h.startPrompt */
+    turn: 0,
+    initializeResponse: undefined,
+
+    text(i) {
+      const texts = opts.text?.length ? opts.text : ["hello"];
+      return texts[Math.min(i, texts.length - 1)];
+    },
+
+    /** Records a failed expectation and goes on. */
+    check(cond, message) {
+      if (!cond) {
+        record.failures.push(message);
+        log(`CHECK FAILED: ${message}`);
+      }
+      return Boolean(cond);
+    },
+
+    /** Fails the scenario now. */
+    fail(message) {
+      throw new ScenarioFailure(message);
+    },
+
+    async request(method, params, options) {
+      try {
+        return await ctx.request(method, params, options);
+      } finally {
+        await flush();
+      }
+    },
+
+    notify(method, params) {
+      return ctx.notify(method, params);
+    },
+
+    async initialize(params = {}) {
+      h.initializeResponse = await h.request(acp.methods.agent.initialize, {
+        protocolVersion: acp.PROTOCOL_VERSION,
+        clientCapabilities: {}, // no fs/terminal handlers are registered, so none are advertised
+        clientInfo: { name: "iac-code-e2e-node", version: "0.0.0" },
+        ...params,
+      });
+      return h.initializeResponse;
+    },
+
+    newSession(params = {}) {
+      return h.request(acp.methods.agent.session.new, { cwd: opts.cwd, mcpServers: [], ...params });
+    },
+
+    /** Sends session/prompt and returns the promise without awaiting it. */
+    startPrompt(sessionId, text, options) {
+      h.turn++;
+      cancelled.delete(sessionId);
+      const prompt = typeof text === "string" ? [{ type: "text", text }] : text;
+      const p = h.request(acp.methods.agent.session.prompt, { sessionId, prompt }, options);
+      p.catch(() => {}); // awaited by the caller; avoid unhandled-rejection noise meanwhile
+      return p;
+    },
+
+    prompt(sessionId, text, options) {
+      return h.startPrompt(sessionId, text, options);
+    },
+
+    /**
+     * Sends the session/cancel notification, and from now on answers this
+     * session's permission requests "cancelled" (pending ones included) until
+     * the next prompt starts.
+     */
+    async cancel(sessionId) {
+      cancelled.add(sessionId);
+      await ctx.notify(acp.methods.agent.session.cancel, { sessionId });
+      for (const release of held.get(sessionId) ?? []) release();
+      held.delete(sessionId);
+    },
+
+    /** The answer sent for a session/request_permission. */
+    async answerPermission(params) {
+      if (cancelled.has(params.sessionId)) return CANCELLED_OUTCOME;
+      const mode = h.permissionMode;
+      if (mode === "hold") {
+        await new Promise((resolve) => {
+          const list = held.get(params.sessionId) ?? [];
+          list.push(resolve);
+          held.set(params.sessionId, list);
+        });
+        return CANCELLED_OUTCOME;
+      }
+      if (mode === "cancelled") return CANCELLED_OUTCOME;
+      if (mode === "legacy-denied") return { outcome: "denied" };
+      const options = params.options ?? [];
+      if (mode === "legacy-allowed") {
+        const allow = options.find((o) => o.kind === "allow_once");
+        return { outcome: "allowed", option_id: allow?.optionId ?? "allow_once" };
+      }
+      const option = options.find((o) => o.kind === mode);
+      if (!option) {
+        h.check(false, `permission request offers no option of kind ${mode}: ${JSON.stringify(options)}`);
+        return CANCELLED_OUTCOME;
+      }
+      return { outcome: { outcome: "selected", optionId: option.optionId } };
+    },
+
+    /**
+     * Resolves when cond() becomes true (re-evaluated on every update and
+     * permission request). `race`: a promise (e.g. the prompt) whose settling
+     * first makes the wait fail.
+     */
+    waitFor(what, cond, { race } = {}) {
+      if (cond()) return Promise.resolve();
+      return new Promise((resolve, reject) => {
+        const w = () => {
+          if (cond()) {
+            waiters.delete(w);
+            resolve();
+          }
+        };
+        waiters.add(w);
+        race?.then(
+          (v) => {
+            if (!waiters.has(w)) return;
+            waiters.delete(w);
+            reject(new ScenarioFailure(`prompt finished (${JSON.stringify(v)}) before ${what}`));
+          },
+          (err) => {
+            if (!waiters.has(w)) return;
+            waiters.delete(w);
+            reject(new ScenarioFailure(`prompt failed (${describeError(err)}) before ${what}`));
+          },
+        );
+      });
+    },
+
+    /** Awaits a promise that must resolve; a rejection fails the scenario. */
+    async expectResolve(promise, what) {
+      try {
+        return await promise;
+      } catch (err) {
+        throw new ScenarioFailure(`${what}: rejected with ${describeError(err)}, expected a result`);
+      }
+    },
+
+    /** Awaits a promise that must reject with a JSON-RPC error; returns {code, message, data}. */
+    async expectReject(promise, what) {
+      let value;
+      try {
+        value = await promise;
+      } catch (err) {
+        const info = errorInfo(err);
+        if (!info) throw new ScenarioFailure(`${what}: failed without a JSON-RPC error: ${describeError(err)}`);
+        return info;
+      }
+      throw new ScenarioFailure(`${what}: resolved with ${JSON.stringify(value)}, expected a JSON-RPC error`);
+    },
+
+    _poke: poke,
+  };
+  return h;
+}
+
+// ---------------------------------------------------------------------------
+// Main.
+
+function emit(report) {
+  const line = `${JSON.stringify(report)}\n`;
+  return new Promise((resolve) => process.stdout.write(line, resolve));
+}
+
+async function main() {
+  const report = {
+    ok: false,
+    scenario: undefined,
+    transport: undefined,
+    result: null,
+    updates: [],
+    permissionRequests: [],
+    schema: { passed: 0, failed: 0, violations: [] },
+    sdkErrors,
+    failures: [],
+    error: undefined,
+  };
+
+  let opts;
+  try {
+    opts = parseOptions(process.argv.slice(2));
+  } catch (err) {
+    report.error = `usage: ${err.message}`;
+    await emit(report);
+    return 1;
+  }
+  if (opts.listScenarios) {
+    process.stdout.write(`${Object.keys(scenarios).join("\n")}\n`);
+    return 0;
+  }
+  report.scenario = opts.scenario;
+  report.transport = opts.transport;
+
+  const checker = makeChecker({
+    onViolation: (v) => log(`SCHEMA VIOLATION ${v.def ?? ""} ${v.reason}: ${(v.errors ?? []).join("; ")}\n  ${v.line}`),
+  });
+  const record = {
+    updates: report.updates,
+    updateEvents: [],
+    permissionRequests: report.permissionRequests,
+    failures: report.failures,
+    unexpectedRequests: [],
+  };
+
+  const transport = opts.transport === "stdio" ? stdioTransport(opts, checker) : httpTransport(opts, checker);
+
+  // If the harness itself is told to stop: take the agent down with it and
+  // still report what was seen so far.
+  for (const sig of ["SIGTERM", "SIGINT", "SIGHUP"]) {
+    process.once(sig, () => {
+      transport.kill();
+      Object.assign(report, transport.info(), { schema: checker.summary(), error: `harness received ${sig}` });
+      process.stdout.write(`${JSON.stringify(report)}\n`, () => process.exit(1));
+    });
+  }
+
+  let h;
+  let connection;
+  const app = acp
+    .client({ name: "iac-code-e2e-node" })
+    .onConnect((conn) => {
+      connection = conn;
+    })
+    .onNotification(acp.methods.client.session.update, ({ params }) => {
+      record.updates.push(params.update);
+      record.updateEvents.push({ sessionId: params.sessionId, update: params.update });
+      h?._poke();
+    })
+    .onRequest(acp.methods.client.session.requestPermission, async ({ params }) => {
+      const entry = { turn: h?.turn ?? 0, params, answer: null };
+      record.permissionRequests.push(entry);
+      h?._poke();
+      const answer = await h.answerPermission(params);
+      entry.answer = answer;
+      return answer;
+    })
+    .onRequest("*", ({ method }) => {
+      // The harness advertises no fs/terminal/elicitation capability.
+      record.unexpectedRequests.push(method);
+      if (!method.startsWith("_")) record.failures.push(`agent sent request ${method} although the client did not advertise it`);
+      throw acp.RequestError.methodNotFound(method);
+    });
+
+  let timer;
+  const timedOut = new Promise((_, reject) => {
+    timer = setTimeout(() => {
+      const err = new Error("timeout");
+      err.isTimeout = true;
+      reject(err);
+      connection?.close(err);
+    }, opts.timeoutMs);
+  });
+
+  let caught;
+  try {
+    const run = app.connectWith(transport.stream, async (ctx) => {
+      h = makeHelpers(opts, ctx, record, checker);
+      return scenarios[opts.scenario](h);
+    });
+    report.result = (await Promise.race([run, timedOut, transport.failed])) ?? null;
+  } catch (err) {
+    caught = err ?? new Error(String(err));
+  } finally {
+    clearTimeout(timer);
+    connection?.close();
+  }
+
+  await flush();
+  await transport.finish();
+
+  if (caught?.isTimeout) {
+    report.error = "timeout";
+  } else if (caught instanceof ScenarioFailure) {
+    report.error = caught.message;
+  } else if (caught) {
+    report.error = `${describeError(caught)}${transport.describeClose()}`;
+  }
+
+  Object.assign(report, transport.info());
+  report.schema = checker.summary();
+  report.unansweredRequests = checker.pendingRequests();
+  if (record.unexpectedRequests.length) report.unexpectedRequests = record.unexpectedRequests;
+  if (!report.error && report.failures.length) report.error = report.failures.join("; ");
+  if (!report.error && report.schema.failed) report.error = `${report.schema.failed} schema violation(s)`;
+  if (!report.error && sdkErrors.length) report.error = `SDK logged ${sdkErrors.length} error(s): ${sdkErrors[0].message}`;
+  report.ok = !report.error && report.failures.length === 0 && report.schema.failed === 0 && sdkErrors.length === 0;
+  if (report.ok) delete report.error;
+
+  log(`${report.scenario}: ${report.ok ? "ok" : `FAILED: ${report.error}`} (schema ${report.schema.passed} passed, ${report.schema.failed} failed)`);
+  await emit(report);
+  return report.ok ? 0 : 1;
+}
+
+main().then(
+  (code) => process.exit(code),
+  async (err) => {
+    log(`harness crashed: ${err?.stack ?? err}`);
+    await emit({ ok: false, error: `harness crashed: ${describeError(err)}`, sdkErrors });
+    process.exit(1);
+  },
+);

@@ -1,0 +1,263 @@
+package e2e
+
+import (
+	"strings"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+
+	"github.com/iac-code/iac-code/llm/llmtest"
+)
+
+var _ = Describe("stdio transport with a raw JSON-RPC client", Label("e2e"), func() {
+	var (
+		fake *llmtest.Server
+		a    *agent
+		cwd  string
+	)
+	BeforeEach(func() {
+		fake = llmtest.NewServer()
+		DeferCleanup(fake.Close)
+		cwd = GinkgoT().TempDir()
+	})
+	start := func(extraEnv ...string) {
+		a = startAgent(agentEnv(fake, extraEnv...))
+	}
+
+	It("answers initialize per the spec, for any requested version", func() {
+		start()
+		res := a.result(a.request("initialize", map[string]any{"protocolVersion": 7, "capabilities": map[string]any{}}))
+		Expect(res["protocolVersion"]).To(Equal(1.0))
+		Expect(res["agentInfo"]).To(HaveKeyWithValue("name", "iac-code"))
+		Expect(res["agentInfo"]).To(HaveKey("version"))
+		caps := res["agentCapabilities"].(map[string]any)
+		Expect(caps["loadSession"]).To(BeTrue())
+		Expect(caps["promptCapabilities"]).To(Equal(map[string]any{"image": false, "audio": false, "embeddedContext": true}))
+		Expect(caps["sessionCapabilities"]).To(HaveKey("list"))
+		Expect(caps["sessionCapabilities"]).To(HaveKey("close"))
+		Expect(res["authMethods"]).To(Equal([]any{}))
+		a.finish()
+	})
+
+	It("streams thinking and text before an end_turn response with usage", func() {
+		fake.Script(llmtest.Reply{Thinking: "Let me think about it", Text: "Hello there, how are you?",
+			Usage: &llmtest.Usage{PromptTokens: 21, CompletionTokens: 9}})
+		start()
+		a.initialize()
+		sid := a.newSession(cwd)
+		id := a.prompt(sid, "hi")
+		res := a.result(id)
+		Expect(res["stopReason"]).To(Equal("end_turn"))
+		Expect(res["usage"]).To(Equal(map[string]any{"inputTokens": 21.0, "outputTokens": 9.0, "totalTokens": 30.0}))
+		var thought, text strings.Builder
+		for _, u := range a.updatesBefore(id) {
+			c, _ := u["content"].(map[string]any)
+			switch u["sessionUpdate"] {
+			case "agent_thought_chunk":
+				Expect(text.Len()).To(BeZero(), "thinking comes before text")
+				thought.WriteString(c["text"].(string))
+			case "agent_message_chunk":
+				text.WriteString(c["text"].(string))
+			}
+		}
+		Expect(thought.String()).To(Equal("Let me think about it"))
+		Expect(text.String()).To(Equal("Hello there, how are you?"))
+		// what the model saw
+		reqs := fake.Requests()
+		Expect(reqs).To(HaveLen(1))
+		Expect(reqs[0].Chat.Stream).To(BeTrue())
+		Expect(reqs[0].Chat.Model).To(Equal("test-model"))
+		a.finish()
+	})
+
+	It("degrades rich prompt content to text for the model", func() {
+		start()
+		a.initialize()
+		sid := a.newSession(cwd)
+		id := a.request("session/prompt", map[string]any{"sessionId": sid, "prompt": []any{
+			map[string]any{"type": "text", "text": "look"},
+			map[string]any{"type": "resource", "resource": map[string]any{"uri": "file:///x/a.txt", "mimeType": "text/plain", "text": "file body"}},
+			map[string]any{"type": "resource_link", "uri": "file:///x/b.txt", "name": "b.txt"},
+			map[string]any{"type": "image", "mimeType": "image/png", "data": "AAAA"},
+			map[string]any{"type": "audio", "mimeType": "audio/wav", "data": "AAAA"},
+		}})
+		Expect(a.result(id)["stopReason"]).To(Equal("end_turn"))
+		body := string(fake.Requests()[0].Body)
+		for _, want := range []string{"look", "file body", "file:///x/b.txt", "[image: image/png]", "[audio: audio/wav]"} {
+			Expect(body).To(ContainSubstring(want))
+		}
+		a.finish()
+	})
+
+	It("maps finish_reason length to max_tokens and content_filter to refusal", func() {
+		fake.Script(llmtest.Reply{Text: "cut", FinishReason: "length"}, llmtest.Reply{Text: "no", FinishReason: "content_filter"})
+		start()
+		a.initialize()
+		sid := a.newSession(cwd)
+		Expect(a.result(a.prompt(sid, "a"))["stopReason"]).To(Equal("max_tokens"))
+		Expect(a.result(a.prompt(sid, "b"))["stopReason"]).To(Equal("refusal"))
+		a.finish()
+	})
+
+	It("cancels mid-stream with stopReason cancelled, then serves the next prompt", func() {
+		fake.Script(llmtest.Reply{Text: "one two three four five", Hang: true, AfterChunks: 3},
+			llmtest.Reply{Text: "second answer"})
+		start()
+		a.initialize()
+		sid := a.newSession(cwd)
+		id := a.prompt(sid, "long")
+		a.waitFor("first chunk", func(m map[string]any) bool { return m["method"] == "session/update" })
+		a.notify("session/cancel", map[string]any{"sessionId": sid})
+		Expect(a.result(id)["stopReason"]).To(Equal("cancelled"))
+		a.notify("session/cancel", map[string]any{"sessionId": sid}) // idle cancel is harmless
+		Expect(a.result(a.prompt(sid, "again"))["stopReason"]).To(Equal("end_turn"))
+		a.finish()
+	})
+
+	It("rejects a second concurrent prompt and leaves the first running", func() {
+		fake.Script(llmtest.Reply{Text: "slow answer here", Delay: 100 * time.Millisecond})
+		start()
+		a.initialize()
+		sid := a.newSession(cwd)
+		first := a.prompt(sid, "one")
+		second := a.prompt(sid, "two")
+		e := a.errorOf(second)
+		Expect(e["code"]).To(Equal(-32602.0))
+		Expect(e["data"]).To(HaveKey("prompt"))
+		Expect(a.result(first)["stopReason"]).To(Equal("end_turn"))
+		a.finish()
+	})
+
+	It("closes a session: later prompts get -32602 Session not found", func() {
+		start()
+		a.initialize()
+		sid := a.newSession(cwd)
+		Expect(a.result(a.request("session/close", map[string]any{"sessionId": sid}))).To(BeEmpty())
+		e := a.errorOf(a.prompt(sid, "x"))
+		Expect(e["code"]).To(Equal(-32602.0))
+		Expect(e["data"]).To(Equal(map[string]any{"session_id": "Session not found"}))
+		a.finish()
+	})
+
+	It("closes a session with a running turn: the prompt ends cancelled", func() {
+		fake.Script(llmtest.Reply{Text: "a b c d", Hang: true, AfterChunks: 2})
+		start()
+		a.initialize()
+		sid := a.newSession(cwd)
+		id := a.prompt(sid, "x")
+		a.waitFor("first chunk", func(m map[string]any) bool { return m["method"] == "session/update" })
+		closeID := a.request("session/close", map[string]any{"sessionId": sid})
+		Expect(a.result(id)["stopReason"]).To(Equal("cancelled"))
+		Expect(a.result(closeID)).To(BeEmpty())
+		a.finish()
+	})
+
+	It("answers bad input with the spec's error codes and keeps working", func() {
+		start()
+		a.sendLine(`{"jsonrpc":"2.0","id":"early","method":"session/new","params":{"cwd":"/"}}`)
+		_, early := a.waitFor("pre-initialize error", func(m map[string]any) bool { return m["id"] == "early" })
+		Expect(early["error"]).To(HaveKeyWithValue("code", -32600.0)) // before initialize
+		a.initialize()
+		a.sendLine(`this is not json`)
+		_, parseErr := a.waitFor("parse error", func(m map[string]any) bool {
+			e, _ := m["error"].(map[string]any)
+			return e != nil && e["code"] == -32700.0
+		})
+		Expect(parseErr).To(HaveKeyWithValue("id", BeNil()))
+		a.sendLine(`[{"jsonrpc":"2.0","id":50,"method":"initialize"}]`)
+		a.waitFor("batch error", func(m map[string]any) bool {
+			e, _ := m["error"].(map[string]any)
+			return e != nil && e["code"] == -32600.0 && m["id"] == nil
+		})
+		Expect(a.errorOf(a.request("no/such/method", map[string]any{}))["code"]).To(Equal(-32601.0))
+		a.notify("no/such/notification", map[string]any{})
+		Expect(a.errorOf(a.request("session/new", map[string]any{"cwd": "relative"}))["code"]).To(Equal(-32602.0))
+		Expect(a.errorOf(a.request("session/new", map[string]any{"cwd": 42}))["code"]).To(Equal(-32602.0))
+		e := a.errorOf(a.prompt("unknown-session", "x"))
+		Expect(e["data"]).To(Equal(map[string]any{"session_id": "Session not found"}))
+		a.notify("session/cancel", map[string]any{"sessionId": "unknown-session"})
+		// a long line still works
+		sid := a.newSession(cwd)
+		big := strings.Repeat("y", 11<<20)
+		Expect(a.result(a.prompt(sid, big))["stopReason"]).To(Equal("end_turn"))
+		a.finish()
+	})
+
+	It("answers -32000 Authentication required when no key is configured, without leaking anything", func() {
+		start("IAC_CODE_API_KEY=")
+		res := a.initialize()
+		Expect(res["authMethods"]).To(HaveLen(1))
+		sid := a.newSession(cwd)
+		e := a.errorOf(a.prompt(sid, "x"))
+		Expect(e["code"]).To(Equal(-32000.0))
+		Expect(e["message"]).To(Equal("Authentication required"))
+		Expect(e["data"].(map[string]any)["hint"]).To(ContainSubstring("IAC_CODE_API_KEY"))
+		Expect(fake.Requests()).To(BeEmpty())
+		a.finish()
+	})
+
+	It("maps a provider 401 to -32000", func() {
+		fake.Script(llmtest.Reply{Status: 401})
+		start()
+		a.initialize()
+		sid := a.newSession(cwd)
+		Expect(a.errorOf(a.prompt(sid, "x"))["code"]).To(Equal(-32000.0))
+		a.finish()
+	})
+
+	It("turns a panicking turn into -32603 with an error id; the session keeps working", func() {
+		start()
+		a.initialize()
+		sid := a.newSession(cwd)
+		e := a.errorOf(a.prompt(sid, "please __panic_turn__"))
+		Expect(e["code"]).To(Equal(-32603.0))
+		Expect(e["data"]).To(HaveKey("error_id"))
+		Expect(a.stderr.String()).To(ContainSubstring(e["data"].(map[string]any)["error_id"].(string)))
+		Expect(a.result(a.prompt(sid, "fine now"))["stopReason"]).To(Equal("end_turn"))
+		a.finish()
+	})
+
+	It("runs a tool call through a tool actor: an unknown tool is an error result for the model", func() {
+		fake.Script(llmtest.Reply{ToolCalls: []llmtest.ToolCall{{ID: "call_1", Name: "no_such_tool", Arguments: `{"x":1}`}}},
+			llmtest.Reply{Text: "sorry"})
+		start()
+		a.initialize()
+		sid := a.newSession(cwd)
+		id := a.prompt(sid, "use a tool")
+		Expect(a.result(id)["stopReason"]).To(Equal("end_turn"))
+		ups := a.updatesBefore(id)
+		Expect(ups[0]).To(HaveKeyWithValue("sessionUpdate", "tool_call"))
+		Expect(ups[0]).To(HaveKeyWithValue("toolCallId", "call_1"))
+		Expect(ups).To(ContainElement(And(HaveKeyWithValue("toolCallId", "call_1"), HaveKeyWithValue("status", "failed"))))
+		second := fake.Requests()[1].Chat.Messages
+		last := second[len(second)-1]
+		Expect(last.Role).To(Equal("tool"))
+		Expect(last.ToolCallID).To(Equal("call_1"))
+		Expect(last.Content).To(ContainSubstring("Unknown tool: no_such_tool"))
+		a.finish()
+	})
+
+	It("turns a panicking tool into a failed tool call and continues the turn", func() {
+		fake.Script(llmtest.Reply{ToolCalls: []llmtest.ToolCall{{ID: "call_p", Name: "test_panic", Arguments: `{}`}}},
+			llmtest.Reply{Text: "recovered"})
+		start()
+		a.initialize()
+		sid := a.newSession(cwd)
+		id := a.prompt(sid, "crash the tool")
+		Expect(a.result(id)["stopReason"]).To(Equal("end_turn"))
+		Expect(a.updatesBefore(id)).To(ContainElement(And(HaveKeyWithValue("toolCallId", "call_p"), HaveKeyWithValue("status", "failed"))))
+		a.finish()
+	})
+
+	It("cancels running turns on stdin EOF, answers them, and exits 0", func() {
+		fake.Script(llmtest.Reply{Text: "never ending story", Hang: true, AfterChunks: 2})
+		start()
+		a.initialize()
+		sid := a.newSession(cwd)
+		id := a.prompt(sid, "x")
+		a.waitFor("first chunk", func(m map[string]any) bool { return m["method"] == "session/update" })
+		a.finish()
+		Expect(a.result(id)["stopReason"]).To(Equal("cancelled"))
+	})
+})

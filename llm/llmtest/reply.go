@@ -1,0 +1,186 @@
+package llmtest
+
+import (
+	"encoding/json"
+	"time"
+	"unicode/utf8"
+)
+
+// Reply scripts the answer to one POST /chat/completions. The zero Reply
+// streams nothing but a role chunk, finish_reason "stop", usage and [DONE].
+//
+// Streamed order: role chunk, thinking chunks, text chunks (or the Chunks bulk
+// chunks), tool call chunks, the finish chunk, the usage chunk, [DONE].
+type Reply struct {
+	// Thinking is streamed as delta.reasoning_content (DeepSeek/Qwen style),
+	// split like Text; ThinkingChunks gives the pieces explicitly.
+	Thinking       string   `json:"thinking,omitempty"`
+	ThinkingChunks []string `json:"thinkingChunks,omitempty"`
+
+	// Text is streamed as delta.content. Split > 0 cuts Text (and Thinking)
+	// into that many nearly equal pieces; Split == 0 cuts after each space,
+	// like a tokenizer would. TextChunks gives the pieces explicitly.
+	Text       string   `json:"text,omitempty"`
+	TextChunks []string `json:"textChunks,omitempty"`
+	Split      int      `json:"split,omitempty"`
+
+	// Chunks > 0 streams that many delta.content chunks instead of Text,
+	// each ChunkText (default "x"), or ChunkFunc(i) when set. Meant for
+	// benchmarks: the server does not flush each chunk unless Delay or
+	// ChunkFunc is set, and allocates nothing per chunk without ChunkFunc.
+	Chunks    int    `json:"chunks,omitempty"`
+	ChunkText string `json:"chunkText,omitempty"`
+	// ChunkFunc is called just before chunk i is written, so it can embed a
+	// sequence number and a send timestamp. Go API only.
+	ChunkFunc func(i int) string `json:"-"`
+
+	// ToolCalls are streamed after the text; Interleave sends their argument
+	// fragments round-robin by index instead of one call after the other.
+	ToolCalls  []ToolCall `json:"toolCalls,omitempty"`
+	Interleave bool       `json:"interleave,omitempty"`
+
+	// FinishReason defaults to "tool_calls" when ToolCalls is set, else "stop".
+	FinishReason string `json:"finishReason,omitempty"`
+	// Usage is sent in the final usage chunk (when the request asked for
+	// stream_options.include_usage). Nil sends small made-up counts.
+	Usage *Usage `json:"usage,omitempty"`
+
+	// Delay is slept before each chunk (JSON: "delayMs").
+	Delay time.Duration `json:"-"`
+
+	// Disconnect closes the TCP connection after AfterChunks chunks, without
+	// finishing the HTTP response or sending [DONE]. Hang sends AfterChunks
+	// chunks and then blocks until the client goes away (or the server
+	// closes). AfterChunks counts every data chunk, the role chunk included.
+	Disconnect  bool `json:"disconnect,omitempty"`
+	Hang        bool `json:"hang,omitempty"`
+	AfterChunks int  `json:"afterChunks,omitempty"`
+
+	// Status >= 400 answers with an OpenAI-style JSON error instead of a
+	// stream. ErrorMessage/ErrorType/ErrorCode default per status;
+	// RetryAfter, when set, is sent as the Retry-After header verbatim.
+	Status       int    `json:"status,omitempty"`
+	ErrorMessage string `json:"errorMessage,omitempty"`
+	ErrorType    string `json:"errorType,omitempty"`
+	ErrorCode    string `json:"errorCode,omitempty"`
+	RetryAfter   string `json:"retryAfter,omitempty"`
+}
+
+// ToolCall is one streamed function call (ID defaults to "call_llmtest_<i>").
+type ToolCall struct {
+	ID        string `json:"id"`
+	Name      string `json:"name"`
+	Arguments string `json:"arguments"`
+	// ArgChunks gives the argument fragments explicitly; otherwise
+	// Arguments is cut into Reply.Split pieces (3 when Split is 0).
+	ArgChunks []string `json:"argChunks,omitempty"`
+}
+
+// Usage is what the usage chunk reports.
+type Usage struct {
+	PromptTokens     int64 `json:"promptTokens"`
+	CompletionTokens int64 `json:"completionTokens"`
+	ReasoningTokens  int64 `json:"reasoningTokens,omitempty"`
+	CachedTokens     int64 `json:"cachedTokens,omitempty"`
+}
+
+type replyJSON Reply
+
+type replyWire struct {
+	*replyJSON
+	DelayMS float64 `json:"delayMs,omitempty"`
+}
+
+// MarshalJSON adds "delayMs" for Delay.
+func (r Reply) MarshalJSON() ([]byte, error) {
+	return json.Marshal(replyWire{replyJSON: (*replyJSON)(&r), DelayMS: float64(r.Delay) / float64(time.Millisecond)})
+}
+
+// UnmarshalJSON reads "delayMs" into Delay.
+func (r *Reply) UnmarshalJSON(b []byte) error {
+	w := replyWire{replyJSON: (*replyJSON)(r)}
+	if err := json.Unmarshal(b, &w); err != nil {
+		return err
+	}
+	r.Delay = time.Duration(w.DelayMS * float64(time.Millisecond))
+	return nil
+}
+
+func (r *Reply) finishReason() string {
+	switch {
+	case r.FinishReason != "":
+		return r.FinishReason
+	case len(r.ToolCalls) > 0:
+		return "tool_calls"
+	default:
+		return "stop"
+	}
+}
+
+func (r *Reply) textPieces() []string {
+	if r.TextChunks != nil {
+		return r.TextChunks
+	}
+	return split(r.Text, r.Split)
+}
+
+func (r *Reply) thinkingPieces() []string {
+	if r.ThinkingChunks != nil {
+		return r.ThinkingChunks
+	}
+	return split(r.Thinking, r.Split)
+}
+
+func (r *Reply) argPieces(tc *ToolCall) []string {
+	if tc.ArgChunks != nil {
+		return tc.ArgChunks
+	}
+	n := r.Split
+	if n == 0 {
+		n = 3
+	}
+	return splitN(tc.Arguments, n)
+}
+
+// split cuts s after each space (n == 0) or into n nearly equal pieces.
+func split(s string, n int) []string {
+	if s == "" {
+		return nil
+	}
+	if n > 0 {
+		return splitN(s, n)
+	}
+	var out []string
+	start := 0
+	for i := 0; i < len(s); i++ {
+		if s[i] == ' ' {
+			out = append(out, s[start:i+1])
+			start = i + 1
+		}
+	}
+	if start < len(s) {
+		out = append(out, s[start:])
+	}
+	return out
+}
+
+// splitN cuts s into up to n pieces on rune boundaries.
+func splitN(s string, n int) []string {
+	if s == "" {
+		return nil
+	}
+	if n <= 1 || len(s) <= 1 {
+		return []string{s}
+	}
+	size := (len(s) + n - 1) / n
+	out := make([]string, 0, n)
+	for len(s) > 0 {
+		end := min(size, len(s))
+		for end < len(s) && !utf8.RuneStart(s[end]) {
+			end++
+		}
+		out = append(out, s[:end])
+		s = s[end:]
+	}
+	return out
+}

@@ -1,0 +1,604 @@
+// Package llmtest is a scripted fake OpenAI-compatible Chat Completions server
+// for tests. It is a real HTTP server on 127.0.0.1 that streams the same bytes
+// OpenAI does (data: {chunk}\n\n ... data: [DONE]\n\n), so providers are
+// tested over their real wire protocol.
+//
+//	srv := llmtest.Start(t)                      // or NewServer() + Close()
+//	srv.Script(llmtest.Reply{Text: "hello"})     // one reply per POST
+//	cfg.BaseURL = srv.URL()                      // ends in /v1
+//	... srv.Requests()[0].Chat.Messages ...
+//
+// Other processes script it over HTTP: POST /_script with a JSON array of
+// replies (or one reply) appends to the queue, GET /_requests returns the
+// recorded requests, POST /_reset clears both.
+package llmtest
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// Server is the fake. It is safe for concurrent use.
+type Server struct {
+	hs        *httptest.Server
+	done      chan struct{}
+	closeOnce sync.Once
+	seq       atomic.Int64
+
+	mu       sync.Mutex
+	queue    []Reply
+	def      Reply
+	requests []RecordedRequest
+}
+
+// RecordedRequest is one request the fake received (control requests excluded).
+type RecordedRequest struct {
+	Method string          `json:"method"`
+	Path   string          `json:"path"`
+	Header http.Header     `json:"header"`
+	Body   json.RawMessage `json:"body"`
+	// Chat is Body decoded (zero when Body is not a chat request).
+	Chat ChatRequest `json:"-"`
+}
+
+// JSON decodes Body generically, for assertions on fields Chat lacks.
+func (r RecordedRequest) JSON() map[string]any {
+	var m map[string]any
+	_ = json.Unmarshal(r.Body, &m)
+	return m
+}
+
+// ChatRequest is the part of a Chat Completions request tests look at.
+type ChatRequest struct {
+	Model         string         `json:"model"`
+	Stream        bool           `json:"stream"`
+	StreamOptions *StreamOptions `json:"stream_options"`
+	MaxTokens     int            `json:"max_tokens"`
+	Messages      []ChatMessage  `json:"messages"`
+	Tools         []ChatTool     `json:"tools"`
+}
+
+// StreamOptions of a request.
+type StreamOptions struct {
+	IncludeUsage bool `json:"include_usage"`
+}
+
+// ChatMessage is one request message.
+type ChatMessage struct {
+	Role string `json:"role"`
+	// Content is a JSON string or an array of content parts; see Text.
+	Content          json.RawMessage `json:"content"`
+	ReasoningContent string          `json:"reasoning_content"`
+	ToolCalls        []ChatToolCall  `json:"tool_calls"`
+	ToolCallID       string          `json:"tool_call_id"`
+}
+
+// Text returns the message content as plain text (text parts joined).
+func (m ChatMessage) Text() string {
+	var s string
+	if json.Unmarshal(m.Content, &s) == nil {
+		return s
+	}
+	var parts []struct {
+		Text string `json:"text"`
+	}
+	_ = json.Unmarshal(m.Content, &parts)
+	var b strings.Builder
+	for _, p := range parts {
+		b.WriteString(p.Text)
+	}
+	return b.String()
+}
+
+// ChatToolCall is a tool call in an assistant request message.
+type ChatToolCall struct {
+	ID       string `json:"id"`
+	Type     string `json:"type"`
+	Function struct {
+		Name      string `json:"name"`
+		Arguments string `json:"arguments"`
+	} `json:"function"`
+}
+
+// ChatTool is a tool offered to the model.
+type ChatTool struct {
+	Type     string `json:"type"`
+	Function struct {
+		Name        string          `json:"name"`
+		Description string          `json:"description"`
+		Parameters  json.RawMessage `json:"parameters"`
+	} `json:"function"`
+}
+
+// NewServer starts a fake on 127.0.0.1. Call Close when done.
+func NewServer() *Server {
+	s := &Server{done: make(chan struct{}), def: Reply{Text: "ok"}}
+	s.hs = httptest.NewServer(http.HandlerFunc(s.serveHTTP))
+	return s
+}
+
+// Start is NewServer closed by tb.Cleanup.
+func Start(tb testing.TB) *Server {
+	s := NewServer()
+	tb.Cleanup(s.Close)
+	return s
+}
+
+// URL is the API base URL, ending in /v1 (POST {URL}/chat/completions).
+func (s *Server) URL() string { return s.hs.URL + "/v1" }
+
+// Root is the server URL without /v1, where the /_script, /_requests and
+// /_reset control endpoints live.
+func (s *Server) Root() string { return s.hs.URL }
+
+// Close unblocks hanging replies and stops the server.
+func (s *Server) Close() {
+	s.closeOnce.Do(func() {
+		close(s.done)
+		s.hs.CloseClientConnections()
+		s.hs.Close()
+	})
+}
+
+// Script appends replies to the queue; each chat request consumes one.
+func (s *Server) Script(replies ...Reply) {
+	s.mu.Lock()
+	s.queue = append(s.queue, replies...)
+	s.mu.Unlock()
+}
+
+// SetDefault sets the reply used when the queue is empty (initially "ok").
+func (s *Server) SetDefault(r Reply) {
+	s.mu.Lock()
+	s.def = r
+	s.mu.Unlock()
+}
+
+// Pending is the number of scripted replies not consumed yet.
+func (s *Server) Pending() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.queue)
+}
+
+// Requests returns a copy of the chat requests received so far.
+func (s *Server) Requests() []RecordedRequest {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]RecordedRequest(nil), s.requests...)
+}
+
+// Reset clears the queue and the recorded requests (not the default reply).
+func (s *Server) Reset() {
+	s.mu.Lock()
+	s.queue = nil
+	s.requests = nil
+	s.mu.Unlock()
+}
+
+func (s *Server) next() Reply {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.queue) == 0 {
+		return s.def
+	}
+	r := s.queue[0]
+	s.queue[0] = Reply{}
+	s.queue = s.queue[1:]
+	return r
+}
+
+func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	switch {
+	case r.URL.Path == "/_script" && r.Method == http.MethodPost:
+		s.handleScript(w, r)
+	case r.URL.Path == "/_requests" && r.Method == http.MethodGet:
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(s.Requests())
+	case r.URL.Path == "/_reset" && r.Method == http.MethodPost:
+		s.Reset()
+		w.WriteHeader(http.StatusNoContent)
+	case strings.HasSuffix(r.URL.Path, "/chat/completions") && r.Method == http.MethodPost:
+		s.handleChat(w, r)
+	default:
+		writeError(w, &Reply{Status: http.StatusNotFound, ErrorMessage: "llmtest: unknown route " + r.Method + " " + r.URL.Path})
+	}
+}
+
+func (s *Server) handleScript(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	var replies []Reply
+	if t := bytes.TrimSpace(body); len(t) > 0 && t[0] == '{' {
+		replies = make([]Reply, 1)
+		err = json.Unmarshal(t, &replies[0])
+	} else {
+		err = json.Unmarshal(body, &replies)
+	}
+	if err != nil {
+		http.Error(w, "llmtest: bad script: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	s.Script(replies...)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		return
+	}
+	rec := RecordedRequest{Method: r.Method, Path: r.URL.Path, Header: r.Header.Clone(), Body: body}
+	_ = json.Unmarshal(body, &rec.Chat)
+	s.mu.Lock()
+	s.requests = append(s.requests, rec)
+	s.mu.Unlock()
+
+	reply := s.next()
+	if reply.Status >= 400 {
+		writeError(w, &reply)
+		return
+	}
+	if !rec.Chat.Stream {
+		writeError(w, &Reply{Status: http.StatusBadRequest, ErrorMessage: "llmtest: only stream: true is supported"})
+		return
+	}
+	model := rec.Chat.Model
+	if model == "" {
+		model = "gpt-4o-mini"
+	}
+	st := newStreamer(s, w, r, &reply, fmt.Sprintf("chatcmpl-llmtest%d", s.seq.Add(1)), model,
+		rec.Chat.StreamOptions != nil && rec.Chat.StreamOptions.IncludeUsage)
+	st.run()
+}
+
+var defaultErrors = map[int][3]string{
+	400: {"Invalid request.", "invalid_request_error", ""},
+	401: {"Incorrect API key provided. You can find your API key at https://platform.openai.com/account/api-keys.", "invalid_request_error", "invalid_api_key"},
+	403: {"You are not allowed to sample from this model.", "invalid_request_error", ""},
+	404: {"The model does not exist or you do not have access to it.", "invalid_request_error", "model_not_found"},
+	429: {"Rate limit reached for requests. Please try again later.", "requests", "rate_limit_exceeded"},
+	500: {"The server had an error while processing your request. Sorry about that!", "server_error", ""},
+	503: {"The engine is currently overloaded, please try again later.", "server_error", ""},
+}
+
+// writeError answers like OpenAI: {"error":{"message","type","param","code"}}.
+func writeError(w http.ResponseWriter, r *Reply) {
+	d := defaultErrors[r.Status]
+	if d[0] == "" {
+		d = [3]string{http.StatusText(r.Status), "server_error", ""}
+	}
+	msg, typ, code := r.ErrorMessage, r.ErrorType, r.ErrorCode
+	if msg == "" {
+		msg = d[0]
+	}
+	if typ == "" {
+		typ = d[1]
+	}
+	if code == "" {
+		code = d[2]
+	}
+	type apiError struct {
+		Message string  `json:"message"`
+		Type    string  `json:"type"`
+		Param   *string `json:"param"`
+		Code    *string `json:"code"`
+	}
+	e := apiError{Message: msg, Type: typ}
+	if code != "" {
+		e.Code = &code
+	}
+	body, _ := json.Marshal(map[string]apiError{"error": e})
+	if r.RetryAfter != "" {
+		w.Header().Set("Retry-After", r.RetryAfter)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(r.Status)
+	_, _ = w.Write(append(body, '\n'))
+}
+
+// streamer writes one scripted SSE answer.
+type streamer struct {
+	srv    *Server
+	w      http.ResponseWriter
+	rc     *http.ResponseController
+	req    *http.Request
+	reply  *Reply
+	head   []byte // `data: {...,"choices":[{"index":0,"delta":`
+	tail   []byte // `}],"usage":null}` + "\n\n" after finish_reason
+	buf    []byte
+	usage  bool
+	flush  bool
+	sent   int
+	cutAt  int // -1: never
+	timer  *time.Timer
+	failed bool
+}
+
+func newStreamer(srv *Server, w http.ResponseWriter, r *http.Request, reply *Reply, id, model string, usage bool) *streamer {
+	st := &streamer{srv: srv, w: w, rc: http.NewResponseController(w), req: r, reply: reply, usage: usage, cutAt: -1}
+	st.head = fmt.Appendf(nil, `data: {"id":%q,"object":"chat.completion.chunk","created":%d,"model":`, id, time.Now().Unix())
+	st.head = appendString(st.head, model)
+	st.head = append(st.head, `,"service_tier":"default","system_fingerprint":"fp_llmtest","choices":[{"index":0,"delta":`...)
+	st.tail = []byte(`}]`)
+	if usage {
+		st.tail = append(st.tail, `,"usage":null`...)
+	}
+	st.tail = append(st.tail, "}\n\n"...)
+	if reply.Disconnect || reply.Hang {
+		st.cutAt = max(reply.AfterChunks, 0)
+	}
+	st.flush = reply.Chunks == 0 || reply.Delay > 0 || reply.ChunkFunc != nil
+	st.buf = make([]byte, 0, 512)
+	return st
+}
+
+func (st *streamer) run() {
+	r := st.reply
+	h := st.w.Header()
+	h.Set("Content-Type", "text/event-stream; charset=utf-8")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Request-Id", "req_llmtest")
+	st.w.WriteHeader(http.StatusOK)
+
+	if !st.delta(`{"role":"assistant","content":"","refusal":null}`, "") {
+		return
+	}
+	for _, p := range r.thinkingPieces() {
+		if !st.deltaText(`{"content":null,"reasoning_content":`, p) {
+			return
+		}
+	}
+	if r.Chunks > 0 {
+		text := r.ChunkText
+		if text == "" {
+			text = "x"
+		}
+		for i := range r.Chunks {
+			if r.ChunkFunc == nil {
+				if !st.deltaText(`{"content":`, text) {
+					return
+				}
+				continue
+			}
+			// Pace first, so a timestamp taken by ChunkFunc excludes Delay.
+			if !st.ready() || !st.put(st.textChunk(`{"content":`, r.ChunkFunc(i))) {
+				return
+			}
+		}
+	} else {
+		for _, p := range r.textPieces() {
+			if !st.deltaText(`{"content":`, p) {
+				return
+			}
+		}
+	}
+	if !st.toolCalls() {
+		return
+	}
+	if !st.delta(`{}`, r.finishReason()) {
+		return
+	}
+	if st.usage && !st.usageChunk() {
+		return
+	}
+	if st.cutAt >= 0 {
+		st.cut()
+		return
+	}
+	_, _ = st.w.Write([]byte("data: [DONE]\n\n"))
+	_ = st.rc.Flush()
+}
+
+func (st *streamer) toolCalls() bool {
+	r := st.reply
+	if len(r.ToolCalls) == 0 {
+		return true
+	}
+	pieces := make([][]string, len(r.ToolCalls))
+	for i := range r.ToolCalls {
+		pieces[i] = r.argPieces(&r.ToolCalls[i])
+	}
+	// The first fragment of each call carries id and name (arguments "").
+	first := func(i int) bool {
+		tc := &r.ToolCalls[i]
+		id := tc.ID
+		if id == "" {
+			id = fmt.Sprintf("call_llmtest_%d", i)
+		}
+		b := fmt.Appendf(nil, `{"tool_calls":[{"index":%d,"id":`, i)
+		b = appendString(b, id)
+		b = append(b, `,"type":"function","function":{"name":`...)
+		b = appendString(b, tc.Name)
+		b = append(b, `,"arguments":""}}]}`...)
+		return st.delta(string(b), "")
+	}
+	frag := func(i int, p string) bool {
+		b := fmt.Appendf(nil, `{"tool_calls":[{"index":%d,"function":{"arguments":`, i)
+		b = appendString(b, p)
+		b = append(b, `}}]}`...)
+		return st.delta(string(b), "")
+	}
+	if !r.Interleave {
+		for i := range r.ToolCalls {
+			if !first(i) {
+				return false
+			}
+			for _, p := range pieces[i] {
+				if !frag(i, p) {
+					return false
+				}
+			}
+		}
+		return true
+	}
+	for i := range r.ToolCalls {
+		if !first(i) {
+			return false
+		}
+	}
+	for j := 0; ; j++ {
+		more := false
+		for i := range pieces {
+			if j < len(pieces[i]) {
+				more = true
+				if !frag(i, pieces[i][j]) {
+					return false
+				}
+			}
+		}
+		if !more {
+			return true
+		}
+	}
+}
+
+func (st *streamer) usageChunk() bool {
+	u := st.reply.Usage
+	if u == nil {
+		u = &Usage{PromptTokens: 10, CompletionTokens: 5}
+	}
+	b := st.head[:bytes.LastIndex(st.head, []byte(`[{"index"`))]
+	b = append(append([]byte(nil), b...), "[]"...)
+	b = fmt.Appendf(b, `,"usage":{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d,`+
+		`"prompt_tokens_details":{"cached_tokens":%d,"audio_tokens":0},`+
+		`"completion_tokens_details":{"reasoning_tokens":%d,"audio_tokens":0,"accepted_prediction_tokens":0,"rejected_prediction_tokens":0}}}`+"\n\n",
+		u.PromptTokens, u.CompletionTokens, u.PromptTokens+u.CompletionTokens, u.CachedTokens, u.ReasoningTokens)
+	return st.ready() && st.put(b)
+}
+
+// delta sends one choice chunk with a preformatted delta object.
+func (st *streamer) delta(delta, finish string) bool {
+	if !st.ready() {
+		return false
+	}
+	b := append(st.buf[:0], st.head...)
+	b = append(b, delta...)
+	b = append(b, `,"logprobs":null,"finish_reason":`...)
+	if finish == "" {
+		b = append(b, "null"...)
+	} else {
+		b = appendString(b, finish)
+	}
+	b = append(b, st.tail...)
+	st.buf = b
+	return st.put(b)
+}
+
+// deltaText sends a {prefix"text"} delta without allocating.
+func (st *streamer) deltaText(prefix, text string) bool {
+	return st.ready() && st.put(st.textChunk(prefix, text))
+}
+
+func (st *streamer) textChunk(prefix, text string) []byte {
+	b := append(st.buf[:0], st.head...)
+	b = append(b, prefix...)
+	b = appendString(b, text)
+	b = append(b, `},"logprobs":null,"finish_reason":null`...)
+	b = append(b, st.tail...)
+	st.buf = b
+	return b
+}
+
+// ready cuts the stream when scripted to, and sleeps Delay before a chunk.
+func (st *streamer) ready() bool {
+	if st.failed {
+		return false
+	}
+	if st.cutAt >= 0 && st.sent >= st.cutAt {
+		st.cut()
+		return false
+	}
+	d := st.reply.Delay
+	if d <= 0 {
+		return true
+	}
+	if st.timer == nil {
+		st.timer = time.NewTimer(d)
+	} else {
+		st.timer.Reset(d)
+	}
+	select {
+	case <-st.timer.C:
+		return true
+	case <-st.req.Context().Done():
+	case <-st.srv.done:
+	}
+	st.failed = true
+	return false
+}
+
+func (st *streamer) put(b []byte) bool {
+	if _, err := st.w.Write(b); err != nil {
+		st.failed = true
+		return false
+	}
+	st.sent++
+	if st.flush {
+		if err := st.rc.Flush(); err != nil {
+			st.failed = true
+			return false
+		}
+	}
+	return true
+}
+
+// cut ends the stream abnormally: a dropped connection or a hang.
+func (st *streamer) cut() {
+	st.failed = true
+	_ = st.rc.Flush()
+	if st.reply.Hang {
+		select {
+		case <-st.req.Context().Done():
+		case <-st.srv.done:
+		}
+		return
+	}
+	conn, _, err := st.rc.Hijack()
+	if err != nil {
+		// HTTP/2 cannot hijack; aborting resets the stream instead.
+		panic(http.ErrAbortHandler)
+	}
+	_ = conn.Close()
+}
+
+// appendString appends s as a JSON string.
+func appendString(b []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 0x20 && c != '"' && c != '\\' {
+			continue
+		}
+		b = append(b, s[start:i]...)
+		switch c {
+		case '"', '\\':
+			b = append(b, '\\', c)
+		case '\n':
+			b = append(b, '\\', 'n')
+		case '\r':
+			b = append(b, '\\', 'r')
+		case '\t':
+			b = append(b, '\\', 't')
+		default:
+			b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+		}
+		start = i + 1
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
+}

@@ -1,0 +1,183 @@
+// Package llm talks to language models over their real streaming wire
+// protocols. A Provider turns one model call into a stream of Events.
+package llm
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Provider streams one model call. Stream blocks until the call ends; it calls
+// emit for every event, in order, from the calling goroutine. It returns nil
+// after EventStop, ctx.Err() when cancelled, or an error (*APIError for HTTP
+// failures). Implementations must abort the HTTP request as soon as ctx ends.
+type Provider interface {
+	Stream(ctx context.Context, req *Request, emit func(Event)) error
+}
+
+// Role of a conversation message.
+type Role string
+
+const (
+	RoleUser      Role = "user"
+	RoleAssistant Role = "assistant"
+	// RoleTool carries tool results (one or more tool_result blocks).
+	RoleTool Role = "tool"
+)
+
+// BlockType discriminates Block.
+type BlockType string
+
+const (
+	BlockText             BlockType = "text"
+	BlockThinking         BlockType = "thinking"
+	BlockRedactedThinking BlockType = "redacted_thinking"
+	BlockToolUse          BlockType = "tool_use"
+	BlockToolResult       BlockType = "tool_result"
+	// BlockSummary is a compaction summary standing in for older messages.
+	BlockSummary BlockType = "summary"
+)
+
+// Block is one piece of a message. Only the fields of its type are set.
+type Block struct {
+	Type BlockType `json:"type"`
+	Text string    `json:"text,omitempty"`
+	// Signature authenticates a thinking block (Anthropic); Data holds a
+	// redacted thinking payload. Both are sent back verbatim on the next call.
+	Signature string `json:"signature,omitempty"`
+	Data      string `json:"data,omitempty"`
+	// ToolCallID links a tool_use to its tool_result.
+	ToolCallID string          `json:"toolCallId,omitempty"`
+	Name       string          `json:"name,omitempty"`
+	Input      json.RawMessage `json:"input,omitempty"`
+	IsError    bool            `json:"isError,omitempty"`
+}
+
+// Message is one conversation message.
+type Message struct {
+	Role    Role    `json:"role"`
+	Content []Block `json:"content"`
+}
+
+// TextOf joins the text blocks of a message.
+func (m *Message) TextOf() string {
+	var s string
+	for _, b := range m.Content {
+		if b.Type == BlockText {
+			s += b.Text
+		}
+	}
+	return s
+}
+
+// ToolSpec describes a tool to the model.
+type ToolSpec struct {
+	Name        string          `json:"name"`
+	Description string          `json:"description"`
+	InputSchema json.RawMessage `json:"input_schema"`
+}
+
+// Request is one model call.
+type Request struct {
+	Model     string
+	System    string
+	Messages  []Message
+	Tools     []ToolSpec
+	MaxTokens int
+	// ThinkingBudget > 0 asks for extended thinking / reasoning where supported.
+	ThinkingBudget int
+}
+
+// EventType discriminates Event.
+type EventType uint8
+
+const (
+	EventTextDelta EventType = iota + 1
+	EventThinkingDelta
+	// EventThinkingSignature carries the signature of the thinking block just streamed.
+	EventThinkingSignature
+	EventRedactedThinking
+	EventToolCallStart
+	EventToolCallArgs
+	EventToolCallEnd
+	EventUsage
+	EventStop
+)
+
+// Event is one streamed piece of a model answer.
+type Event struct {
+	Type EventType
+	// Text is the delta for text/thinking events, the signature for
+	// EventThinkingSignature and the payload for EventRedactedThinking.
+	Text string
+	// Tool call events: Index orders calls within the answer; ID and Name are
+	// set on EventToolCallStart, ArgsDelta on EventToolCallArgs.
+	Index     int
+	ID        string
+	Name      string
+	ArgsDelta string
+	// Usage is set on EventUsage (counts for this call so far; providers
+	// report once or with growing totals, the last one wins).
+	Usage Usage
+	// StopReason is set on EventStop.
+	StopReason StopReason
+}
+
+// Usage counts tokens of one model call.
+type Usage struct {
+	InputTokens       int64
+	OutputTokens      int64
+	ThoughtTokens     int64
+	CachedReadTokens  int64
+	CachedWriteTokens int64
+}
+
+// Add sums two usages.
+func (u Usage) Add(o Usage) Usage {
+	return Usage{
+		InputTokens:       u.InputTokens + o.InputTokens,
+		OutputTokens:      u.OutputTokens + o.OutputTokens,
+		ThoughtTokens:     u.ThoughtTokens + o.ThoughtTokens,
+		CachedReadTokens:  u.CachedReadTokens + o.CachedReadTokens,
+		CachedWriteTokens: u.CachedWriteTokens + o.CachedWriteTokens,
+	}
+}
+
+// StopReason says why a model call ended.
+type StopReason string
+
+const (
+	StopEndTurn   StopReason = "end_turn"
+	StopToolUse   StopReason = "tool_use"
+	StopMaxTokens StopReason = "max_tokens"
+	StopRefusal   StopReason = "refusal"
+)
+
+// APIError is an HTTP-level failure of the model API.
+type APIError struct {
+	Status     int
+	Message    string
+	RetryAfter time.Duration
+}
+
+func (e *APIError) Error() string {
+	return fmt.Sprintf("model API error %d: %s", e.Status, e.Message)
+}
+
+// IsAuth reports a failure the user fixes by configuring credentials.
+func (e *APIError) IsAuth() bool { return e.Status == 401 || e.Status == 403 }
+
+// ErrNoCredentials means no API key is configured for the provider.
+var ErrNoCredentials = errors.New("no API key configured")
+
+// IsAuthError reports errors that map to ACP "Authentication required".
+func IsAuthError(err error) bool {
+	if errors.Is(err, ErrNoCredentials) {
+		return true
+	}
+	var apiErr *APIError
+	return errors.As(err, &apiErr) && apiErr.IsAuth()
+}

@@ -1,0 +1,357 @@
+package protocol
+
+// This file holds the ACP v1 types the server reads and writes, shaped after
+// the official JSON Schema (schema/v1/schema.json of @agentclientprotocol/sdk).
+
+// ProtocolVersion is the only ACP major version this server speaks.
+const ProtocolVersion = 1
+
+// Implementation names a client or an agent.
+type Implementation struct {
+	Name    string `json:"name"`
+	Title   string `json:"title,omitempty"`
+	Version string `json:"version"`
+}
+
+type InitializeRequest struct {
+	ProtocolVersion    int                 `json:"protocolVersion"`
+	ClientCapabilities *ClientCapabilities `json:"clientCapabilities,omitempty"`
+	ClientInfo         *Implementation     `json:"clientInfo,omitempty"`
+}
+
+type ClientCapabilities struct {
+	FS       *FSCapabilities `json:"fs,omitempty"`
+	Terminal bool            `json:"terminal,omitempty"`
+}
+
+type FSCapabilities struct {
+	ReadTextFile  bool `json:"readTextFile,omitempty"`
+	WriteTextFile bool `json:"writeTextFile,omitempty"`
+}
+
+type InitializeResponse struct {
+	ProtocolVersion   int               `json:"protocolVersion"`
+	AgentCapabilities AgentCapabilities `json:"agentCapabilities"`
+	AgentInfo         Implementation    `json:"agentInfo"`
+	AuthMethods       []AuthMethod      `json:"authMethods"`
+}
+
+type AgentCapabilities struct {
+	LoadSession         bool                `json:"loadSession"`
+	PromptCapabilities  PromptCapabilities  `json:"promptCapabilities"`
+	SessionCapabilities SessionCapabilities `json:"sessionCapabilities"`
+}
+
+type PromptCapabilities struct {
+	Image           bool `json:"image"`
+	Audio           bool `json:"audio"`
+	EmbeddedContext bool `json:"embeddedContext"`
+}
+
+// Empty is the `{}` marker the schema uses for object-style capabilities.
+type Empty struct{}
+
+type SessionCapabilities struct {
+	List   *Empty `json:"list,omitempty"`
+	Close  *Empty `json:"close,omitempty"`
+	Resume *Empty `json:"resume,omitempty"`
+	Fork   *Empty `json:"fork,omitempty"`
+}
+
+// AuthMethod is the default (agent-handled) variant: no `type` field.
+type AuthMethod struct {
+	ID          string `json:"id"`
+	Name        string `json:"name"`
+	Description string `json:"description,omitempty"`
+}
+
+type AuthenticateRequest struct {
+	MethodID string `json:"methodId"`
+}
+
+// McpServer is kept raw: the server accepts the list and reports what it uses.
+type McpServer = RawMessage
+
+type NewSessionRequest struct {
+	Cwd        string      `json:"cwd"`
+	McpServers []McpServer `json:"mcpServers,omitempty"`
+}
+
+type NewSessionResponse struct {
+	SessionID     string                `json:"sessionId"`
+	Modes         *SessionModeState     `json:"modes,omitempty"`
+	Models        *SessionModelState    `json:"models,omitempty"`
+	ConfigOptions []SessionConfigOption `json:"configOptions,omitempty"`
+}
+
+// SessionRef carries the fields shared by load, resume, fork and close.
+type SessionRef struct {
+	SessionID  string      `json:"sessionId"`
+	Cwd        string      `json:"cwd,omitempty"`
+	McpServers []McpServer `json:"mcpServers,omitempty"`
+}
+
+// SessionStateResponse answers load and resume.
+type SessionStateResponse struct {
+	Modes         *SessionModeState     `json:"modes,omitempty"`
+	Models        *SessionModelState    `json:"models,omitempty"`
+	ConfigOptions []SessionConfigOption `json:"configOptions,omitempty"`
+}
+
+type SessionModeState struct {
+	CurrentModeID  string        `json:"currentModeId"`
+	AvailableModes []SessionMode `json:"availableModes"`
+}
+
+type SessionMode struct {
+	ID          string `json:"id"`
+	Name        string `json:"name"`
+	Description string `json:"description,omitempty"`
+}
+
+// SessionModelState is the legacy `models` object the specification document
+// still names; clients that follow today's schema ignore it.
+type SessionModelState struct {
+	CurrentModelID  string      `json:"currentModelId"`
+	AvailableModels []ModelInfo `json:"availableModels"`
+}
+
+type ModelInfo struct {
+	ModelID     string `json:"modelId"`
+	Name        string `json:"name"`
+	Description string `json:"description,omitempty"`
+}
+
+type SessionConfigOption struct {
+	ID           string               `json:"id"`
+	Name         string               `json:"name"`
+	Description  string               `json:"description,omitempty"`
+	Category     string               `json:"category,omitempty"`
+	Type         string               `json:"type"`
+	CurrentValue string               `json:"currentValue"`
+	Options      []ConfigSelectOption `json:"options"`
+}
+
+type ConfigSelectOption struct {
+	Value       string `json:"value"`
+	Name        string `json:"name"`
+	Description string `json:"description,omitempty"`
+}
+
+type SetConfigOptionRequest struct {
+	SessionID string     `json:"sessionId"`
+	ConfigID  string     `json:"configId"`
+	Value     RawMessage `json:"value"`
+}
+
+type SetConfigOptionResponse struct {
+	ConfigOptions []SessionConfigOption `json:"configOptions"`
+}
+
+type SetModeRequest struct {
+	SessionID string `json:"sessionId"`
+	ModeID    string `json:"modeId"`
+}
+
+type ListSessionsRequest struct {
+	Cwd    string `json:"cwd,omitempty"`
+	Cursor string `json:"cursor,omitempty"`
+}
+
+type ListSessionsResponse struct {
+	Sessions   []SessionInfo `json:"sessions"`
+	NextCursor string        `json:"nextCursor,omitempty"`
+}
+
+type SessionInfo struct {
+	SessionID string `json:"sessionId"`
+	Cwd       string `json:"cwd"`
+	Title     string `json:"title,omitempty"`
+	UpdatedAt string `json:"updatedAt,omitempty"`
+}
+
+type SessionIDParams struct {
+	SessionID string `json:"sessionId"`
+}
+
+type PromptRequest struct {
+	SessionID string         `json:"sessionId"`
+	Prompt    []ContentBlock `json:"prompt"`
+}
+
+type PromptResponse struct {
+	StopReason string `json:"stopReason"`
+	Usage      *Usage `json:"usage,omitempty"`
+}
+
+// Usage is the (unstable) prompt usage object; the fields the spec document
+// names are always present.
+type Usage struct {
+	InputTokens       int64 `json:"inputTokens"`
+	OutputTokens      int64 `json:"outputTokens"`
+	TotalTokens       int64 `json:"totalTokens"`
+	ThoughtTokens     int64 `json:"thoughtTokens,omitempty"`
+	CachedReadTokens  int64 `json:"cachedReadTokens,omitempty"`
+	CachedWriteTokens int64 `json:"cachedWriteTokens,omitempty"`
+}
+
+// Stop reasons.
+const (
+	StopEndTurn         = "end_turn"
+	StopMaxTokens       = "max_tokens"
+	StopMaxTurnRequests = "max_turn_requests"
+	StopRefusal         = "refusal"
+	StopCancelled       = "cancelled"
+)
+
+// ContentBlock is the union of prompt content blocks (discriminator `type`).
+// It is decoded from clients; the server writes TextContent for its own text.
+type ContentBlock struct {
+	Type     string            `json:"type"`
+	Text     string            `json:"text,omitempty"`
+	Data     string            `json:"data,omitempty"`
+	MimeType string            `json:"mimeType,omitempty"`
+	URI      string            `json:"uri,omitempty"`
+	Name     string            `json:"name,omitempty"`
+	Title    string            `json:"title,omitempty"`
+	Resource *EmbeddedResource `json:"resource,omitempty"`
+}
+
+type EmbeddedResource struct {
+	URI      string `json:"uri"`
+	Text     string `json:"text,omitempty"`
+	Blob     string `json:"blob,omitempty"`
+	MimeType string `json:"mimeType,omitempty"`
+}
+
+// TextContent is a text content block as the server writes it (text is
+// required by the schema, so it is never omitted).
+type TextContent struct {
+	Type string `json:"type"`
+	Text string `json:"text"`
+}
+
+// Text builds a text content block.
+func Text(s string) TextContent { return TextContent{Type: "text", Text: s} }
+
+// SessionNotification is the params of session/update. Update is one of the
+// *Update types below; each carries its own `sessionUpdate` discriminator.
+type SessionNotification struct {
+	SessionID string `json:"sessionId"`
+	Update    any    `json:"update"`
+}
+
+// Session update discriminators.
+const (
+	UpdateUserMessageChunk  = "user_message_chunk"
+	UpdateAgentMessageChunk = "agent_message_chunk"
+	UpdateAgentThoughtChunk = "agent_thought_chunk"
+	UpdateToolCall          = "tool_call"
+	UpdateToolCallUpdate    = "tool_call_update"
+	UpdateAvailableCommands = "available_commands_update"
+	UpdateCurrentMode       = "current_mode_update"
+	UpdateConfigOption      = "config_option_update"
+	UpdateSessionInfo       = "session_info_update"
+	UpdateUsage             = "usage_update"
+)
+
+// ChunkUpdate is user_message_chunk, agent_message_chunk or agent_thought_chunk.
+type ChunkUpdate struct {
+	SessionUpdate string      `json:"sessionUpdate"`
+	Content       TextContent `json:"content"`
+	MessageID     string      `json:"messageId,omitempty"`
+}
+
+// ToolCallUpdate is both `tool_call` (title required) and `tool_call_update`
+// (only what changed); pointers and omitempty keep unchanged fields off the wire.
+type ToolCallUpdate struct {
+	SessionUpdate string             `json:"sessionUpdate,omitempty"`
+	ToolCallID    string             `json:"toolCallId"`
+	Title         string             `json:"title,omitempty"`
+	Kind          string             `json:"kind,omitempty"`
+	Status        string             `json:"status,omitempty"`
+	Content       []ToolCallContent  `json:"content,omitempty"`
+	Locations     []ToolCallLocation `json:"locations,omitempty"`
+	RawInput      RawMessage         `json:"rawInput,omitempty"`
+	RawOutput     any                `json:"rawOutput,omitempty"`
+}
+
+// Tool call statuses.
+const (
+	ToolPending    = "pending"
+	ToolInProgress = "in_progress"
+	ToolCompleted  = "completed"
+	ToolFailed     = "failed"
+)
+
+// ToolCallContent is `content` (a content block), `diff` or `terminal`.
+type ToolCallContent struct {
+	Type    string       `json:"type"`
+	Content *TextContent `json:"content,omitempty"`
+	Path    string       `json:"path,omitempty"`
+	OldText *string      `json:"oldText,omitempty"`
+	NewText *string      `json:"newText,omitempty"`
+}
+
+type ToolCallLocation struct {
+	Path string `json:"path"`
+	Line int    `json:"line,omitempty"`
+}
+
+type AvailableCommandsUpdate struct {
+	SessionUpdate     string             `json:"sessionUpdate"`
+	AvailableCommands []AvailableCommand `json:"availableCommands"`
+}
+
+type AvailableCommand struct {
+	Name        string             `json:"name"`
+	Description string             `json:"description"`
+	Input       *AvailableCmdInput `json:"input,omitempty"`
+}
+
+type AvailableCmdInput struct {
+	Hint string `json:"hint"`
+}
+
+type CurrentModeUpdate struct {
+	SessionUpdate string `json:"sessionUpdate"`
+	CurrentModeID string `json:"currentModeId"`
+}
+
+type ConfigOptionUpdate struct {
+	SessionUpdate string                `json:"sessionUpdate"`
+	ConfigOptions []SessionConfigOption `json:"configOptions"`
+}
+
+type SessionInfoUpdate struct {
+	SessionUpdate string `json:"sessionUpdate"`
+	Title         string `json:"title,omitempty"`
+	UpdatedAt     string `json:"updatedAt,omitempty"`
+}
+
+type UsageUpdate struct {
+	SessionUpdate string `json:"sessionUpdate"`
+	Used          int64  `json:"used"`
+	Size          int64  `json:"size"`
+}
+
+// RequestPermissionRequest is the params of session/request_permission.
+type RequestPermissionRequest struct {
+	SessionID string             `json:"sessionId"`
+	ToolCall  ToolCallUpdate     `json:"toolCall"`
+	Options   []PermissionOption `json:"options"`
+}
+
+type PermissionOption struct {
+	OptionID string `json:"optionId"`
+	Name     string `json:"name"`
+	Kind     string `json:"kind"`
+}
+
+// Permission option kinds (also used as option ids).
+const (
+	AllowOnce    = "allow_once"
+	AllowAlways  = "allow_always"
+	RejectOnce   = "reject_once"
+	RejectAlways = "reject_always"
+)

@@ -1,0 +1,204 @@
+package protocol
+
+import (
+	"bytes"
+	"fmt"
+	"strconv"
+)
+
+// JSON-RPC 2.0 and ACP error codes.
+const (
+	CodeParseError       = -32700
+	CodeInvalidRequest   = -32600
+	CodeMethodNotFound   = -32601
+	CodeInvalidParams    = -32602
+	CodeInternalError    = -32603
+	CodeRequestCancelled = -32800
+	CodeAuthRequired     = -32000
+	CodeResourceNotFound = -32002
+)
+
+// Error is a JSON-RPC error object. It also implements the error interface so
+// handlers can return it directly.
+type Error struct {
+	Code    int    `json:"code"`
+	Message string `json:"message"`
+	Data    any    `json:"data,omitempty"`
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("jsonrpc error %d: %s", e.Code, e.Message) }
+
+// NewError builds an error object with optional data.
+func NewError(code int, message string, data any) *Error {
+	return &Error{Code: code, Message: message, Data: data}
+}
+
+// ErrParse is the answer to a line that is not JSON.
+func ErrParse(detail string) *Error {
+	return NewError(CodeParseError, "Parse error", map[string]string{"error": detail})
+}
+
+// ErrInvalidRequest is the answer to JSON that is not a JSON-RPC request.
+func ErrInvalidRequest(detail string) *Error {
+	return NewError(CodeInvalidRequest, "Invalid request", map[string]string{"error": detail})
+}
+
+// ErrMethodNotFound is the answer to an unknown method.
+func ErrMethodNotFound(method string) *Error {
+	return NewError(CodeMethodNotFound, "Method not found", map[string]string{"method": method})
+}
+
+// ErrInvalidParams reports bad parameters; data names the offending field(s).
+func ErrInvalidParams(data any) *Error {
+	return NewError(CodeInvalidParams, "Invalid params", data)
+}
+
+// ErrSessionNotFound is the spec's answer to an unknown session id.
+func ErrSessionNotFound() *Error {
+	return ErrInvalidParams(map[string]string{"session_id": "Session not found"})
+}
+
+// ErrInternal reports a server-side failure; errorID lets an operator find the log line.
+func ErrInternal(detail, errorID string) *Error {
+	return NewError(CodeInternalError, "Internal error: "+detail, map[string]string{"error": detail, "error_id": errorID})
+}
+
+// Message is any JSON-RPC 2.0 message. Which kind it is follows from the
+// fields present: a request has a method and an id, a notification a method
+// and no id, a response an id and a result or an error.
+type Message struct {
+	JSONRPC string     `json:"jsonrpc"`
+	ID      RawMessage `json:"id,omitempty"`
+	Method  string     `json:"method,omitempty"`
+	Params  RawMessage `json:"params,omitempty"`
+	Result  RawMessage `json:"result,omitempty"`
+	Error   *Error     `json:"error,omitempty"`
+}
+
+// IsRequest reports a method call that expects an answer.
+func (m *Message) IsRequest() bool { return m.Method != "" && m.ID != nil }
+
+// IsNotification reports a method call without an id.
+func (m *Message) IsNotification() bool { return m.Method != "" && m.ID == nil }
+
+// IsResponse reports an answer to one of our requests.
+func (m *Message) IsResponse() bool { return m.Method == "" && m.ID != nil }
+
+var nullID = RawMessage("null")
+
+// Decode parses one JSON-RPC message. A non-nil error is ready to be sent back
+// with id null (or with the id, when one could be read).
+func Decode(data []byte) (*Message, *Error) {
+	data = bytes.TrimSpace(data)
+	if len(data) == 0 {
+		return nil, ErrParse("empty message")
+	}
+	if data[0] == '[' {
+		if !Valid(data) {
+			return nil, ErrParse("invalid JSON")
+		}
+		return nil, NewError(CodeInvalidRequest, "JSON-RPC batches are not supported", nil)
+	}
+	if data[0] != '{' {
+		if !Valid(data) {
+			return nil, ErrParse("invalid JSON")
+		}
+		return nil, ErrInvalidRequest("a JSON-RPC message must be an object")
+	}
+	var m Message
+	if err := Unmarshal(data, &m); err != nil {
+		if !Valid(data) {
+			return nil, ErrParse("invalid JSON")
+		}
+		return &m, ErrInvalidRequest(err.Error())
+	}
+	if m.JSONRPC != "2.0" {
+		return &m, ErrInvalidRequest(`"jsonrpc" must be "2.0"`)
+	}
+	if m.ID != nil && !validID(m.ID) {
+		m.ID = nil
+		return &m, ErrInvalidRequest("id must be a number, a string or null")
+	}
+	if m.Method == "" && m.ID == nil {
+		return &m, ErrInvalidRequest("missing method")
+	}
+	if m.Method == "" && m.Result == nil && m.Error == nil {
+		return &m, ErrInvalidRequest("a response needs a result or an error")
+	}
+	return &m, nil
+}
+
+func validID(id RawMessage) bool {
+	if len(id) == 0 {
+		return false
+	}
+	switch c := id[0]; {
+	case c == '"':
+		return true
+	case c == 'n':
+		return bytes.Equal(id, nullID)
+	case c == '-' || (c >= '0' && c <= '9'):
+		return true
+	}
+	return false
+}
+
+// IntID returns the id as an integer, for matching answers to our own requests.
+func IntID(id RawMessage) (int64, bool) {
+	n, err := strconv.ParseInt(string(id), 10, 64)
+	return n, err == nil
+}
+
+type resultEnvelope struct {
+	JSONRPC string     `json:"jsonrpc"`
+	ID      RawMessage `json:"id"`
+	Result  any        `json:"result"`
+}
+
+type errorEnvelope struct {
+	JSONRPC string     `json:"jsonrpc"`
+	ID      RawMessage `json:"id"`
+	Error   *Error     `json:"error"`
+}
+
+type requestEnvelope struct {
+	JSONRPC string `json:"jsonrpc"`
+	ID      int64  `json:"id"`
+	Method  string `json:"method"`
+	Params  any    `json:"params"`
+}
+
+type notificationEnvelope struct {
+	JSONRPC string `json:"jsonrpc"`
+	Method  string `json:"method"`
+	Params  any    `json:"params"`
+}
+
+// EncodeResult encodes a successful response. A nil id is written as null.
+func EncodeResult(id RawMessage, result any) []byte {
+	if id == nil {
+		id = nullID
+	}
+	if result == nil {
+		result = struct{}{}
+	}
+	return MustMarshal(resultEnvelope{JSONRPC: "2.0", ID: id, Result: result})
+}
+
+// EncodeError encodes an error response. A nil id is written as null.
+func EncodeError(id RawMessage, e *Error) []byte {
+	if id == nil {
+		id = nullID
+	}
+	return MustMarshal(errorEnvelope{JSONRPC: "2.0", ID: id, Error: e})
+}
+
+// EncodeRequest encodes a server-to-client request with our own integer id.
+func EncodeRequest(id int64, method string, params any) []byte {
+	return MustMarshal(requestEnvelope{JSONRPC: "2.0", ID: id, Method: method, Params: params})
+}
+
+// EncodeNotification encodes a notification.
+func EncodeNotification(method string, params any) []byte {
+	return MustMarshal(notificationEnvelope{JSONRPC: "2.0", Method: method, Params: params})
+}
