@@ -1,0 +1,643 @@
+package store
+
+import (
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/iac-code/iac-code/protocol"
+)
+
+// File names inside a session directory.
+const (
+	historyFile = "history.jsonl"
+	metaFile    = "meta.json"
+	// Directories being built (Create, Fork) or deleted carry these
+	// prefixes; they are never listed and are swept by New after staleAge.
+	tmpPrefix = ".tmp-"
+	delPrefix = ".del-"
+	staleAge  = time.Hour
+)
+
+// FileStore is the default Store: plain files under <root>/sessions.
+type FileStore struct {
+	dir string
+	log zerolog.Logger
+	now func() time.Time
+
+	mu   sync.Mutex
+	open map[string]bool // ids with a live Session handle (or being deleted)
+	// metas caches List's reads: an entry is used while meta.json is still
+	// the same file (atomic replaces create a new one) with the same mtime
+	// and size, so List costs one stat per session instead of a read.
+	metas map[string]cachedMeta
+}
+
+type cachedMeta struct {
+	info os.FileInfo
+	meta Meta
+}
+
+func sameVersion(a, b os.FileInfo) bool {
+	return os.SameFile(a, b) && a.ModTime().Equal(b.ModTime()) && a.Size() == b.Size()
+}
+
+var _ Store = (*FileStore)(nil)
+
+// Option configures New.
+type Option func(*FileStore)
+
+// WithLogger sets the logger that receives warnings (skipped lines, repaired
+// tails, unreadable metas). Default: no logging.
+func WithLogger(l zerolog.Logger) Option { return func(s *FileStore) { s.log = l } }
+
+// WithClock replaces time.Now for timestamps (tests).
+func WithClock(now func() time.Time) Option { return func(s *FileStore) { s.now = now } }
+
+// New opens (creating it if needed) the store under root, e.g. DefaultRoot().
+// Leftovers of interrupted creates and deletes older than an hour are removed.
+func New(root string, opts ...Option) (*FileStore, error) {
+	s := &FileStore{dir: filepath.Join(root, "sessions"), log: zerolog.Nop(), now: time.Now,
+		open: map[string]bool{}, metas: map[string]cachedMeta{}}
+	for _, o := range opts {
+		o(s)
+	}
+	if err := os.MkdirAll(s.dir, dirPerm); err != nil {
+		return nil, fmt.Errorf("store: %w", err)
+	}
+	s.sweep()
+	return s, nil
+}
+
+// Dir is the directory holding one subdirectory per session.
+func (s *FileStore) Dir() string { return s.dir }
+
+func (s *FileStore) sweep() {
+	ents, err := os.ReadDir(s.dir)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		name := e.Name()
+		if !strings.HasPrefix(name, tmpPrefix) && !strings.HasPrefix(name, delPrefix) {
+			continue
+		}
+		if info, err := e.Info(); err == nil && s.now().Sub(info.ModTime()) > staleAge {
+			_ = os.RemoveAll(filepath.Join(s.dir, name))
+		}
+	}
+}
+
+func (s *FileStore) stamp() time.Time { return s.now().UTC() }
+
+// acquire marks id as in use in this process.
+func (s *FileStore) acquire(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.open[id] {
+		return false
+	}
+	s.open[id] = true
+	return true
+}
+
+func (s *FileStore) release(id string) {
+	s.mu.Lock()
+	delete(s.open, id)
+	s.mu.Unlock()
+}
+
+// Create implements Store.
+func (s *FileStore) Create(meta Meta) (Session, error) {
+	if !ValidID(meta.ID) {
+		return nil, fmt.Errorf("%w: %q", ErrInvalidID, meta.ID)
+	}
+	meta = meta.clone()
+	meta.Version = FormatVersion
+	meta.CreatedAt = s.stamp()
+	meta.UpdatedAt = meta.CreatedAt
+	sess, err := s.build(meta, nil, 0)
+	if err != nil {
+		return nil, err // not a typed nil in the interface
+	}
+	return sess, nil
+}
+
+// Fork implements Store.
+func (s *FileStore) Fork(srcID, newID string) (Session, []Entry, error) {
+	if !ValidID(srcID) {
+		return nil, nil, fmt.Errorf("%w: invalid id %q", ErrNotFound, srcID)
+	}
+	if !ValidID(newID) {
+		return nil, nil, fmt.Errorf("%w: %q", ErrInvalidID, newID)
+	}
+	srcDir := filepath.Join(s.dir, srcID)
+	meta, err := s.readMeta(srcDir)
+	if err != nil {
+		return nil, nil, err
+	}
+	// The source may be open and appending: a line being written shows as an
+	// unterminated tail and is left out of the copy.
+	h, err := readHistory(filepath.Join(srcDir, historyFile), s.log.With().Str("session", srcID).Logger())
+	if err != nil {
+		return nil, nil, err
+	}
+	data, err := encodeAll(h.entries)
+	if err != nil {
+		return nil, nil, err
+	}
+	meta = meta.clone()
+	meta.Version = FormatVersion
+	meta.ID = newID
+	meta.ForkedFrom = srcID
+	meta.CreatedAt = s.stamp()
+	meta.UpdatedAt = meta.CreatedAt
+	var last int64
+	if n := len(h.entries); n > 0 {
+		last = h.entries[n-1].Seq
+	}
+	sess, err := s.build(meta, data, last)
+	if err != nil {
+		return nil, nil, err
+	}
+	return sess, h.entries, nil
+}
+
+// build writes a new session directory under a temporary name and renames it
+// into place, so a session directory always has both files.
+func (s *FileStore) build(meta Meta, history []byte, lastSeq int64) (_ *fileSession, err error) {
+	if !s.acquire(meta.ID) {
+		return nil, fmt.Errorf("%w: %s", ErrExists, meta.ID)
+	}
+	defer func() {
+		if err != nil {
+			s.release(meta.ID)
+		}
+	}()
+	final := filepath.Join(s.dir, meta.ID)
+	if _, err := os.Lstat(final); err == nil {
+		return nil, fmt.Errorf("%w: %s", ErrExists, meta.ID)
+	}
+	metaData, err := protocol.Marshal(meta)
+	if err != nil {
+		return nil, fmt.Errorf("encode meta: %w", err)
+	}
+	tmp, err := os.MkdirTemp(s.dir, tmpPrefix+meta.ID+"-")
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			_ = os.RemoveAll(tmp)
+		}
+	}()
+	if err = writeFileSynced(tmp, metaFile, metaData); err != nil {
+		return nil, err
+	}
+	if err = writeFileSynced(tmp, historyFile, history); err != nil {
+		return nil, err
+	}
+	if err = syncDir(tmp); err != nil {
+		return nil, err
+	}
+	// Renaming onto an existing (non-empty) session directory fails.
+	if err = os.Rename(tmp, final); err != nil {
+		if _, serr := os.Lstat(final); serr == nil {
+			return nil, fmt.Errorf("%w: %s", ErrExists, meta.ID)
+		}
+		return nil, err
+	}
+	if err = syncDir(s.dir); err != nil {
+		return nil, err
+	}
+	return s.handle(meta, int64(len(history)), lastSeq)
+}
+
+// handle opens the history for appending. The caller holds the id.
+func (s *FileStore) handle(meta Meta, size, lastSeq int64) (*fileSession, error) {
+	dir := filepath.Join(s.dir, meta.ID)
+	f, err := os.OpenFile(filepath.Join(dir, historyFile), os.O_WRONLY|os.O_APPEND|os.O_CREATE, filePerm)
+	if err != nil {
+		return nil, err
+	}
+	return &fileSession{st: s, id: meta.ID, dir: dir, f: f, meta: meta, size: size, lastSeq: lastSeq}, nil
+}
+
+// Open implements Store.
+func (s *FileStore) Open(id string) (_ Session, _ []Entry, err error) {
+	if !ValidID(id) {
+		return nil, nil, fmt.Errorf("%w: invalid id %q", ErrNotFound, id)
+	}
+	if !s.acquire(id) {
+		return nil, nil, fmt.Errorf("%w: %s", ErrInUse, id)
+	}
+	defer func() {
+		if err != nil {
+			s.release(id)
+		}
+	}()
+	dir := filepath.Join(s.dir, id)
+	meta, err := s.readMeta(dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	log := s.log.With().Str("session", id).Logger()
+	path := filepath.Join(dir, historyFile)
+	h, err := readHistory(path, log)
+	if err != nil {
+		return nil, nil, err
+	}
+	size := h.size
+	if h.complete < h.size {
+		// An unterminated last line (crash mid-write): terminate it if it
+		// was a whole entry, else cut it off, so appends start on a new line.
+		if size, err = fixTail(path, h); err != nil {
+			return nil, nil, err
+		}
+		log.Warn().Bool("kept", h.tailKept).Int64("offset", h.complete).Msg("repaired unterminated history tail")
+	}
+	var last int64
+	if n := len(h.entries); n > 0 {
+		last = h.entries[n-1].Seq
+	}
+	sess, err := s.handle(meta, size, last)
+	if err != nil {
+		return nil, nil, err
+	}
+	return sess, h.entries, nil
+}
+
+func fixTail(path string, h history) (int64, error) {
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	size := h.complete
+	if h.tailKept {
+		if _, err = f.WriteAt([]byte{'\n'}, h.size); err != nil {
+			return 0, err
+		}
+		size = h.size + 1
+	} else if err = f.Truncate(h.complete); err != nil {
+		return 0, err
+	}
+	return size, f.Sync()
+}
+
+func (s *FileStore) readMeta(dir string) (Meta, error) {
+	data, err := os.ReadFile(filepath.Join(dir, metaFile))
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			if _, serr := os.Stat(dir); errors.Is(serr, fs.ErrNotExist) {
+				return Meta{}, fmt.Errorf("%w: %s", ErrNotFound, filepath.Base(dir))
+			}
+		}
+		return Meta{}, fmt.Errorf("read meta: %w", err)
+	}
+	var m Meta
+	if err := safeUnmarshal(data, &m); err != nil {
+		return Meta{}, fmt.Errorf("decode %s: %w", filepath.Join(dir, metaFile), err)
+	}
+	m.ID = filepath.Base(dir)
+	return m, nil
+}
+
+func safeUnmarshal(data []byte, v any) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("decode panic: %v", r)
+		}
+	}()
+	return protocol.Unmarshal(data, v)
+}
+
+// Delete implements Store. The directory is first renamed away, so a crash
+// mid-removal never leaves a half session visible.
+func (s *FileStore) Delete(id string) error {
+	if !ValidID(id) {
+		return fmt.Errorf("%w: invalid id %q", ErrNotFound, id)
+	}
+	if !s.acquire(id) {
+		return fmt.Errorf("%w: %s", ErrInUse, id)
+	}
+	defer s.release(id)
+	dir := filepath.Join(s.dir, id)
+	if _, err := os.Lstat(dir); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("%w: %s", ErrNotFound, id)
+		}
+		return err
+	}
+	gone := filepath.Join(s.dir, fmt.Sprintf("%s%s-%d", delPrefix, id, time.Now().UnixNano()))
+	if err := os.Rename(dir, gone); err != nil {
+		return err
+	}
+	if err := syncDir(s.dir); err != nil {
+		return err
+	}
+	return os.RemoveAll(gone)
+}
+
+// listCursor is the decoded form of List's opaque cursor: the sort key of
+// the last item returned.
+type listCursor struct {
+	U  int64  `json:"u"`
+	ID string `json:"id"`
+}
+
+// before reports whether a sorts before b (newest first, then by id).
+func before(au int64, aid string, bu int64, bid string) bool {
+	if au != bu {
+		return au > bu
+	}
+	return aid < bid
+}
+
+// List implements Store.
+func (s *FileStore) List(cwd, cursor string, limit int) ([]Meta, string, error) {
+	if limit <= 0 {
+		limit = DefaultListLimit
+	}
+	var after *listCursor
+	if cursor != "" {
+		raw, err := base64.RawURLEncoding.DecodeString(cursor)
+		var c listCursor
+		if err != nil || safeUnmarshal(raw, &c) != nil || c.ID == "" {
+			return nil, "", ErrInvalidCursor
+		}
+		after = &c
+	}
+	if cwd != "" {
+		cwd = filepath.Clean(cwd)
+	}
+	ents, err := os.ReadDir(s.dir)
+	if err != nil {
+		return nil, "", fmt.Errorf("list sessions: %w", err)
+	}
+	metas := make([]Meta, 0, len(ents))
+	seen := make(map[string]bool, len(ents))
+	for _, e := range ents {
+		id := e.Name()
+		if !e.IsDir() || !ValidID(id) {
+			continue
+		}
+		m, ok := s.listMeta(id)
+		if !ok {
+			continue
+		}
+		seen[id] = true
+		if cwd != "" && filepath.Clean(m.Cwd) != cwd {
+			continue
+		}
+		metas = append(metas, m)
+	}
+	s.mu.Lock()
+	for id := range s.metas {
+		if !seen[id] {
+			delete(s.metas, id)
+		}
+	}
+	s.mu.Unlock()
+	sort.Slice(metas, func(i, j int) bool {
+		return before(metas[i].UpdatedAt.UnixNano(), metas[i].ID, metas[j].UpdatedAt.UnixNano(), metas[j].ID)
+	})
+	start := 0
+	if after != nil {
+		start = sort.Search(len(metas), func(i int) bool {
+			return before(after.U, after.ID, metas[i].UpdatedAt.UnixNano(), metas[i].ID)
+		})
+	}
+	end := min(start+limit, len(metas))
+	page := metas[start:end:end]
+	for i := range page {
+		page[i] = page[i].clone() // cached maps stay private
+	}
+	next := ""
+	if end < len(metas) {
+		last := page[len(page)-1]
+		next = base64.RawURLEncoding.EncodeToString(protocol.MustMarshal(listCursor{U: last.UpdatedAt.UnixNano(), ID: last.ID}))
+	}
+	return page, next, nil
+}
+
+// listMeta returns the meta of session id, from the cache while meta.json
+// is unchanged. Unreadable metas are logged and skipped.
+func (s *FileStore) listMeta(id string) (Meta, bool) {
+	dir := filepath.Join(s.dir, id)
+	info, err := os.Stat(filepath.Join(dir, metaFile))
+	if err == nil {
+		s.mu.Lock()
+		c, ok := s.metas[id]
+		s.mu.Unlock()
+		if ok && sameVersion(c.info, info) {
+			return c.meta, true
+		}
+	}
+	// Stat before read: if the file is replaced in between, the newer
+	// content is cached under the older info and re-read next time.
+	m, rerr := s.readMeta(dir)
+	if rerr != nil {
+		if !errors.Is(rerr, ErrNotFound) { // not deleted meanwhile
+			s.log.Warn().Str("session", id).Err(rerr).Msg("skipping unreadable session meta")
+		}
+		return Meta{}, false
+	}
+	if err == nil {
+		s.mu.Lock()
+		s.metas[id] = cachedMeta{info: info, meta: m}
+		s.mu.Unlock()
+	}
+	return m, true
+}
+
+// fileSession is the Session handle of a FileStore session.
+type fileSession struct {
+	st  *FileStore
+	id  string
+	dir string
+
+	mu      sync.Mutex
+	f       *os.File
+	meta    Meta
+	size    int64 // bytes of history written
+	lastSeq int64
+	dirty   bool // appended since the last fsync
+	closed  bool
+	buf     []byte
+}
+
+var _ Session = (*fileSession)(nil)
+
+func (s *fileSession) ID() string { return s.id }
+
+func (s *fileSession) LastSeq() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lastSeq
+}
+
+func (s *fileSession) Meta() Meta {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.meta.clone()
+}
+
+// maxKeptBuf bounds the encode buffer kept between appends.
+const maxKeptBuf = 1 << 20
+
+func (s *fileSession) Append(entries ...Entry) error {
+	if len(entries) == 0 {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
+	if s.f == nil {
+		return fmt.Errorf("session %s: history not open", s.id)
+	}
+	now := s.st.stamp()
+	seq := s.lastSeq
+	buf := s.buf[:0]
+	stamped := make([]Entry, 0, len(entries))
+	for _, e := range entries {
+		if e.Seq == 0 {
+			e.Seq = seq + 1
+		} else if e.Seq <= seq {
+			return fmt.Errorf("%w: append seq %d after %d", ErrBadSeq, e.Seq, seq)
+		}
+		seq = e.Seq
+		if e.Time.IsZero() {
+			e.Time = now
+		}
+		if e.Kind == "" {
+			e.Kind = KindMessage
+		}
+		var err error
+		if buf, err = appendLine(buf, &e); err != nil {
+			return err
+		}
+		stamped = append(stamped, e)
+	}
+	n, err := s.f.Write(buf)
+	if cap(buf) <= maxKeptBuf {
+		s.buf = buf[:0]
+	} else {
+		s.buf = nil
+	}
+	if err != nil {
+		// Cut a partial write so the next append starts on a fresh line.
+		if n > 0 {
+			_ = s.f.Truncate(s.size)
+		}
+		return fmt.Errorf("append history: %w", err)
+	}
+	s.size += int64(n)
+	s.lastSeq = seq
+	s.dirty = true
+	copy(entries, stamped)
+	return nil
+}
+
+func (s *fileSession) Sync() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
+	return s.sync()
+}
+
+func (s *fileSession) sync() error {
+	if !s.dirty || s.f == nil {
+		return nil
+	}
+	if err := s.f.Sync(); err != nil {
+		return fmt.Errorf("sync history: %w", err)
+	}
+	s.dirty = false
+	return nil
+}
+
+func (s *fileSession) SaveMeta(m Meta) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
+	m = m.clone()
+	m.Version = FormatVersion
+	m.ID = s.id
+	m.CreatedAt = s.meta.CreatedAt
+	m.ForkedFrom = s.meta.ForkedFrom
+	m.UpdatedAt = s.st.stamp()
+	data, err := protocol.Marshal(m)
+	if err != nil {
+		return fmt.Errorf("encode meta: %w", err)
+	}
+	if err := writeFileAtomic(s.dir, metaFile, data); err != nil {
+		return fmt.Errorf("save meta: %w", err)
+	}
+	s.meta = m
+	return nil
+}
+
+func (s *fileSession) Rewrite(entries []Entry) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
+	data, err := encodeAll(entries)
+	if err != nil {
+		return err
+	}
+	if err := writeFileAtomic(s.dir, historyFile, data); err != nil {
+		return fmt.Errorf("rewrite history: %w", err)
+	}
+	// The handle still points at the replaced file: reopen.
+	if s.f != nil {
+		_ = s.f.Close()
+		s.f = nil
+	}
+	f, err := os.OpenFile(filepath.Join(s.dir, historyFile), os.O_WRONLY|os.O_APPEND, filePerm)
+	if err != nil {
+		return fmt.Errorf("reopen history: %w", err)
+	}
+	s.f, s.size, s.dirty = f, int64(len(data)), false
+	s.lastSeq = 0
+	if n := len(entries); n > 0 {
+		s.lastSeq = entries[n-1].Seq
+	}
+	return nil
+}
+
+func (s *fileSession) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	defer s.st.release(s.id)
+	if s.f == nil {
+		return nil
+	}
+	err := s.sync()
+	if cerr := s.f.Close(); err == nil {
+		err = cerr
+	}
+	s.f = nil
+	return err
+}

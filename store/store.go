@@ -1,0 +1,258 @@
+// Package store persists sessions: one directory per session under
+// <root>/sessions/<id>/ holding an append-only JSONL history
+// (history.jsonl) and an atomically replaced metadata file (meta.json).
+//
+// history.jsonl has one Entry per line, {"seq","time","kind","message"[,
+// "upTo"]}, with seq strictly increasing along the file. Lines that do not
+// decode (a partial last line after kill -9, a corrupt line anywhere) are
+// skipped with a warning on read; Open also cuts an unterminated last line
+// (or terminates it when it was a whole entry) so later appends start on a
+// fresh line. Appends are plain write(2)s, fsynced by Session.Sync (call it
+// at every turn end) and by Close. meta.json, the history when rewritten,
+// and whole new session directories (Create, Fork) are written to a
+// temporary name, fsynced, renamed into place, and the directory fsynced.
+//
+// A Store is safe for concurrent use. A Session handle belongs to exactly one
+// owner (the session actor), which performs all writes of that session; a
+// second Open of the same id in the same process fails with ErrInUse.
+package store
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/iac-code/iac-code/llm"
+)
+
+// Errors of the store. Returned errors wrap them; test with errors.Is.
+var (
+	// ErrNotFound: no session with that id (also for ids that cannot name a
+	// session directory).
+	ErrNotFound = errors.New("session not found")
+	// ErrExists: Create or Fork with an id that is already taken.
+	ErrExists = errors.New("session already exists")
+	// ErrInvalidID: an id that cannot be used as a directory name.
+	ErrInvalidID = errors.New("invalid session id")
+	// ErrInUse: the session is already open in this process (Open, Delete).
+	ErrInUse = errors.New("session is open")
+	// ErrClosed: the Session handle was closed.
+	ErrClosed = errors.New("session handle closed")
+	// ErrInvalidCursor: List got a cursor it did not produce.
+	ErrInvalidCursor = errors.New("invalid list cursor")
+	// ErrBadSeq: Append/Rewrite got sequence numbers that do not increase.
+	ErrBadSeq = errors.New("sequence numbers must increase")
+)
+
+// Store creates, opens, forks, lists and deletes sessions.
+type Store interface {
+	// Create makes a new session directory from meta (meta.ID required;
+	// CreatedAt/UpdatedAt are stamped by the store). ErrExists if taken.
+	Create(meta Meta) (Session, error)
+	// Open loads meta and history (bad lines are skipped and logged) and
+	// returns the writer handle. ErrNotFound, ErrInUse.
+	Open(id string) (Session, []Entry, error)
+	// Fork copies srcID's meta and valid history into the new session newID
+	// (ForkedFrom = srcID, fresh timestamps). The source may be open.
+	Fork(srcID, newID string) (Session, []Entry, error)
+	// List returns metas newest first (UpdatedAt desc, then ID), only those
+	// whose Cwd equals cwd when cwd != "". cursor is "" or a nextCursor of a
+	// previous call; nextCursor is "" on the last page. limit <= 0 means
+	// DefaultListLimit. Reads meta files only.
+	List(cwd, cursor string, limit int) (metas []Meta, nextCursor string, err error)
+	// Delete removes a session. ErrNotFound, ErrInUse.
+	Delete(id string) error
+}
+
+// Session is the writer handle of one session, owned by one actor.
+type Session interface {
+	ID() string
+	// Append writes entries at the end of the history (one write call for
+	// the batch). Seq 0 is assigned the next number; a non-zero Seq must be
+	// greater than every Seq already in the history. Time zero is stamped.
+	// Assigned values are written back into the slice when called as
+	// Append(slice...). Data reaches the disk at the next Sync.
+	Append(entries ...Entry) error
+	// LastSeq is the highest sequence number in the history (0 if empty).
+	LastSeq() int64
+	// Sync fsyncs the history if anything was appended since the last Sync.
+	// Call at every turn end.
+	Sync() error
+	// Meta returns a copy of the current metadata.
+	Meta() Meta
+	// SaveMeta atomically replaces meta.json. ID, CreatedAt and ForkedFrom
+	// are kept from the stored meta; UpdatedAt is stamped now.
+	SaveMeta(meta Meta) error
+	// Rewrite atomically replaces the whole history (temp file, fsync,
+	// rename, fsync dir). Used to persist a repair that inserts entries in
+	// the middle. Seqs must be positive and strictly increasing.
+	Rewrite(entries []Entry) error
+	// Close syncs and releases the handle. Further calls return ErrClosed.
+	Close() error
+}
+
+// DefaultListLimit is the page size of List when limit <= 0.
+const DefaultListLimit = 50
+
+// Kind discriminates history entries.
+type Kind string
+
+const (
+	// KindMessage: a conversation message (user, assistant, tool results).
+	KindMessage Kind = "message"
+	// KindCompaction: Message is a summary replacing every entry with
+	// Seq <= UpTo in what the model sees (see Context).
+	KindCompaction Kind = "compaction"
+)
+
+// Entry is one line of history.jsonl.
+type Entry struct {
+	// Seq numbers entries; it strictly increases along the file.
+	Seq  int64     `json:"seq"`
+	Time time.Time `json:"time"`
+	Kind Kind      `json:"kind"`
+	// Message is the conversation message, or the summary of a compaction.
+	Message llm.Message `json:"message"`
+	// UpTo (compaction only) is the Seq of the last entry the summary replaces.
+	UpTo int64 `json:"upTo,omitempty"`
+}
+
+// MessageEntry wraps a completed conversation message for Append.
+func MessageEntry(m llm.Message) Entry { return Entry{Kind: KindMessage, Message: m} }
+
+// CompactionEntry makes a compaction marker: summary stands in for every
+// entry with Seq <= upTo. The summary is a user message with one summary block.
+func CompactionEntry(summary string, upTo int64) Entry {
+	return Entry{Kind: KindCompaction, UpTo: upTo, Message: llm.Message{
+		Role: llm.RoleUser, Content: []llm.Block{{Type: llm.BlockSummary, Text: summary}},
+	}}
+}
+
+// Decision is a remembered permission answer for a tool.
+type Decision string
+
+const (
+	Allow Decision = "allow"
+	Deny  Decision = "deny"
+)
+
+// Usage is the cumulative token usage of a session.
+type Usage struct {
+	InputTokens       int64 `json:"inputTokens"`
+	OutputTokens      int64 `json:"outputTokens"`
+	ThoughtTokens     int64 `json:"thoughtTokens"`
+	CachedReadTokens  int64 `json:"cachedReadTokens"`
+	CachedWriteTokens int64 `json:"cachedWriteTokens"`
+}
+
+// Add returns u plus the usage of one model call or turn.
+func (u Usage) Add(o llm.Usage) Usage {
+	return Usage{
+		InputTokens:       u.InputTokens + o.InputTokens,
+		OutputTokens:      u.OutputTokens + o.OutputTokens,
+		ThoughtTokens:     u.ThoughtTokens + o.ThoughtTokens,
+		CachedReadTokens:  u.CachedReadTokens + o.CachedReadTokens,
+		CachedWriteTokens: u.CachedWriteTokens + o.CachedWriteTokens,
+	}
+}
+
+// Meta is the content of meta.json.
+type Meta struct {
+	// Version of the on-disk format (written as FormatVersion).
+	Version   int       `json:"version"`
+	ID        string    `json:"id"`
+	Cwd       string    `json:"cwd"`
+	Title     string    `json:"title,omitempty"`
+	CreatedAt time.Time `json:"createdAt"`
+	UpdatedAt time.Time `json:"updatedAt"`
+	Mode      string    `json:"mode,omitempty"`
+	Model     string    `json:"model,omitempty"`
+	// Config holds session config option values by option id.
+	Config map[string]string `json:"config,omitempty"`
+	// Permissions holds allow_always / reject_always decisions per tool name.
+	Permissions map[string]Decision `json:"permissions,omitempty"`
+	Usage       Usage               `json:"usage"`
+	// ForkedFrom is the id of the session this one was forked from.
+	ForkedFrom string `json:"forkedFrom,omitempty"`
+}
+
+// FormatVersion is the version written into meta.json.
+const FormatVersion = 1
+
+func (m Meta) clone() Meta {
+	if m.Config != nil {
+		c := make(map[string]string, len(m.Config))
+		for k, v := range m.Config {
+			c[k] = v
+		}
+		m.Config = c
+	}
+	if m.Permissions != nil {
+		p := make(map[string]Decision, len(m.Permissions))
+		for k, v := range m.Permissions {
+			p[k] = v
+		}
+		m.Permissions = p
+	}
+	return m
+}
+
+// DefaultRoot is $IAC_CODE_HOME, or ~/.iac-code when it is unset.
+func DefaultRoot() (string, error) {
+	if h := os.Getenv("IAC_CODE_HOME"); h != "" {
+		return h, nil
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(home, ".iac-code"), nil
+}
+
+// maxIDLen bounds session ids (a uuid is 36).
+const maxIDLen = 128
+
+// ValidID reports whether id can name a session directory: 1-128 characters
+// of [A-Za-z0-9._-], not starting with a dot (so no "..", no separators).
+func ValidID(id string) bool {
+	if id == "" || len(id) > maxIDLen || id[0] == '.' {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '-', c == '_', c == '.':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// titleMax is the longest title TitleFrom returns, in runes.
+const titleMax = 80
+
+// TitleFrom makes a session title from the first user text: whitespace
+// collapsed to single spaces, trimmed, at most 80 runes; longer text is cut
+// (at a word boundary when one is near) and ends with "…".
+func TitleFrom(text string) string {
+	t := strings.Join(strings.Fields(text), " ")
+	if utf8.RuneCountInString(t) <= titleMax {
+		return t
+	}
+	all := []rune(t)
+	runes := all[:titleMax-1]
+	cut := len(runes)
+	if all[cut] != ' ' { // mid-word: back off to a space close by
+		for i := cut - 1; i >= cut-20 && i > 0; i-- {
+			if runes[i] == ' ' {
+				cut = i
+				break
+			}
+		}
+	}
+	return strings.TrimRight(string(runes[:cut]), " ") + "…"
+}
