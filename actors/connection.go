@@ -1,8 +1,10 @@
 package actors
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/google/uuid"
@@ -10,6 +12,7 @@ import (
 
 	"github.com/iac-code/iac-code/llm"
 	"github.com/iac-code/iac-code/protocol"
+	"github.com/iac-code/iac-code/store"
 )
 
 // Messages of the connection actor.
@@ -60,12 +63,18 @@ type connection struct {
 	log         zerolog.Logger
 	initialized bool
 	sessions    map[string]*actor.PID
-	pending     map[int64]pendingRequest
-	nextID      int64
+	// sent counts requests forwarded per live session (see retireRequest).
+	sent map[string]int
+	// known are sessions this connection opened and did not close; evicted
+	// ones come back from disk transparently on their next request.
+	known   map[string]bool
+	pending map[int64]pendingRequest
+	nextID  int64
 	// drainer is the future waiting for drain; waitIdle counts sessions
 	// that still run a turn.
-	drainer  *actor.PID
-	waitIdle map[string]bool
+	drainer   *actor.PID
+	waitIdle  map[string]bool
+	attaching map[string]attachRequest
 }
 
 func newConnection(deps *Deps, id string, out Outlet) *connection {
@@ -75,6 +84,8 @@ func newConnection(deps *Deps, id string, out Outlet) *connection {
 		out:      out,
 		log:      deps.Log.With().Str("conn", id).Logger(),
 		sessions: map[string]*actor.PID{},
+		sent:     map[string]int{},
+		known:    map[string]bool{},
 		pending:  map[int64]pendingRequest{},
 	}
 }
@@ -103,9 +114,25 @@ func (c *connection) Receive(ctx actor.Context) {
 	case *sessionIdle:
 		delete(c.waitIdle, m.sessionID)
 		c.finishDrain(ctx)
+	case *retireRequest:
+		c.retire(ctx, m)
+	case *actor.Terminated:
+		// A session that stopped (closed, evicted, crashed) is forgotten.
+		for id, pid := range c.sessions {
+			if pid.Equal(m.Who) {
+				delete(c.sessions, id)
+				delete(c.sent, id)
+			}
+		}
+	case *actor.DeadLetterResponse:
+		// An attach reached a session that stopped meanwhile: start it anew.
+		if a, ok := c.attaching[m.Target.Id]; ok {
+			delete(c.attaching, m.Target.Id)
+			c.openSession(ctx, a.id, a.kind, a.reqID, a.cwd, "")
+		}
 	case *actor.Stopping:
 		for _, pid := range c.sessions {
-			ctx.Stop(pid)
+			ctx.Send(pid, &detach{conn: ctx.Self()})
 		}
 	}
 }
@@ -144,6 +171,10 @@ func (c *connection) dispatch(ctx actor.Context, m *protocol.Message) {
 		c.authenticate(m)
 	case protocol.MethodSessionNew:
 		c.newSession(ctx, m)
+	case protocol.MethodSessionLoad, protocol.MethodSessionResume, protocol.MethodSessionFork:
+		c.reopenSession(ctx, m, method)
+	case protocol.MethodSessionList:
+		c.listSessions(ctx, m)
 	case protocol.MethodSessionPrompt, protocol.MethodSessionCancel, protocol.MethodSessionClose,
 		protocol.MethodSessionSetMode, protocol.MethodSessionSetConfig:
 		c.toSession(ctx, m, method)
@@ -224,13 +255,8 @@ func (c *connection) newSession(ctx actor.Context, m *protocol.Message) {
 		c.fail(m.ID, protocol.ErrInvalidParams(map[string]string{"cwd": bad}))
 		return
 	}
-	id := uuid.NewString()
-	pid := c.spawnSession(ctx, id, req.Cwd)
-	if pid == nil {
-		c.fail(m.ID, protocol.ErrInternal("could not start the session", newErrorID()))
-		return
-	}
-	c.reply(m.ID, newSessionResponse(id, c.deps))
+	// The session actor creates its store entry and answers the request.
+	c.openSession(ctx, uuid.NewString(), startNew, m.ID, req.Cwd, "")
 }
 
 func checkCwd(cwd string) string {
@@ -247,20 +273,101 @@ func checkCwd(cwd string) string {
 	return ""
 }
 
-func (c *connection) spawnSession(ctx actor.Context, id, cwd string) *actor.PID {
-	props := actor.PropsFromProducer(func() actor.Actor {
-		return newSession(c.deps, id, cwd, ctx.Self())
-	}, actor.WithSupervisor(reportAndStop{}))
-	pid, err := ctx.ActorSystem().Root.SpawnNamed(props, "session-"+id)
-	if err != nil {
-		c.log.Error().Err(err).Str("session", id).Msg("spawn session")
-		return nil
-	}
-	c.sessions[id] = pid
-	return pid
+// attachRequest remembers an attach sent to a live session, in case the
+// session stopped before it got it.
+type attachRequest struct {
+	id    string
+	kind  startKind
+	reqID protocol.RawMessage
+	cwd   string
 }
 
-// toSession forwards a session-scoped request to its session actor.
+// openSession spawns the session actor, which opens its store entry and
+// answers reqID. A session already live (on any connection) is attached to
+// this one instead.
+func (c *connection) openSession(ctx actor.Context, id string, kind startKind, reqID protocol.RawMessage, cwd, forkSrc string) {
+	props := actor.PropsFromProducer(func() actor.Actor {
+		return newSession(c.deps, id, ctx.Self(), kind, reqID, cwd, forkSrc)
+	}, actor.WithSupervisor(reportAndStop{}), actor.WithGuardian(&stopOnCrash{log: c.log}),
+		actor.WithReceiverMiddleware(keepStack))
+	name := "session-" + id
+	pid, err := ctx.ActorSystem().Root.SpawnNamed(props, name)
+	if errors.Is(err, actor.ErrNameExists) {
+		pid = actor.NewPID(ctx.ActorSystem().Address(), name)
+		if c.attaching == nil {
+			c.attaching = map[string]attachRequest{}
+		}
+		c.attaching[pid.Id] = attachRequest{id: id, kind: kind, reqID: reqID, cwd: cwd}
+		ctx.Request(pid, &attach{kind: kind, reqID: reqID, cwd: cwd, conn: ctx.Self()})
+	} else if err != nil {
+		c.log.Error().Err(err).Str("session", id).Msg("spawn session")
+		c.fail(reqID, protocol.ErrInternal("could not start the session", newErrorID()))
+		return
+	}
+	c.sessions[id] = pid
+	c.sent[id] = 0
+	c.known[id] = true
+	ctx.Watch(pid)
+}
+
+// reopenSession handles session/load, session/resume and session/fork.
+func (c *connection) reopenSession(ctx actor.Context, m *protocol.Message, method string) {
+	var ref protocol.SessionRef
+	if err := protocol.Unmarshal(m.Params, &ref); err != nil || ref.SessionID == "" {
+		c.fail(m.ID, protocol.ErrInvalidParams(map[string]string{"sessionId": "sessionId is required"}))
+		return
+	}
+	if ref.Cwd != "" {
+		if bad := checkCwd(ref.Cwd); bad != "" {
+			c.fail(m.ID, protocol.ErrInvalidParams(map[string]string{"cwd": bad}))
+			return
+		}
+	}
+	switch method {
+	case protocol.MethodSessionFork:
+		c.openSession(ctx, uuid.NewString(), startFork, m.ID, ref.Cwd, ref.SessionID)
+	case protocol.MethodSessionLoad:
+		c.openSession(ctx, ref.SessionID, startLoad, m.ID, ref.Cwd, "")
+	default:
+		c.openSession(ctx, ref.SessionID, startResume, m.ID, ref.Cwd, "")
+	}
+}
+
+// listSessions reads the store off the actor's goroutine; the answer is
+// independent of every other frame, so it may overtake them.
+func (c *connection) listSessions(ctx actor.Context, m *protocol.Message) {
+	var req protocol.ListSessionsRequest
+	if len(m.Params) > 0 {
+		if err := protocol.Unmarshal(m.Params, &req); err != nil {
+			c.fail(m.ID, protocol.ErrInvalidParams(map[string]string{"error": err.Error()}))
+			return
+		}
+	}
+	self, root, st, id, log := ctx.Self(), ctx.ActorSystem().Root, c.deps.Store, m.ID, c.log
+	go func() {
+		metas, next, err := st.List(req.Cwd, req.Cursor, 50)
+		var frame []byte
+		switch {
+		case errors.Is(err, store.ErrInvalidCursor):
+			frame = protocol.EncodeError(id, protocol.ErrInvalidParams(map[string]string{"cursor": "invalid cursor"}))
+		case err != nil:
+			errorID := newErrorID()
+			log.Error().Err(err).Str("error_id", errorID).Msg("list sessions")
+			frame = protocol.EncodeError(id, protocol.ErrInternal("cannot list sessions", errorID))
+		default:
+			res := protocol.ListSessionsResponse{Sessions: make([]protocol.SessionInfo, 0, len(metas)), NextCursor: next}
+			for _, meta := range metas {
+				res.Sessions = append(res.Sessions, protocol.SessionInfo{SessionID: meta.ID, Cwd: meta.Cwd,
+					Title: meta.Title, UpdatedAt: meta.UpdatedAt.UTC().Format(time.RFC3339)})
+			}
+			frame = protocol.EncodeResult(id, res)
+		}
+		root.Send(self, &outbound{frame: Frame{Data: frame}})
+	}()
+}
+
+// toSession forwards a session-scoped request to its session actor,
+// bringing an evicted session of this connection back from disk first.
 func (c *connection) toSession(ctx actor.Context, m *protocol.Message, method string) {
 	var ref protocol.SessionIDParams
 	if err := protocol.Unmarshal(m.Params, &ref); err != nil || ref.SessionID == "" {
@@ -268,6 +375,10 @@ func (c *connection) toSession(ctx actor.Context, m *protocol.Message, method st
 		return
 	}
 	pid, ok := c.sessions[ref.SessionID]
+	if !ok && c.known[ref.SessionID] {
+		c.openSession(ctx, ref.SessionID, startRestore, nil, "", "")
+		pid, ok = c.sessions[ref.SessionID]
+	}
 	if !ok {
 		c.fail(m.ID, protocol.ErrSessionNotFound())
 		return
@@ -275,8 +386,26 @@ func (c *connection) toSession(ctx actor.Context, m *protocol.Message, method st
 	if method == protocol.MethodSessionClose {
 		// Later requests must already see the session as gone.
 		delete(c.sessions, ref.SessionID)
+		delete(c.known, ref.SessionID)
 	}
-	ctx.Send(pid, &sessionRequest{id: m.ID, method: method, params: m.Params})
+	c.sent[ref.SessionID]++
+	ctx.Send(pid, &sessionRequest{id: m.ID, method: method, params: m.Params, conn: ctx.Self()})
+}
+
+// retire forgets a session that wants to stop (idle, or failed to open), but
+// only when no request is on its way to it.
+func (c *connection) retire(ctx actor.Context, m *retireRequest) {
+	pid, ok := c.sessions[m.id]
+	mine := ok && pid.Equal(m.pid)
+	agree := !mine || m.force || c.sent[m.id] == m.seen
+	if mine && agree {
+		delete(c.sessions, m.id)
+		delete(c.sent, m.id)
+		if m.force {
+			delete(c.known, m.id)
+		}
+	}
+	ctx.Send(m.pid, &retireAnswer{ok: agree})
 }
 
 func (c *connection) startDrain(ctx actor.Context) {

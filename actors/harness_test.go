@@ -9,10 +9,12 @@ import (
 
 	"github.com/rs/zerolog"
 
+	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 
 	"github.com/iac-code/iac-code/llm"
 	"github.com/iac-code/iac-code/protocol"
+	"github.com/iac-code/iac-code/store"
 	"github.com/iac-code/iac-code/tools"
 )
 
@@ -106,7 +108,21 @@ func (r *recorder) requests(method string) []map[string]any {
 	return out
 }
 
+// updates returns the streamed content and tool updates, leaving out the
+// bookkeeping ones (commands, session info, usage).
 func (r *recorder) updates() []map[string]any {
+	var out []map[string]any
+	for _, u := range r.allUpdates() {
+		switch u["sessionUpdate"] {
+		case "available_commands_update", "session_info_update", "usage_update":
+		default:
+			out = append(out, u)
+		}
+	}
+	return out
+}
+
+func (r *recorder) allUpdates() []map[string]any {
 	var out []map[string]any
 	for _, f := range r.all() {
 		if f["method"] == "session/update" {
@@ -125,7 +141,10 @@ type harness struct {
 }
 
 func newHarness(provider *scriptedProvider, extra ...tools.Tool) *harness {
+	st, err := store.New(GinkgoT().TempDir())
+	Expect(err).NotTo(HaveOccurred())
 	srv := NewServer(Deps{
+		Store:    st,
 		Config:   Config{Version: "test", LLM: llm.Config{APIKey: "k", Model: "m"}},
 		Provider: provider,
 		Tools:    tools.NewRegistry(extra...),

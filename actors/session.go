@@ -1,50 +1,98 @@
 package actors
 
 import (
+	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/rs/zerolog"
 
 	"github.com/iac-code/iac-code/llm"
 	"github.com/iac-code/iac-code/protocol"
+	"github.com/iac-code/iac-code/store"
+	"github.com/iac-code/iac-code/tools"
+)
+
+// startKind says how a session actor comes to life.
+type startKind int
+
+const (
+	startNew startKind = iota
+	startLoad
+	startResume
+	startFork
+	// startRestore brings back an evicted session without answering anything.
+	startRestore
 )
 
 // Messages of the session actor.
 type (
 	// sessionRequest is a session-scoped JSON-RPC request or notification
-	// forwarded by the connection (id nil for notifications).
+	// forwarded by a connection (id nil for notifications).
 	sessionRequest struct {
 		id     protocol.RawMessage
 		method string
 		params protocol.RawMessage
+		conn   *actor.PID
 	}
+	// attach moves a live session to another connection (load/resume there).
+	attach struct {
+		kind  startKind
+		reqID protocol.RawMessage
+		cwd   string
+		conn  *actor.PID
+	}
+	// detach: the connection is going away; its sessions stop (they are on disk).
+	detach struct{ conn *actor.PID }
 	// messageDone records one completed conversation message of a turn.
 	messageDone struct{ msg llm.Message }
+	// compacted replaces all but the last keep context messages by a summary.
+	compacted struct {
+		summary string
+		keep    int
+	}
 	// turnFinished ends the running turn: either a stop reason or an error.
 	turnFinished struct {
 		stopReason string
 		usage      llm.Usage
 		err        *protocol.Error
 	}
-	// permissionAsk asks the session (which asks the client, one request at
-	// a time) whether a tool call may run.
+	// permissionAsk asks the session whether a tool call may run. The
+	// session decides from its mode and remembered decisions, or asks the
+	// client (one request at a time).
 	permissionAsk struct {
-		toolName string
-		toolCall protocol.ToolCallUpdate
-		replyTo  *actor.PID
+		toolName   string
+		kind       tools.Kind
+		readOnly   bool
+		outsideCwd bool
+		toolCall   protocol.ToolCallUpdate
+		replyTo    *actor.PID
 	}
 	// permissionDecision answers a permissionAsk.
 	permissionDecision struct {
 		allow bool
 		// cancelled: the client cancelled the request; the turn ends cancelled.
 		cancelled bool
+		// reason is the tool error the model gets when not allowed.
+		reason string
 	}
+	// retireRequest asks the connection to forget a session (idle eviction,
+	// failed start); seen counts the requests the session got from it, so
+	// the connection only agrees when none is in flight.
+	retireRequest struct {
+		id    string
+		pid   *actor.PID
+		seen  int
+		force bool
+	}
+	retireAnswer struct{ ok bool }
 )
 
 func (*messageDone) IgnoreDeadLetterLogging()        {}
 func (*permissionDecision) IgnoreDeadLetterLogging() {}
+func (*retireAnswer) IgnoreDeadLetterLogging()       {}
 
 // Session modes: how much a session may do without asking.
 var sessionModes = []protocol.SessionMode{
@@ -54,74 +102,55 @@ var sessionModes = []protocol.SessionMode{
 	{ID: "bypass", Name: "Bypass permissions", Description: "Never ask"},
 }
 
-// session owns one conversation: its history, its settings and at most one
-// running turn.
-type session struct {
-	deps    *Deps
-	id      string
-	cwd     string
-	conn    *actor.PID
-	log     zerolog.Logger
-	history []llm.Message
-	mode    string
-	model   string
+var slashCommands = []protocol.AvailableCommand{
+	{Name: "compact", Description: "Summarize the conversation so far to free context"},
+	{Name: "clear", Description: "Start over with an empty context (history stays on disk)"},
+}
 
-	turn     *actor.PID
-	promptID protocol.RawMessage
+// session owns one conversation: its history (in memory and on disk), its
+// settings and at most one running turn. It is the only writer of its store
+// entry.
+type session struct {
+	deps  *Deps
+	id    string
+	conn  *actor.PID
+	start startKind
+	// startReq is the JSON-RPC id answered once the session is up.
+	startReq protocol.RawMessage
+	startCwd string
+	forkSrc  string
+	log      zerolog.Logger
+
+	store   store.Session
+	meta    store.Meta
+	entries []store.Entry
+	failed  bool
+	seen    int
+
+	turn      *actor.PID
+	promptID  protocol.RawMessage
+	turnUsage llm.Usage
 	// closeID is the pending session/close answered once the turn ends.
 	closeID  protocol.RawMessage
 	closing  bool
 	draining bool
+	retiring bool
 
 	// Permission requests are asked one at a time.
 	permQueue  []*permissionAsk
 	permActive *permissionAsk
-	// remembered holds allow_always / reject_always decisions per tool.
-	remembered map[string]bool
 }
 
-func newSession(deps *Deps, id, cwd string, conn *actor.PID) *session {
+func newSession(deps *Deps, id string, conn *actor.PID, kind startKind, reqID protocol.RawMessage, cwd, forkSrc string) *session {
 	return &session{
-		deps:       deps,
-		id:         id,
-		cwd:        cwd,
-		conn:       conn,
-		log:        deps.Log.With().Str("session", id).Logger(),
-		mode:       "default",
-		model:      deps.Config.LLM.Model,
-		remembered: map[string]bool{},
-	}
-}
-
-func newSessionResponse(id string, deps *Deps) protocol.NewSessionResponse {
-	return protocol.NewSessionResponse{
-		SessionID:     id,
-		Modes:         modeState("default"),
-		Models:        modelState(deps.Config.LLM.Model),
-		ConfigOptions: configOptions("default", deps.Config.LLM.Model),
-	}
-}
-
-func modeState(current string) *protocol.SessionModeState {
-	return &protocol.SessionModeState{CurrentModeID: current, AvailableModes: sessionModes}
-}
-
-func modelState(current string) *protocol.SessionModelState {
-	return &protocol.SessionModelState{
-		CurrentModelID:  current,
-		AvailableModels: []protocol.ModelInfo{{ModelID: current, Name: current}},
-	}
-}
-
-func configOptions(mode, model string) []protocol.SessionConfigOption {
-	modeOpts := make([]protocol.ConfigSelectOption, len(sessionModes))
-	for i, m := range sessionModes {
-		modeOpts[i] = protocol.ConfigSelectOption{Value: m.ID, Name: m.Name, Description: m.Description}
-	}
-	return []protocol.SessionConfigOption{
-		{ID: "mode", Name: "Mode", Category: "mode", Type: "select", CurrentValue: mode, Options: modeOpts},
-		{ID: "model", Name: "Model", Category: "model", Type: "select", CurrentValue: model,
-			Options: []protocol.ConfigSelectOption{{Value: model, Name: model}}},
+		deps:     deps,
+		id:       id,
+		conn:     conn,
+		start:    kind,
+		startReq: reqID,
+		startCwd: cwd,
+		forkSrc:  forkSrc,
+		log:      deps.Log.With().Str("session", id).Logger(),
 	}
 }
 
@@ -131,12 +160,52 @@ func (s *session) Receive(ctx actor.Context) {
 		ctx.Send(s.conn, m)
 	case *actor.Started:
 		s.deps.Metrics.Sessions.Add(1)
+		s.open(ctx)
 	case *actor.Stopped:
 		s.deps.Metrics.Sessions.Add(-1)
+		if s.store != nil {
+			if err := s.store.Close(); err != nil {
+				s.log.Error().Err(err).Msg("close session store")
+			}
+		}
+	case *actor.ReceiveTimeout:
+		if s.turn == nil && !s.retiring && !s.failed {
+			s.retiring = true
+			ctx.Send(s.conn, &retireRequest{id: s.id, pid: ctx.Self(), seen: s.seen})
+		}
+	case *retireAnswer:
+		s.retiring = false
+		if m.ok {
+			ctx.Stop(ctx.Self())
+		}
 	case *sessionRequest:
+		if m.conn != nil && !m.conn.Equal(s.conn) {
+			s.respondTo(ctx, m.conn, m.id, nil, protocol.ErrInvalidParams(map[string]string{
+				"session_id": "Session moved to another connection"}))
+			return
+		}
+		s.seen++
+		if s.failed {
+			s.respondError(ctx, m.id, protocol.ErrSessionNotFound())
+			return
+		}
 		s.handle(ctx, m)
+	case *attach:
+		s.attach(ctx, m)
+	case *detach:
+		if m.conn.Equal(s.conn) {
+			if s.turn != nil {
+				ctx.Send(s.turn, &cancelTurn{})
+			}
+			s.closing = true
+			if s.turn == nil {
+				ctx.Stop(ctx.Self())
+			}
+		}
 	case *messageDone:
-		s.history = append(s.history, m.msg)
+		s.record(ctx, m.msg)
+	case *compacted:
+		s.compacted(m)
 	case *turnFinished:
 		s.endTurn(ctx, m)
 	case *childCrashed:
@@ -147,7 +216,7 @@ func (s *session) Receive(ctx actor.Context) {
 			s.endTurn(ctx, &turnFinished{err: protocol.ErrInternal(fmt.Sprint(m.reason.value), errorID)})
 		}
 	case *permissionAsk:
-		s.askPermission(ctx, m)
+		s.decidePermission(ctx, m)
 	case *clientAnswer:
 		s.permissionAnswered(ctx, m)
 	case *drain:
@@ -160,18 +229,180 @@ func (s *session) Receive(ctx actor.Context) {
 	}
 }
 
-func (s *session) respond(ctx actor.Context, id protocol.RawMessage, result any) {
-	if id == nil {
+// open creates, loads or forks the session's store entry, then answers the
+// request that started it.
+func (s *session) open(ctx actor.Context) {
+	var (
+		entries []store.Entry
+		err     error
+	)
+	switch s.start {
+	case startNew:
+		s.store, err = s.deps.Store.Create(store.Meta{ID: s.id, Cwd: s.startCwd, Mode: "default", Model: s.deps.Config.LLM.Model})
+	case startFork:
+		s.store, entries, err = s.deps.Store.Fork(s.forkSrc, s.id)
+	default:
+		s.store, entries, err = s.deps.Store.Open(s.id)
+	}
+	if err == nil {
+		entries, _, err = store.RepairSession(s.store, entries)
+	}
+	if err != nil {
+		s.failed = true
+		if errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrInvalidID) {
+			s.respondError(ctx, s.startReq, protocol.ErrSessionNotFound())
+		} else {
+			errorID := newErrorID()
+			s.log.Error().Err(err).Str("error_id", errorID).Msg("open session")
+			s.respondError(ctx, s.startReq, protocol.ErrInternal("cannot open the session: "+err.Error(), errorID))
+		}
+		ctx.Send(s.conn, &retireRequest{id: s.id, pid: ctx.Self(), force: true})
 		return
 	}
-	ctx.Send(s.conn, &outbound{frame: Frame{Data: protocol.EncodeResult(id, result), SessionID: s.id}})
+	s.entries = entries
+	s.meta = s.store.Meta()
+	if !validMode(s.meta.Mode) {
+		s.meta.Mode = "default"
+	}
+	if !s.validModel(s.meta.Model) {
+		s.meta.Model = s.deps.Config.LLM.Model
+	}
+	if s.startCwd != "" && s.startCwd != s.meta.Cwd && s.start != startNew {
+		s.meta.Cwd = s.startCwd
+		s.saveMeta()
+	}
+	s.answerStart(ctx, s.start, s.startReq)
+	if s.deps.Config.SessionIdle > 0 {
+		ctx.SetReceiveTimeout(s.deps.Config.SessionIdle)
+	}
+}
+
+// answerStart replays (load, fork) and answers the request that brought the
+// session to this connection.
+func (s *session) answerStart(ctx actor.Context, kind startKind, reqID protocol.RawMessage) {
+	switch kind {
+	case startNew, startFork:
+		if kind == startFork {
+			s.replay(ctx)
+		}
+		s.respond(ctx, reqID, protocol.NewSessionResponse{
+			SessionID:     s.id,
+			Modes:         modeState(s.meta.Mode),
+			Models:        s.modelState(),
+			ConfigOptions: s.configOptions(),
+		})
+	case startLoad, startResume:
+		if kind == startLoad {
+			s.replay(ctx)
+		}
+		s.respond(ctx, reqID, protocol.SessionStateResponse{
+			Modes:         modeState(s.meta.Mode),
+			Models:        s.modelState(),
+			ConfigOptions: s.configOptions(),
+		})
+	default:
+		return
+	}
+	if kind != startResume {
+		s.emit(ctx, protocol.AvailableCommandsUpdate{SessionUpdate: protocol.UpdateAvailableCommands, AvailableCommands: slashCommands})
+	}
+}
+
+func (s *session) attach(ctx actor.Context, m *attach) {
+	if s.failed {
+		s.respondTo(ctx, m.conn, m.reqID, nil, protocol.ErrSessionNotFound())
+		return
+	}
+	if !m.conn.Equal(s.conn) {
+		// The old connection keeps nothing of this session any more.
+		s.conn = m.conn
+		s.seen = 0
+		s.dropPermissionAsks()
+	}
+	if m.cwd != "" && m.cwd != s.meta.Cwd {
+		s.meta.Cwd = m.cwd
+		s.saveMeta()
+	}
+	s.answerStart(ctx, m.kind, m.reqID)
+}
+
+// replay sends the whole history as session/update notifications through
+// the same mapping as live updates, before the load/fork response.
+func (s *session) replay(ctx actor.Context) {
+	for i := range s.entries {
+		e := &s.entries[i]
+		if e.Kind == store.KindCompaction {
+			s.emit(ctx, protocol.ChunkUpdate{SessionUpdate: protocol.UpdateAgentMessageChunk, Content: protocol.Text("[Context compacted]")})
+			continue
+		}
+		for _, u := range replayUpdates(&e.Message) {
+			s.emit(ctx, u)
+		}
+	}
+}
+
+// replayUpdates maps one stored message to the updates a client saw live.
+func replayUpdates(m *llm.Message) []any {
+	var out []any
+	for i := range m.Content {
+		b := &m.Content[i]
+		switch {
+		case b.Display != nil:
+			out = append(out, b.Display)
+		case b.Type == llm.BlockText && b.Text != "":
+			kind := protocol.UpdateAgentMessageChunk
+			if m.Role == llm.RoleUser {
+				kind = protocol.UpdateUserMessageChunk
+			}
+			out = append(out, protocol.ChunkUpdate{SessionUpdate: kind, Content: protocol.Text(b.Text)})
+		case b.Type == llm.BlockThinking && b.Text != "":
+			out = append(out, protocol.ChunkUpdate{SessionUpdate: protocol.UpdateAgentThoughtChunk, Content: protocol.Text(b.Text)})
+		case b.Type == llm.BlockToolUse:
+			out = append(out, protocol.ToolCallUpdate{SessionUpdate: protocol.UpdateToolCall, ToolCallID: b.ToolCallID,
+				Title: b.Name, Kind: string(tools.KindOther), Status: protocol.ToolPending, RawInput: b.Input})
+		case b.Type == llm.BlockToolResult:
+			status := protocol.ToolCompleted
+			if b.IsError {
+				status = protocol.ToolFailed
+			}
+			text := protocol.Text(b.Text)
+			out = append(out, protocol.ToolCallUpdate{SessionUpdate: protocol.UpdateToolCallUpdate, ToolCallID: b.ToolCallID,
+				Status: status, Content: []protocol.ToolCallContent{{Type: "content", Content: &text}}})
+		}
+	}
+	return out
+}
+
+func (s *session) emit(ctx actor.Context, update any) {
+	data := protocol.EncodeNotification(protocol.MethodSessionUpdate,
+		protocol.SessionNotification{SessionID: s.id, Update: update})
+	ctx.Send(s.conn, &outbound{frame: Frame{Data: data, SessionID: s.id}})
+}
+
+func (s *session) respond(ctx actor.Context, id protocol.RawMessage, result any) {
+	s.respondTo(ctx, s.conn, id, result, nil)
 }
 
 func (s *session) respondError(ctx actor.Context, id protocol.RawMessage, e *protocol.Error) {
+	s.respondTo(ctx, s.conn, id, nil, e)
+}
+
+func (s *session) respondTo(ctx actor.Context, conn *actor.PID, id protocol.RawMessage, result any, e *protocol.Error) {
 	if id == nil {
 		return
 	}
-	ctx.Send(s.conn, &outbound{frame: Frame{Data: protocol.EncodeError(id, e), SessionID: s.id}})
+	data := protocol.EncodeResult(id, result)
+	if e != nil {
+		data = protocol.EncodeError(id, e)
+	}
+	ctx.Send(conn, &outbound{frame: Frame{Data: data, SessionID: s.id}})
+}
+
+func (s *session) saveMeta() {
+	if err := s.store.SaveMeta(s.meta); err != nil {
+		s.log.Error().Err(err).Msg("save session metadata")
+	}
+	s.meta = s.store.Meta()
 }
 
 func (s *session) handle(ctx actor.Context, r *sessionRequest) {
@@ -198,10 +429,18 @@ func (s *session) handle(ctx actor.Context, r *sessionRequest) {
 			s.respondError(ctx, r.id, protocol.ErrInvalidParams(map[string]string{"modeId": "unknown mode"}))
 			return
 		}
-		s.mode = p.ModeID
 		s.respond(ctx, r.id, struct{}{})
+		s.setMode(ctx, p.ModeID)
 	case protocol.MethodSessionSetConfig:
 		s.setConfig(ctx, r)
+	case protocol.MethodSessionLoad, protocol.MethodSessionResume:
+		kind := startLoad
+		if r.method == protocol.MethodSessionResume {
+			kind = startResume
+		}
+		var p protocol.SessionRef
+		_ = protocol.Unmarshal(r.params, &p)
+		s.attach(ctx, &attach{kind: kind, reqID: r.id, cwd: p.Cwd, conn: s.conn})
 	}
 }
 
@@ -214,6 +453,63 @@ func validMode(id string) bool {
 	return false
 }
 
+func modeState(current string) *protocol.SessionModeState {
+	return &protocol.SessionModeState{CurrentModeID: current, AvailableModes: sessionModes}
+}
+
+// models lists the selectable models: the configured ones, the current first.
+func (s *session) models() []string {
+	list := s.deps.Config.Models
+	if len(list) == 0 {
+		list = []string{s.deps.Config.LLM.Model}
+	}
+	return list
+}
+
+func (s *session) validModel(m string) bool {
+	for _, x := range s.models() {
+		if x == m {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *session) modelState() *protocol.SessionModelState {
+	st := &protocol.SessionModelState{CurrentModelID: s.meta.Model}
+	for _, m := range s.models() {
+		st.AvailableModels = append(st.AvailableModels, protocol.ModelInfo{ModelID: m, Name: m})
+	}
+	return st
+}
+
+func (s *session) configOptions() []protocol.SessionConfigOption {
+	modeOpts := make([]protocol.ConfigSelectOption, len(sessionModes))
+	for i, m := range sessionModes {
+		modeOpts[i] = protocol.ConfigSelectOption{Value: m.ID, Name: m.Name, Description: m.Description}
+	}
+	var modelOpts []protocol.ConfigSelectOption
+	for _, m := range s.models() {
+		modelOpts = append(modelOpts, protocol.ConfigSelectOption{Value: m, Name: m})
+	}
+	return []protocol.SessionConfigOption{
+		{ID: "mode", Name: "Mode", Category: "mode", Type: "select", CurrentValue: s.meta.Mode, Options: modeOpts},
+		{ID: "model", Name: "Model", Category: "model", Type: "select", CurrentValue: s.meta.Model, Options: modelOpts},
+	}
+}
+
+// setMode changes the mode and tells the client both ways (modes and config
+// options are kept in sync).
+func (s *session) setMode(ctx actor.Context, mode string) {
+	if mode == s.meta.Mode {
+		return
+	}
+	s.meta.Mode = mode
+	s.saveMeta()
+	s.emit(ctx, protocol.CurrentModeUpdate{SessionUpdate: protocol.UpdateCurrentMode, CurrentModeID: mode})
+	s.emit(ctx, protocol.ConfigOptionUpdate{SessionUpdate: protocol.UpdateConfigOption, ConfigOptions: s.configOptions()})
+}
+
 func (s *session) setConfig(ctx actor.Context, r *sessionRequest) {
 	var p protocol.SetConfigOptionRequest
 	var value string
@@ -223,13 +519,24 @@ func (s *session) setConfig(ctx actor.Context, r *sessionRequest) {
 	}
 	switch {
 	case p.ConfigID == "mode" && validMode(value):
-		s.mode = value
-	case p.ConfigID == "model" && value == s.model:
+		if value != s.meta.Mode {
+			s.meta.Mode = value
+			s.saveMeta()
+			s.emit(ctx, protocol.CurrentModeUpdate{SessionUpdate: protocol.UpdateCurrentMode, CurrentModeID: value})
+		}
+	case p.ConfigID == "model" && s.validModel(value):
+		if value != s.meta.Model {
+			s.meta.Model = value
+			s.saveMeta()
+		}
+	case p.ConfigID == "mode" || p.ConfigID == "model":
+		s.respondError(ctx, r.id, protocol.ErrInvalidParams(map[string]string{"value": "unknown value for " + p.ConfigID}))
+		return
 	default:
-		s.respondError(ctx, r.id, protocol.ErrInvalidParams(map[string]string{"configId": "unknown config option or value"}))
+		s.respondError(ctx, r.id, protocol.ErrInvalidParams(map[string]string{"configId": "unknown config option"}))
 		return
 	}
-	s.respond(ctx, r.id, protocol.SetConfigOptionResponse{ConfigOptions: configOptions(s.mode, s.model)})
+	s.respond(ctx, r.id, protocol.SetConfigOptionResponse{ConfigOptions: s.configOptions()})
 }
 
 func (s *session) prompt(ctx actor.Context, r *sessionRequest) {
@@ -252,13 +559,128 @@ func (s *session) prompt(ctx actor.Context, r *sessionRequest) {
 		return
 	}
 	user := llm.Message{Role: llm.RoleUser, Content: promptBlocks(p.Prompt)}
-	s.history = append(s.history, user)
+	command := slashCommand(&user)
+	if command == "clear" {
+		s.append(store.CompactionEntry("(The user cleared the conversation; nothing before this point is relevant.)", s.store.LastSeq()))
+		s.emit(ctx, protocol.ChunkUpdate{SessionUpdate: protocol.UpdateAgentMessageChunk, Content: protocol.Text("Context cleared.")})
+		s.syncStore()
+		s.respond(ctx, r.id, protocol.PromptResponse{StopReason: protocol.StopEndTurn, Usage: promptUsage(llm.Usage{})})
+		return
+	}
+	if command == "" {
+		s.record(ctx, user)
+	}
 	s.promptID = r.id
-	history := s.history[:len(s.history):len(s.history)] // the turn appends to its own copy
-	props := actor.PropsFromProducer(func() actor.Actor {
-		return newTurn(s.deps, s.id, s.cwd, s.model, history)
-	}, actor.WithReceiverMiddleware(keepStack), actor.WithSupervisor(reportAndStop{}))
+	s.turnUsage = llm.Usage{}
+	opts := turnOptions{
+		sessionID: s.id, cwd: s.meta.Cwd, model: s.meta.Model,
+		history: store.Context(s.entries), tools: s.toolsForMode(),
+		compactOnly: command == "compact",
+	}
+	props := actor.PropsFromProducer(func() actor.Actor { return newTurn(s.deps, opts) },
+		actor.WithReceiverMiddleware(keepStack), actor.WithSupervisor(reportAndStop{}))
 	s.turn = ctx.Spawn(props)
+}
+
+// slashCommand recognises /compact and /clear typed as the whole prompt.
+func slashCommand(m *llm.Message) string {
+	text := strings.TrimSpace(m.TextOf())
+	for _, c := range slashCommands {
+		if text == "/"+c.Name {
+			return c.Name
+		}
+	}
+	return ""
+}
+
+// toolsForMode: plan mode offers the model read-only tools only.
+func (s *session) toolsForMode() *tools.Registry {
+	if s.meta.Mode != "plan" {
+		return s.deps.Tools
+	}
+	var ro []tools.Tool
+	for _, t := range s.deps.Tools.List() {
+		if t.ReadOnly() {
+			ro = append(ro, t)
+		}
+	}
+	return tools.NewRegistry(ro...)
+}
+
+// record appends a completed message to the history, on disk at once.
+func (s *session) record(ctx actor.Context, msg llm.Message) {
+	s.append(store.MessageEntry(msg))
+	if s.meta.Title == "" && msg.Role == llm.RoleUser {
+		if title := store.TitleFrom(msg.TextOf()); title != "" {
+			s.meta.Title = title
+			s.saveMeta()
+			s.emit(ctx, protocol.SessionInfoUpdate{SessionUpdate: protocol.UpdateSessionInfo, Title: title,
+				UpdatedAt: s.meta.UpdatedAt.UTC().Format(time.RFC3339)})
+		}
+	}
+}
+
+func (s *session) append(e store.Entry) {
+	entries := []store.Entry{e}
+	if err := s.store.Append(entries...); err != nil {
+		s.log.Error().Err(err).Msg("append to session history")
+	}
+	s.entries = append(s.entries, entries[0])
+}
+
+func (s *session) syncStore() {
+	if err := s.store.Sync(); err != nil {
+		s.log.Error().Err(err).Msg("sync session history")
+	}
+}
+
+// compacted stores a compaction: the summary stands for every context
+// message but the last m.keep from now on; the full history stays on disk.
+func (s *session) compacted(m *compacted) {
+	var ctxSeqs []int64
+	for _, e := range s.entries {
+		switch e.Kind {
+		case store.KindCompaction:
+			ctxSeqs = ctxSeqs[:0]
+		default:
+			ctxSeqs = append(ctxSeqs, e.Seq)
+		}
+	}
+	cut := len(ctxSeqs) - m.keep - 1
+	if cut < 0 {
+		return
+	}
+	s.append(store.CompactionEntry(m.summary, ctxSeqs[cut]))
+}
+
+func (s *session) endTurn(ctx actor.Context, m *turnFinished) {
+	if s.turn == nil {
+		return
+	}
+	s.turn = nil
+	s.dropPermissionAsks()
+	repaired, added, err := store.RepairSession(s.store, s.entries)
+	if err != nil {
+		s.log.Error().Err(err).Msg("repair session history")
+	} else if len(added) > 0 {
+		s.entries = repaired
+	}
+	s.syncStore()
+	s.meta.Usage = s.meta.Usage.Add(m.usage)
+	s.saveMeta()
+	if m.err != nil {
+		s.respondError(ctx, s.promptID, m.err)
+	} else {
+		s.respond(ctx, s.promptID, protocol.PromptResponse{StopReason: m.stopReason, Usage: promptUsage(m.usage)})
+	}
+	s.promptID = nil
+	if s.closing {
+		s.respond(ctx, s.closeID, struct{}{})
+		ctx.Stop(ctx.Self())
+	}
+	if s.draining {
+		ctx.Send(s.conn, &sessionIdle{sessionID: s.id})
+	}
 }
 
 // promptBlocks turns ACP prompt content into model input. Images and audio
@@ -293,28 +715,6 @@ func promptBlocks(prompt []protocol.ContentBlock) []llm.Block {
 	return out
 }
 
-func (s *session) endTurn(ctx actor.Context, m *turnFinished) {
-	if s.turn == nil {
-		return
-	}
-	s.turn = nil
-	s.closeOpenToolCalls()
-	s.dropPermissionAsks()
-	if m.err != nil {
-		s.respondError(ctx, s.promptID, m.err)
-	} else {
-		s.respond(ctx, s.promptID, protocol.PromptResponse{StopReason: m.stopReason, Usage: promptUsage(m.usage)})
-	}
-	s.promptID = nil
-	if s.closing {
-		s.respond(ctx, s.closeID, struct{}{})
-		ctx.Stop(ctx.Self())
-	}
-	if s.draining {
-		ctx.Send(s.conn, &sessionIdle{sessionID: s.id})
-	}
-}
-
 func promptUsage(u llm.Usage) *protocol.Usage {
 	return &protocol.Usage{
 		InputTokens:       u.InputTokens,
@@ -324,148 +724,4 @@ func promptUsage(u llm.Usage) *protocol.Usage {
 		CachedReadTokens:  u.CachedReadTokens,
 		CachedWriteTokens: u.CachedWriteTokens,
 	}
-}
-
-// interruptedText is the result recorded for a tool call that never finished.
-const interruptedText = "Session interrupted before tool execution completed."
-
-// closeOpenToolCalls gives every tool_use without a result a synthetic error
-// result, so the model never sees a tool call without an answer.
-func (s *session) closeOpenToolCalls() {
-	answered := map[string]bool{}
-	for _, m := range s.history {
-		for _, b := range m.Content {
-			if b.Type == llm.BlockToolResult {
-				answered[b.ToolCallID] = true
-			}
-		}
-	}
-	var missing []llm.Block
-	for _, m := range s.history {
-		for _, b := range m.Content {
-			if b.Type == llm.BlockToolUse && !answered[b.ToolCallID] {
-				missing = append(missing, llm.Block{Type: llm.BlockToolResult, ToolCallID: b.ToolCallID,
-					Name: b.Name, Text: interruptedText, IsError: true})
-			}
-		}
-	}
-	if len(missing) > 0 {
-		s.history = append(s.history, llm.Message{Role: llm.RoleTool, Content: missing})
-	}
-}
-
-func (s *session) askPermission(ctx actor.Context, a *permissionAsk) {
-	if allow, ok := s.remembered[a.toolName]; ok {
-		ctx.Send(a.replyTo, &permissionDecision{allow: allow})
-		return
-	}
-	if s.permActive != nil {
-		s.permQueue = append(s.permQueue, a)
-		return
-	}
-	s.permActive = a
-	ctx.Send(s.conn, &outboundRequest{
-		sessionID: s.id,
-		method:    protocol.MethodRequestPermission,
-		params: protocol.RequestPermissionRequest{
-			SessionID: s.id,
-			ToolCall:  a.toolCall,
-			Options:   permissionOptions,
-		},
-		replyTo: ctx.Self(),
-		tag:     a,
-	})
-}
-
-var permissionOptions = []protocol.PermissionOption{
-	{OptionID: protocol.AllowOnce, Name: "Allow once", Kind: protocol.AllowOnce},
-	{OptionID: protocol.AllowAlways, Name: "Always allow this tool in this session", Kind: protocol.AllowAlways},
-	{OptionID: protocol.RejectOnce, Name: "Reject", Kind: protocol.RejectOnce},
-	{OptionID: protocol.RejectAlways, Name: "Always reject this tool in this session", Kind: protocol.RejectAlways},
-}
-
-// permissionOutcome reads both the schema answer
-// {"outcome":{"outcome":"selected","optionId":…}} and the specification's
-// legacy {"outcome":"allowed","option_id":…} / {"outcome":"denied"}.
-func permissionOutcome(result protocol.RawMessage) (kind string, cancelled bool) {
-	var r struct {
-		Outcome  protocol.RawMessage `json:"outcome"`
-		OptionID string              `json:"option_id"`
-	}
-	if protocol.Unmarshal(result, &r) != nil || len(r.Outcome) == 0 {
-		return protocol.RejectOnce, false
-	}
-	var legacy string
-	if protocol.Unmarshal(r.Outcome, &legacy) == nil {
-		switch legacy {
-		case "allowed":
-			if optionKind(r.OptionID) == protocol.AllowAlways {
-				return protocol.AllowAlways, false
-			}
-			return protocol.AllowOnce, false
-		case "cancelled":
-			return "", true
-		}
-		return protocol.RejectOnce, false
-	}
-	var o struct {
-		Outcome  string `json:"outcome"`
-		OptionID string `json:"optionId"`
-	}
-	if protocol.Unmarshal(r.Outcome, &o) != nil {
-		return protocol.RejectOnce, false
-	}
-	if o.Outcome == "cancelled" {
-		return "", true
-	}
-	if k := optionKind(o.OptionID); k != "" {
-		return k, false
-	}
-	return protocol.RejectOnce, false
-}
-
-func optionKind(optionID string) string {
-	for _, o := range permissionOptions {
-		if o.OptionID == optionID {
-			return o.Kind
-		}
-	}
-	return ""
-}
-
-func (s *session) permissionAnswered(ctx actor.Context, m *clientAnswer) {
-	a, ok := m.tag.(*permissionAsk)
-	if !ok || a != s.permActive {
-		return // an answer for a turn that has ended
-	}
-	s.permActive = nil
-	var d permissionDecision
-	if m.err != nil {
-		s.log.Warn().Int("code", m.err.Code).Str("message", m.err.Message).Msg("permission request failed; treating as reject")
-	} else {
-		kind, cancelled := permissionOutcome(m.result)
-		d.cancelled = cancelled
-		d.allow = strings.HasPrefix(kind, "allow_")
-		switch kind {
-		case protocol.AllowAlways:
-			s.remembered[a.toolName] = true
-		case protocol.RejectAlways:
-			s.remembered[a.toolName] = false
-		}
-	}
-	ctx.Send(a.replyTo, &d)
-	s.nextPermission(ctx)
-}
-
-func (s *session) nextPermission(ctx actor.Context) {
-	for len(s.permQueue) > 0 && s.permActive == nil {
-		next := s.permQueue[0]
-		s.permQueue = s.permQueue[1:]
-		s.askPermission(ctx, next)
-	}
-}
-
-func (s *session) dropPermissionAsks() {
-	s.permQueue = nil
-	s.permActive = nil
 }

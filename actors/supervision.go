@@ -5,6 +5,7 @@ import (
 	"runtime/debug"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/rs/zerolog"
 )
 
 // panicError carries a recovered panic with the stack where it happened.
@@ -61,5 +62,19 @@ func (reportAndStop) HandleFailure(sys *actor.ActorSystem, sup actor.Supervisor,
 	if self, ok := sup.(interface{ Self() *actor.PID }); ok {
 		sys.Root.Send(self.Self(), &childCrashed{child: child, reason: p})
 	}
+	sup.StopChildren(child)
+}
+
+// stopOnCrash (used by pointer: protoactor keys guardians by value) is the guardian of session actors: a session that panics is
+// logged and stopped (its history is on disk; a later load brings it back)
+// rather than restarted with its state reset.
+type stopOnCrash struct{ log zerolog.Logger }
+
+func (g *stopOnCrash) HandleFailure(_ *actor.ActorSystem, sup actor.Supervisor, child *actor.PID, _ *actor.RestartStatistics, reason any, _ any) {
+	ev := g.log.Error().Str("actor", child.Id).Interface("panic", reason)
+	if p, ok := reason.(*panicError); ok {
+		ev = ev.Interface("panic", p.value).Bytes("stack", p.stack)
+	}
+	ev.Msg("session crashed; stopped")
 	sup.StopChildren(child)
 }

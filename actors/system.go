@@ -14,6 +14,7 @@ import (
 
 	"github.com/iac-code/iac-code/llm"
 	"github.com/iac-code/iac-code/protocol"
+	"github.com/iac-code/iac-code/store"
 	"github.com/iac-code/iac-code/tools"
 )
 
@@ -25,6 +26,15 @@ type Config struct {
 	LLM  llm.Config
 	// MaxTurnRequests caps model calls per prompt.
 	MaxTurnRequests int
+	// SessionIdle evicts a session from memory after this long without a
+	// message (0 = never); it comes back from disk on the next request.
+	SessionIdle time.Duration
+	// Models are the choices of the `model` config option (default: the
+	// configured model only).
+	Models []string
+	// CompactThreshold is the share of the context window that triggers
+	// compaction (default 0.93).
+	CompactThreshold float64
 }
 
 // Deps is what every actor of the tree shares. It is read-only after start.
@@ -32,6 +42,7 @@ type Deps struct {
 	Config   Config
 	Provider llm.Provider
 	Tools    *tools.Registry
+	Store    store.Store
 	Log      zerolog.Logger
 	// Metrics may be shared with an edge that exports them; nil = private.
 	Metrics *Metrics
@@ -67,6 +78,9 @@ func NewServer(deps Deps) *Server {
 	}
 	if deps.Tools == nil {
 		deps.Tools = tools.Default()
+	}
+	if deps.Store == nil {
+		panic("actors: Deps.Store is required")
 	}
 	lib := deps.Log.With().Str("lib", "protoactor").Logger()
 	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(s *actor.ActorSystem) *slog.Logger {

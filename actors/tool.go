@@ -102,7 +102,7 @@ func (a *toolActor) Receive(ctx actor.Context) {
 		case m.allow:
 			a.run(ctx)
 		default:
-			a.complete(ctx, tools.Errorf("Permission denied."))
+			a.complete(ctx, tools.Errorf(m.reason))
 		}
 	case *toolRan:
 		a.complete(ctx, m.result)
@@ -115,12 +115,15 @@ func (a *toolActor) Receive(ctx actor.Context) {
 	}
 }
 
-func (a *toolActor) emit(ctx actor.Context, u protocol.ToolCallUpdate) {
+// emit sends a tool_call_update and returns its encoded update object.
+func (a *toolActor) emit(ctx actor.Context, u protocol.ToolCallUpdate) protocol.RawMessage {
 	u.SessionUpdate = protocol.UpdateToolCallUpdate
 	u.ToolCallID = a.call.id
+	update := protocol.RawMessage(protocol.MustMarshal(u))
 	data := protocol.EncodeNotification(protocol.MethodSessionUpdate,
-		protocol.SessionNotification{SessionID: a.sessionID, Update: u})
+		protocol.SessionNotification{SessionID: a.sessionID, Update: update})
 	ctx.Send(a.session, &outbound{frame: Frame{Data: data, SessionID: a.sessionID}})
+	return update
 }
 
 func (a *toolActor) start(ctx actor.Context) {
@@ -132,28 +135,16 @@ func (a *toolActor) start(ctx actor.Context) {
 		a.complete(ctx, tools.Errorf(fmt.Sprintf("Invalid input for tool '%s': input must be a JSON object", a.call.name)))
 		return
 	}
-	if a.needsPermission() {
-		u := a.call.startUpdate(a.cwd)
-		u.SessionUpdate = ""
-		ctx.Send(a.session, &permissionAsk{toolName: a.call.name, toolCall: u, replyTo: ctx.Self()})
-		return
+	// The session decides from its mode and remembered decisions, and asks
+	// the client when needed.
+	u := a.call.startUpdate(a.cwd)
+	u.SessionUpdate = ""
+	outside := false
+	for _, l := range u.Locations {
+		outside = outside || !insideDir(a.cwd, l.Path)
 	}
-	a.run(ctx)
-}
-
-// needsPermission: read-only tools inside the session cwd run without asking;
-// everything else asks (the session answers remembered decisions itself).
-func (a *toolActor) needsPermission() bool {
-	if !a.call.tool.ReadOnly() {
-		return true
-	}
-	_, locs := a.call.tool.Describe(&tools.Env{Cwd: a.cwd}, a.call.input)
-	for _, l := range locs {
-		if !insideDir(a.cwd, l.Path) {
-			return true
-		}
-	}
-	return false
+	ctx.Send(a.session, &permissionAsk{toolName: a.call.name, kind: a.call.tool.Kind(), readOnly: a.call.tool.ReadOnly(),
+		outsideCwd: outside, toolCall: u, replyTo: ctx.Self()})
 }
 
 func insideDir(dir, path string) bool {
@@ -198,7 +189,7 @@ func (a *toolActor) complete(ctx actor.Context, res tools.Result) {
 	if u.RawOutput == nil {
 		u.RawOutput = map[string]any{"output": res.Output, "isError": res.IsError}
 	}
-	a.emit(ctx, u)
-	ctx.Send(ctx.Parent(), &toolDone{index: a.call.index, result: res})
+	display := a.emit(ctx, u)
+	ctx.Send(ctx.Parent(), &toolDone{index: a.call.index, result: res, display: display})
 	ctx.Stop(ctx.Self())
 }

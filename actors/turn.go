@@ -29,13 +29,26 @@ type (
 	// goroutinePanic is a panic recovered in a goroutine the actor owns; the
 	// actor re-raises it so supervision handles every crash the same way.
 	goroutinePanic struct{ p *panicError }
-	// toolDone is the result of the tool call at index.
+	// toolDone is the result of the tool call at index; display is the
+	// final tool_call_update the client saw, kept for replay.
 	toolDone struct {
 		index     int
 		result    tools.Result
+		display   protocol.RawMessage
 		cancelled bool
 	}
 )
+
+// turnOptions is what a session gives a new turn.
+type turnOptions struct {
+	sessionID string
+	cwd       string
+	model     string
+	history   []llm.Message
+	tools     *tools.Registry
+	// compactOnly runs /compact: summarise, no model answer.
+	compactOnly bool
+}
 
 func (*streamEvent) IgnoreDeadLetterLogging()    {}
 func (*streamEnd) IgnoreDeadLetterLogging()      {}
@@ -44,11 +57,12 @@ func (*toolDone) IgnoreDeadLetterLogging()       {}
 
 // pendingCall is a tool call being streamed or run.
 type pendingCall struct {
-	id   string
-	name string
-	args strings.Builder
-	done bool
-	res  tools.Result
+	id      string
+	name    string
+	args    strings.Builder
+	done    bool
+	res     tools.Result
+	display protocol.RawMessage
 }
 
 // turn runs the agent loop of one prompt: model call, tools, model call…
@@ -57,8 +71,19 @@ type turn struct {
 	sessionID string
 	cwd       string
 	model     string
+	tools     *tools.Registry
 	log       zerolog.Logger
 	messages  []llm.Message
+	// compacting is set while a summary call runs; compactOnly ends the
+	// turn after it (the /compact command).
+	compacting  bool
+	compactOnly bool
+	compactKeep int
+	compactFrom int
+	// compactedOnce: auto-compaction runs at most once per turn.
+	compactedOnce bool
+	// lastContext is the context size the last model call reported.
+	lastContext int64
 
 	ctx        context.Context
 	cancel     context.CancelFunc
@@ -83,14 +108,19 @@ type turn struct {
 	remaining int
 }
 
-func newTurn(deps *Deps, sessionID, cwd, model string, history []llm.Message) *turn {
+func newTurn(deps *Deps, o turnOptions) *turn {
+	if o.tools == nil {
+		o.tools = deps.Tools
+	}
 	return &turn{
-		deps:      deps,
-		sessionID: sessionID,
-		cwd:       cwd,
-		model:     model,
-		log:       deps.Log.With().Str("session", sessionID).Logger(),
-		messages:  history,
+		deps:        deps,
+		sessionID:   o.sessionID,
+		cwd:         o.cwd,
+		model:       o.model,
+		tools:       o.tools,
+		log:         deps.Log.With().Str("session", o.sessionID).Logger(),
+		messages:    o.history,
+		compactOnly: o.compactOnly,
 	}
 }
 
@@ -99,6 +129,13 @@ func (t *turn) Receive(ctx actor.Context) {
 	case *actor.Started:
 		t.deps.Metrics.RunningTurns.Add(1)
 		t.ctx, t.cancel = context.WithCancel(context.Background())
+		if t.compactOnly {
+			if !t.startCompaction(ctx, 1) {
+				t.emit(ctx, protocol.ChunkUpdate{SessionUpdate: protocol.UpdateAgentMessageChunk, Content: protocol.Text("Nothing to compact yet.")})
+				t.finish(ctx, protocol.StopEndTurn, nil)
+			}
+			return
+		}
 		t.callModel(ctx)
 	case *streamEvent:
 		if m.gen == t.gen && !t.ended {
@@ -147,6 +184,20 @@ func (t *turn) callModel(ctx actor.Context) {
 		t.finish(ctx, protocol.StopMaxTurnRequests, nil)
 		return
 	}
+	if t.needsCompaction() && t.startCompaction(ctx, 3) {
+		return
+	}
+	t.stream(ctx, &llm.Request{
+		Model:     t.model,
+		System:    t.systemPrompt(),
+		Messages:  t.messages,
+		Tools:     toolSpecs(t.tools),
+		MaxTokens: t.deps.Config.LLM.MaxTokens,
+	})
+}
+
+// stream starts one model call in a goroutine that feeds the actor.
+func (t *turn) stream(ctx actor.Context, req *llm.Request) {
 	t.modelCalls++
 	t.streaming = true
 	t.gen++
@@ -157,13 +208,6 @@ func (t *turn) callModel(ctx actor.Context) {
 	t.pending = nil
 	t.stop = ""
 
-	req := &llm.Request{
-		Model:     t.model,
-		System:    t.systemPrompt(),
-		Messages:  t.messages,
-		Tools:     toolSpecs(t.deps.Tools),
-		MaxTokens: t.deps.Config.LLM.MaxTokens,
-	}
 	gen, self, root, provider, runCtx := t.gen, ctx.Self(), ctx.ActorSystem().Root, t.deps.Provider, t.ctx
 	go func() {
 		defer func() {
@@ -194,9 +238,12 @@ func (t *turn) onEvent(ctx actor.Context, ev *llm.Event) {
 			return
 		}
 		t.text.WriteString(ev.Text)
+		if t.compacting {
+			return // the summary is not shown as it streams
+		}
 		t.emit(ctx, protocol.ChunkUpdate{SessionUpdate: protocol.UpdateAgentMessageChunk, Content: protocol.Text(ev.Text)})
 	case llm.EventThinkingDelta:
-		if ev.Text == "" {
+		if ev.Text == "" || t.compacting {
 			return
 		}
 		t.thinking.WriteString(ev.Text)
@@ -265,8 +312,18 @@ func (t *turn) record(ctx actor.Context, msg llm.Message) {
 
 func (t *turn) onStreamEnd(ctx actor.Context, err error) {
 	t.streaming = false
-	t.usage = t.usage.Add(t.pendingUsage)
+	callUsage := t.pendingUsage
+	t.usage = t.usage.Add(callUsage)
 	t.pendingUsage = llm.Usage{}
+	if t.compacting {
+		t.endCompaction(ctx, err)
+		return
+	}
+	if err == nil {
+		t.lastContext = callUsage.InputTokens + callUsage.OutputTokens
+		t.emit(ctx, protocol.UsageUpdate{SessionUpdate: protocol.UpdateUsage,
+			Used: callUsage.InputTokens + callUsage.OutputTokens, Size: int64(t.deps.contextWindow())})
+	}
 	if err != nil {
 		t.record(ctx, t.assistantMessage())
 		if errors.Is(err, context.Canceled) {
@@ -277,14 +334,16 @@ func (t *turn) onStreamEnd(ctx actor.Context, err error) {
 		return
 	}
 	msg := t.assistantMessage()
-	t.record(ctx, msg)
 	hasTools := false
-	for _, b := range msg.Content {
-		if b.Type == llm.BlockToolUse {
+	for i := range msg.Content {
+		if b := &msg.Content[i]; b.Type == llm.BlockToolUse {
 			hasTools = true
-			break
+			tool, _ := t.tools.Get(b.Name)
+			call := toolCall{id: b.ToolCallID, name: b.Name, input: b.Input, tool: tool}
+			b.Display = protocol.MustMarshal(call.startUpdate(t.cwd))
 		}
 	}
+	t.record(ctx, msg)
 	switch {
 	case hasTools:
 		t.runTools(ctx, msg)
@@ -322,9 +381,9 @@ func (t *turn) runTools(ctx actor.Context, msg llm.Message) {
 		idx := len(t.pending)
 		pc := &pendingCall{id: b.ToolCallID, name: b.Name}
 		t.pending = append(t.pending, pc)
-		tool, _ := t.deps.Tools.Get(b.Name)
+		tool, _ := t.tools.Get(b.Name)
 		call := toolCall{index: idx, id: b.ToolCallID, name: b.Name, input: b.Input, tool: tool}
-		t.emit(ctx, call.startUpdate(t.cwd))
+		t.emit(ctx, b.Display)
 		props := actor.PropsFromProducer(func() actor.Actor {
 			return newToolActor(t.deps, t.sessionID, t.cwd, session, call, t.ctx)
 		}, actor.WithReceiverMiddleware(keepStack))
@@ -343,7 +402,7 @@ func (t *turn) onToolDone(ctx actor.Context, m *toolDone) {
 		return
 	}
 	c := t.pending[m.index]
-	c.done, c.res = true, m.result
+	c.done, c.res, c.display = true, m.result, m.display
 	t.remaining--
 	if t.remaining > 0 {
 		return
@@ -351,7 +410,7 @@ func (t *turn) onToolDone(ctx actor.Context, m *toolDone) {
 	results := llm.Message{Role: llm.RoleTool}
 	for _, c := range t.pending {
 		results.Content = append(results.Content, llm.Block{Type: llm.BlockToolResult, ToolCallID: c.id,
-			Name: c.name, Text: c.res.Output, IsError: c.res.IsError})
+			Name: c.name, Text: c.res.Output, IsError: c.res.IsError, Display: c.display})
 	}
 	t.record(ctx, results)
 	t.callModel(ctx)

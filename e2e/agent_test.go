@@ -199,9 +199,22 @@ func (a *agent) errorOf(id float64) map[string]any {
 	return m["error"].(map[string]any)
 }
 
-// updatesBefore returns the session/update payloads written before the
-// answer to request id.
+// updatesBefore returns the content and tool updates written before the
+// answer to request id (bookkeeping updates — commands, session info, usage —
+// are left out; allUpdatesBefore has them).
 func (a *agent) updatesBefore(id float64) []map[string]any {
+	var out []map[string]any
+	for _, u := range a.allUpdatesBefore(id) {
+		switch u["sessionUpdate"] {
+		case "available_commands_update", "session_info_update", "usage_update":
+		default:
+			out = append(out, u)
+		}
+	}
+	return out
+}
+
+func (a *agent) allUpdatesBefore(id float64) []map[string]any {
 	idx, _ := a.waitFor("response", func(m map[string]any) bool { return m["id"] == id && m["method"] == nil })
 	var out []map[string]any
 	for _, m := range a.messages()[:idx] {
@@ -210,6 +223,15 @@ func (a *agent) updatesBefore(id float64) []map[string]any {
 		}
 	}
 	return out
+}
+
+// isChunk matches an agent_message_chunk notification.
+func isChunk(m map[string]any) bool {
+	if m["method"] != "session/update" {
+		return false
+	}
+	u, _ := m["params"].(map[string]any)["update"].(map[string]any)
+	return u["sessionUpdate"] == "agent_message_chunk"
 }
 
 // serverRequest waits for the n-th (0-based) server request of a method.

@@ -54,6 +54,10 @@ type Block struct {
 	Name       string          `json:"name,omitempty"`
 	Input      json.RawMessage `json:"input,omitempty"`
 	IsError    bool            `json:"isError,omitempty"`
+	// Display is what the client was shown for this block (the ACP
+	// tool_call / final tool_call_update), replayed verbatim by session/load.
+	// Providers never send it to a model.
+	Display json.RawMessage `json:"display,omitempty"`
 }
 
 // Message is one conversation message.
@@ -126,7 +130,12 @@ type Event struct {
 	StopReason StopReason
 }
 
-// Usage counts tokens of one model call.
+// Usage counts tokens of one model call. InputTokens counts every prompt
+// token, cached ones included (for Anthropic: input_tokens +
+// cache_read_input_tokens + cache_creation_input_tokens), so InputTokens +
+// OutputTokens is the context the call used. CachedReadTokens and
+// CachedWriteTokens are the cached parts of InputTokens; ThoughtTokens is the
+// reasoning part of OutputTokens.
 type Usage struct {
 	InputTokens       int64
 	OutputTokens      int64
@@ -172,6 +181,14 @@ func (e *APIError) IsAuth() bool { return e.Status == 401 || e.Status == 403 }
 
 // ErrNoCredentials means no API key is configured for the provider.
 var ErrNoCredentials = errors.New("no API key configured")
+
+// ErrStreamInterrupted wraps failures of a response stream that had started:
+// a dropped connection, a stream that ended early or went idle.
+var ErrStreamInterrupted = errors.New("stream interrupted")
+
+// ErrIdleTimeout means the model server sent nothing for RetryPolicy.IdleTimeout.
+// Errors carrying it also carry ErrStreamInterrupted.
+var ErrIdleTimeout = errors.New("model server sent nothing for too long")
 
 // IsAuthError reports errors that map to ACP "Authentication required".
 func IsAuthError(err error) bool {

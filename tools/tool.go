@@ -126,7 +126,9 @@ var extra []Tool
 // add tools (e.g. one that panics) that the shipped binary does not have.
 func RegisterExtra(t Tool) { extra = append(extra, t) }
 
-// Default returns the registry of built-in tools plus registered extras.
+// Default returns the registry of built-in tools plus registered extras
+// (an extra with a built-in's name replaces it).
 func Default() *Registry {
-	return NewRegistry(extra...)
+	ts := append(Builtin(), extra...)
+	return NewRegistry(ts...)
 }

@@ -7,12 +7,15 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/rs/zerolog"
 
 	"github.com/iac-code/iac-code/actors"
 	"github.com/iac-code/iac-code/llm"
+	"github.com/iac-code/iac-code/store"
 	"github.com/iac-code/iac-code/tools"
 	"github.com/iac-code/iac-code/transport/stdio"
 )
@@ -49,7 +52,11 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
-	srv := actors.NewServer(actors.Deps{Config: cfg, Provider: provider, Tools: tools.Default(), Log: log})
+	sessions, err := store.New(cfg.Home, store.WithLogger(log))
+	if err != nil {
+		return fmt.Errorf("session store: %w", err)
+	}
+	srv := actors.NewServer(actors.Deps{Config: cfg, Provider: provider, Tools: tools.Default(), Store: sessions, Log: log})
 	defer srv.Shutdown()
 
 	switch *transport {
@@ -78,5 +85,20 @@ func loadConfig() (actors.Config, error) {
 		}
 		home = filepath.Join(dir, ".iac-code")
 	}
-	return actors.Config{Version: version, Home: home, LLM: llm.ConfigFromEnv()}, nil
+	cfg := actors.Config{Version: version, Home: home, LLM: llm.ConfigFromEnv(), SessionIdle: time.Hour}
+	if v := os.Getenv("IAC_CODE_SESSION_IDLE"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return cfg, fmt.Errorf("IAC_CODE_SESSION_IDLE: %w", err)
+		}
+		cfg.SessionIdle = d
+	}
+	if v := os.Getenv("IAC_CODE_CONTEXT_WINDOW"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			return cfg, fmt.Errorf("IAC_CODE_CONTEXT_WINDOW: want a positive number of tokens, got %q", v)
+		}
+		cfg.LLM.ContextWindow = n
+	}
+	return cfg, nil
 }

@@ -1,0 +1,156 @@
+package actors
+
+import (
+	"strings"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/iac-code/iac-code/protocol"
+	"github.com/iac-code/iac-code/store"
+	"github.com/iac-code/iac-code/tools"
+)
+
+// Permission decisions belong to the session actor: it knows the mode and
+// the remembered decisions, and asks the client one request at a time.
+
+const permissionDenied = "Permission denied."
+
+var permissionOptions = []protocol.PermissionOption{
+	{OptionID: protocol.AllowOnce, Name: "Allow once", Kind: protocol.AllowOnce},
+	{OptionID: protocol.AllowAlways, Name: "Always allow this tool in this session", Kind: protocol.AllowAlways},
+	{OptionID: protocol.RejectOnce, Name: "Reject", Kind: protocol.RejectOnce},
+	{OptionID: protocol.RejectAlways, Name: "Always reject this tool in this session", Kind: protocol.RejectAlways},
+}
+
+// decidePermission applies the session policy: plan mode runs read-only tools
+// only; read-only tools inside the cwd never ask; remembered decisions
+// answer at once; bypass never asks; accept_edits lets file edits through.
+func (s *session) decidePermission(ctx actor.Context, a *permissionAsk) {
+	allow := func() { ctx.Send(a.replyTo, &permissionDecision{allow: true}) }
+	deny := func(reason string) { ctx.Send(a.replyTo, &permissionDecision{reason: reason}) }
+	switch {
+	case s.meta.Mode == "plan" && !a.readOnly:
+		deny("Tool '" + a.toolName + "' is not available in plan mode (read-only tools only).")
+	case a.readOnly && !a.outsideCwd:
+		allow()
+	case s.meta.Permissions[a.toolName] == store.Allow:
+		allow()
+	case s.meta.Permissions[a.toolName] == store.Deny:
+		deny(permissionDenied)
+	case s.meta.Mode == "bypass":
+		allow()
+	case s.meta.Mode == "accept_edits" && a.kind == tools.KindEdit:
+		allow()
+	case s.permActive != nil:
+		s.permQueue = append(s.permQueue, a)
+	default:
+		s.askClient(ctx, a)
+	}
+}
+
+func (s *session) askClient(ctx actor.Context, a *permissionAsk) {
+	s.permActive = a
+	ctx.Send(s.conn, &outboundRequest{
+		sessionID: s.id,
+		method:    protocol.MethodRequestPermission,
+		params: protocol.RequestPermissionRequest{
+			SessionID: s.id,
+			ToolCall:  a.toolCall,
+			Options:   permissionOptions,
+		},
+		replyTo: ctx.Self(),
+		tag:     a,
+	})
+}
+
+// permissionOutcome reads both the schema answer
+// {"outcome":{"outcome":"selected","optionId":…}} and the specification's
+// legacy {"outcome":"allowed","option_id":…} / {"outcome":"denied"}. The
+// decision follows the kind of the selected option, never "selected" alone.
+func permissionOutcome(result protocol.RawMessage) (kind string, cancelled bool) {
+	var r struct {
+		Outcome  protocol.RawMessage `json:"outcome"`
+		OptionID string              `json:"option_id"`
+	}
+	if protocol.Unmarshal(result, &r) != nil || len(r.Outcome) == 0 {
+		return protocol.RejectOnce, false
+	}
+	var legacy string
+	if protocol.Unmarshal(r.Outcome, &legacy) == nil {
+		switch legacy {
+		case "allowed":
+			if optionKind(r.OptionID) == protocol.AllowAlways {
+				return protocol.AllowAlways, false
+			}
+			return protocol.AllowOnce, false
+		case "cancelled":
+			return "", true
+		}
+		return protocol.RejectOnce, false
+	}
+	var o struct {
+		Outcome  string `json:"outcome"`
+		OptionID string `json:"optionId"`
+	}
+	if protocol.Unmarshal(r.Outcome, &o) != nil {
+		return protocol.RejectOnce, false
+	}
+	if o.Outcome == "cancelled" {
+		return "", true
+	}
+	if k := optionKind(o.OptionID); k != "" {
+		return k, false
+	}
+	return protocol.RejectOnce, false
+}
+
+func optionKind(optionID string) string {
+	for _, o := range permissionOptions {
+		if o.OptionID == optionID {
+			return o.Kind
+		}
+	}
+	return ""
+}
+
+func (s *session) permissionAnswered(ctx actor.Context, m *clientAnswer) {
+	a, ok := m.tag.(*permissionAsk)
+	if !ok || a != s.permActive {
+		return // an answer for a turn that has ended
+	}
+	s.permActive = nil
+	d := permissionDecision{reason: permissionDenied}
+	if m.err != nil {
+		s.log.Warn().Int("code", m.err.Code).Str("message", m.err.Message).Msg("permission request failed; treating as reject")
+	} else {
+		kind, cancelled := permissionOutcome(m.result)
+		d.cancelled = cancelled
+		d.allow = strings.HasPrefix(kind, "allow_")
+		switch kind {
+		case protocol.AllowAlways:
+			s.remember(a.toolName, store.Allow)
+		case protocol.RejectAlways:
+			s.remember(a.toolName, store.Deny)
+		}
+	}
+	ctx.Send(a.replyTo, &d)
+	// Queued asks may now be answered by what was just remembered.
+	queue := s.permQueue
+	s.permQueue = nil
+	for _, next := range queue {
+		s.decidePermission(ctx, next)
+	}
+}
+
+func (s *session) remember(tool string, d store.Decision) {
+	if s.meta.Permissions == nil {
+		s.meta.Permissions = map[string]store.Decision{}
+	}
+	s.meta.Permissions[tool] = d
+	s.saveMeta()
+}
+
+func (s *session) dropPermissionAsks() {
+	s.permQueue = nil
+	s.permActive = nil
+}

@@ -1,0 +1,133 @@
+package tools
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+)
+
+// NameAgent is the agent tool's name.
+const NameAgent = "agent"
+
+// Sub-agent types accepted by the agent tool.
+const (
+	SubagentGeneralPurpose = "general-purpose"
+	SubagentExplore        = "explore"
+	SubagentPlan           = "plan"
+)
+
+// SubagentTypes lists the accepted subagent_type values.
+var SubagentTypes = []string{SubagentGeneralPurpose, SubagentExplore, SubagentPlan}
+
+// Agent starts a sub-agent. Its turn is run by the actor layer: this type
+// only describes and validates the call (see ParseAgentInput and
+// SubagentTools); its Run reports that the actor runtime is required.
+type Agent struct{}
+
+func (Agent) Name() string { return NameAgent }
+func (Agent) Description() string {
+	return "Start a sub-agent that works on a task on its own and returns its final answer. Use it for broad searches " +
+		"or multi-step work whose intermediate output would clutter this conversation. subagent_type: " +
+		"`explore` (read-only tools plus bash; for finding and understanding code), `plan` (read-only tools; for " +
+		"designing an approach without changing anything), `general-purpose` (all tools except agent). The prompt " +
+		"must be self-contained: the sub-agent does not see this conversation. description is a short (3-5 word) label."
+}
+func (Agent) Schema() json.RawMessage {
+	return json.RawMessage(`{"type":"object","properties":{` +
+		`"prompt":{"type":"string","description":"The complete task for the sub-agent"},` +
+		`"description":{"type":"string","description":"A short (3-5 word) label for the task"},` +
+		`"subagent_type":{"type":"string","enum":["general-purpose","explore","plan"],"description":"Which kind of sub-agent (and tool set) to use"}},` +
+		`"required":["prompt","description","subagent_type"],"additionalProperties":false}`)
+}
+func (Agent) Kind() Kind     { return KindExecute }
+func (Agent) ReadOnly() bool { return false }
+
+func (Agent) Describe(_ *Env, input json.RawMessage) (string, []Location) {
+	d := looseString(looseFields(input), "description")
+	if d == "" {
+		return "Agent", nil
+	}
+	return "Agent: " + truncateRunes(oneLine(d), 80), nil
+}
+
+func (Agent) Run(_ context.Context, _ *Env, input json.RawMessage) Result {
+	if _, err := ParseAgentInput(input); err != nil {
+		return Errorf(err.Error())
+	}
+	return Errorf("agent tool requires the actor runtime")
+}
+
+// AgentInput is the validated input of the agent tool.
+type AgentInput struct {
+	Prompt       string `json:"prompt"`
+	Description  string `json:"description"`
+	SubagentType string `json:"subagent_type"`
+}
+
+type agentInputJSON struct {
+	Prompt       *string `json:"prompt"`
+	Description  *string `json:"description"`
+	SubagentType *string `json:"subagent_type"`
+}
+
+// ParseAgentInput validates the agent tool's input. The error's text is the
+// complete message for the model ("Invalid input for tool 'agent': …"), so
+// the actor layer can return tools.Errorf(err.Error()).
+func ParseAgentInput(input json.RawMessage) (AgentInput, error) {
+	var in agentInputJSON
+	fail := func(reason string) (AgentInput, error) {
+		return AgentInput{}, errors.New(invalidInputMessage(NameAgent, reason))
+	}
+	if err := decodeInput(input, &in); err != nil {
+		return fail(err.Error())
+	}
+	if err := requireString("prompt", in.Prompt); err != nil {
+		return fail(err.Error())
+	}
+	if err := requireString("description", in.Description); err != nil {
+		return fail(err.Error())
+	}
+	if in.SubagentType == nil {
+		return fail("missing required field 'subagent_type'")
+	}
+	if !validSubagentType(*in.SubagentType) {
+		return fail(fmt.Sprintf("field 'subagent_type' must be one of general-purpose, explore, plan; got %q", *in.SubagentType))
+	}
+	return AgentInput{Prompt: *in.Prompt, Description: *in.Description, SubagentType: *in.SubagentType}, nil
+}
+
+func validSubagentType(s string) bool {
+	for _, t := range SubagentTypes {
+		if s == t {
+			return true
+		}
+	}
+	return false
+}
+
+// SubagentTools returns the tools a sub-agent of the given type may use,
+// taken from reg: explore = the read-only tools plus bash; plan = the
+// read-only tools; general-purpose = every tool but agent (sub-agents do not
+// start sub-agents). ReadOnly() decides what is read-only, so registered
+// extras are sorted the same way.
+func SubagentTools(reg *Registry, subagentType string) (*Registry, error) {
+	var keep func(Tool) bool
+	switch subagentType {
+	case SubagentGeneralPurpose:
+		keep = func(Tool) bool { return true }
+	case SubagentExplore:
+		keep = func(t Tool) bool { return t.ReadOnly() || t.Name() == NameBash }
+	case SubagentPlan:
+		keep = func(t Tool) bool { return t.ReadOnly() }
+	default:
+		return nil, fmt.Errorf("unknown subagent type %q (want general-purpose, explore or plan)", subagentType)
+	}
+	var out []Tool
+	for _, t := range reg.List() {
+		if t.Name() != NameAgent && keep(t) {
+			out = append(out, t)
+		}
+	}
+	return NewRegistry(out...), nil
+}

@@ -1,0 +1,115 @@
+package tools
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"unicode/utf8"
+)
+
+// NameEditFile is the edit_file tool's name.
+const NameEditFile = "edit_file"
+
+// EditFile replaces one exact occurrence of a string in a file.
+type EditFile struct{ Limits Limits }
+
+func (EditFile) Name() string { return NameEditFile }
+func (EditFile) Description() string {
+	return "Edit a file by replacing exactly one occurrence of old_string with new_string. old_string must match the " +
+		"file's text exactly (including whitespace and indentation) and occur exactly once: include enough surrounding " +
+		"lines to make it unique. Read the file first. To create a file use write_file."
+}
+func (EditFile) Schema() json.RawMessage {
+	return json.RawMessage(`{"type":"object","properties":{` +
+		`"path":{"type":"string","description":"File to edit"},` +
+		`"old_string":{"type":"string","description":"Exact text to replace; must occur exactly once in the file"},` +
+		`"new_string":{"type":"string","description":"Replacement text (must differ from old_string)"}},` +
+		`"required":["path","old_string","new_string"],"additionalProperties":false}`)
+}
+func (EditFile) Kind() Kind     { return KindEdit }
+func (EditFile) ReadOnly() bool { return false }
+
+func (EditFile) Describe(env *Env, input json.RawMessage) (string, []Location) {
+	p := looseString(looseFields(input), "path")
+	if p == "" {
+		return "Edit file", nil
+	}
+	abs := ResolvePath(env, p)
+	return "Edit " + displayPath(env, abs), []Location{{Path: abs}}
+}
+
+type editFileInput struct {
+	Path      *string `json:"path"`
+	OldString *string `json:"old_string"`
+	NewString *string `json:"new_string"`
+}
+
+func (EditFile) Run(ctx context.Context, env *Env, input json.RawMessage) Result {
+	var in editFileInput
+	if err := decodeInput(input, &in); err != nil {
+		return InvalidInput(NameEditFile, err.Error())
+	}
+	if err := requireString("path", in.Path); err != nil {
+		return InvalidInput(NameEditFile, err.Error())
+	}
+	if in.OldString == nil {
+		return InvalidInput(NameEditFile, "missing required field 'old_string'")
+	}
+	if *in.OldString == "" {
+		return InvalidInput(NameEditFile, "field 'old_string' must not be empty (use write_file to create a file)")
+	}
+	if in.NewString == nil {
+		return InvalidInput(NameEditFile, "missing required field 'new_string'")
+	}
+	if *in.OldString == *in.NewString {
+		return InvalidInput(NameEditFile, "old_string and new_string are identical; nothing to change")
+	}
+	if ctx.Err() != nil {
+		return Errorf("edit_file cancelled")
+	}
+	abs := ResolvePath(env, *in.Path)
+	shown := displayPath(env, abs)
+	f, err := openRegular(abs, shown)
+	if err != nil {
+		return Errorf(err.Error())
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return Errorf(fmt.Sprintf("Cannot read %s: %v", shown, err))
+	}
+	data, err := io.ReadAll(f)
+	f.Close()
+	if err != nil {
+		return Errorf(fmt.Sprintf("Cannot read %s: %v", shown, err))
+	}
+	old := string(data)
+	if strings.IndexByte(old, 0) >= 0 || !utf8.ValidString(old) {
+		return Errorf(fmt.Sprintf("Cannot edit %s: it is a binary file", shown))
+	}
+	switch n := strings.Count(old, *in.OldString); n {
+	case 1:
+	case 0:
+		return Errorf(fmt.Sprintf("old_string not found in %s (it must match the file's text exactly, including whitespace)", shown))
+	default:
+		return Errorf(fmt.Sprintf("old_string matches %d times in %s; provide more context to make it unique", n, shown))
+	}
+	updated := strings.Replace(old, *in.OldString, *in.NewString, 1)
+	if err := os.WriteFile(abs, []byte(updated), fi.Mode().Perm()); err != nil {
+		return Errorf(fmt.Sprintf("Cannot write %s: %v", shown, err))
+	}
+	line := strings.Count(old[:strings.Index(old, *in.OldString)], "\n") + 1
+	return Result{
+		Output: fmt.Sprintf("Edited %s: replaced %s with %s at line %d (the file now has %d lines)",
+			shown, nLines(*in.OldString), nLines(*in.NewString), line, countLines(updated)),
+		Diff: &Diff{Path: abs, OldText: &old, NewText: updated},
+	}
+}
+
+func nLines(s string) string {
+	n := countLines(s)
+	return fmt.Sprintf("%d %s", n, plural(n, "line", "lines"))
+}
