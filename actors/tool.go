@@ -8,6 +8,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/iac-code/iac-code/llm"
 	"github.com/iac-code/iac-code/protocol"
 	"github.com/iac-code/iac-code/tools"
 )
@@ -16,9 +17,12 @@ import (
 type (
 	// toolRan is the outcome of the tool's goroutine.
 	toolRan struct{ result tools.Result }
+	// toolProgress is new output of a running tool (bash), already rate-limited.
+	toolProgress struct{ text string }
 )
 
-func (*toolRan) IgnoreDeadLetterLogging() {}
+func (*toolRan) IgnoreDeadLetterLogging()      {}
+func (*toolProgress) IgnoreDeadLetterLogging() {}
 
 // toolCall is one tool invocation requested by the model.
 type toolCall struct {
@@ -75,15 +79,72 @@ type toolActor struct {
 	deps      *Deps
 	sessionID string
 	cwd       string
+	model     string
 	session   *actor.PID
 	call      toolCall
 	parentCtx context.Context
 	cancel    context.CancelFunc
 	done      bool
+	// Sub-agent state (the agent tool runs a child turn).
+	subTurn     *actor.PID
+	subMessages []llm.Message
+	subUsage    llm.Usage
 }
 
-func newToolActor(deps *Deps, sessionID, cwd string, session *actor.PID, call toolCall, parentCtx context.Context) *toolActor {
-	return &toolActor{deps: deps, sessionID: sessionID, cwd: cwd, session: session, call: call, parentCtx: parentCtx}
+// subagentMaxCalls bounds the model calls of one sub-agent run.
+const subagentMaxCalls = 30
+
+// startSubagent runs the agent tool: a child turn with a restricted tool
+// set. Its tool calls reach the client like the parent's (they are sent to
+// the session), its permission requests too; its text is not streamed, the
+// final answer becomes this tool's result. Stopping this actor (cancel of the
+// parent turn) stops the child turn.
+func (a *toolActor) startSubagent(ctx actor.Context) {
+	in, err := tools.ParseAgentInput(a.call.input)
+	if err != nil {
+		a.complete(ctx, tools.Errorf(err.Error()))
+		return
+	}
+	reg, err := tools.SubagentTools(a.deps.Tools, in.SubagentType)
+	if err != nil {
+		a.complete(ctx, tools.Errorf(err.Error()))
+		return
+	}
+	opts := turnOptions{
+		sessionID: a.sessionID, cwd: a.cwd, model: a.model, tools: reg, session: a.session,
+		history:  []llm.Message{{Role: llm.RoleUser, Content: []llm.Block{{Type: llm.BlockText, Text: in.Prompt}}}},
+		subagent: in.SubagentType, maxCalls: subagentMaxCalls,
+	}
+	props := actor.PropsFromProducer(func() actor.Actor { return newTurn(a.deps, opts) },
+		actor.WithReceiverMiddleware(keepStack), actor.WithSupervisor(reportAndStop{}))
+	a.subTurn = ctx.Spawn(props)
+}
+
+func (a *toolActor) subagentFinished(ctx actor.Context, m *turnFinished) {
+	a.subUsage = m.usage
+	var answer string
+	for i := len(a.subMessages) - 1; i >= 0 && answer == ""; i-- {
+		if a.subMessages[i].Role == llm.RoleAssistant {
+			answer = a.subMessages[i].TextOf()
+		}
+	}
+	switch {
+	case m.err != nil:
+		a.complete(ctx, tools.Errorf("Sub-agent failed: "+m.err.Message))
+	case m.stopReason == protocol.StopCancelled:
+		a.complete(ctx, tools.Errorf("Sub-agent cancelled."))
+	case answer == "":
+		a.complete(ctx, tools.Errorf("Sub-agent ended ("+m.stopReason+") without an answer."))
+	default:
+		if m.stopReason != protocol.StopEndTurn {
+			answer += "\n\n[sub-agent stopped: " + m.stopReason + "]"
+		}
+		a.complete(ctx, tools.Result{Output: answer})
+	}
+}
+
+func newToolActor(deps *Deps, sessionID, cwd, model string, session *actor.PID, call toolCall, parentCtx context.Context) *toolActor {
+	return &toolActor{deps: deps, sessionID: sessionID, cwd: cwd, model: model, session: session, call: call, parentCtx: parentCtx}
 }
 
 func (a *toolActor) Receive(ctx actor.Context) {
@@ -106,8 +167,22 @@ func (a *toolActor) Receive(ctx actor.Context) {
 		}
 	case *toolRan:
 		a.complete(ctx, m.result)
+	case *toolProgress:
+		if !a.done {
+			text := protocol.Text(m.text)
+			a.emit(ctx, protocol.ToolCallUpdate{Content: []protocol.ToolCallContent{{Type: "content", Content: &text}}})
+		}
 	case *goroutinePanic:
 		a.complete(ctx, tools.Errorf(fmt.Sprintf("Tool %s crashed: %v", a.call.name, m.p.value)))
+	// A sub-agent's turn reports to this actor as a turn reports to its session.
+	case *outbound:
+		ctx.Send(a.session, m)
+	case *messageDone:
+		a.subMessages = append(a.subMessages, m.msg)
+	case *turnFinished:
+		a.subagentFinished(ctx, m)
+	case *childCrashed:
+		a.complete(ctx, tools.Errorf(fmt.Sprintf("Sub-agent crashed: %v", m.reason.value)))
 	case *actor.Stopping:
 		if a.cancel != nil {
 			a.cancel()
@@ -140,8 +215,10 @@ func (a *toolActor) start(ctx actor.Context) {
 	u := a.call.startUpdate(a.cwd)
 	u.SessionUpdate = ""
 	outside := false
+	spill := filepath.Join(a.deps.Config.Home, "tool-outputs")
 	for _, l := range u.Locations {
-		outside = outside || !insideDir(a.cwd, l.Path)
+		// Spilled outputs are ours to read back without asking.
+		outside = outside || !(insideDir(a.cwd, l.Path) || (a.deps.Config.Home != "" && insideDir(spill, l.Path)))
 	}
 	ctx.Send(a.session, &permissionAsk{toolName: a.call.name, kind: a.call.tool.Kind(), readOnly: a.call.tool.ReadOnly(),
 		outsideCwd: outside, toolCall: u, replyTo: ctx.Self()})
@@ -154,10 +231,16 @@ func insideDir(dir, path string) bool {
 
 func (a *toolActor) run(ctx actor.Context) {
 	a.emit(ctx, protocol.ToolCallUpdate{Status: protocol.ToolInProgress})
+	if a.call.name == tools.NameAgent {
+		a.startSubagent(ctx)
+		return
+	}
 	runCtx, cancel := context.WithCancel(a.parentCtx)
 	a.cancel = cancel
 	self, root, tool, input := ctx.Self(), ctx.ActorSystem().Root, a.call.tool, a.call.input
-	env := &tools.Env{Cwd: a.cwd, Home: a.deps.Config.Home}
+	env := &tools.Env{Cwd: a.cwd, Home: a.deps.Config.Home, Progress: func(text string) {
+		root.Send(self, &toolProgress{text: text})
+	}}
 	go func() {
 		defer func() {
 			if r := recover(); r != nil {
@@ -174,6 +257,9 @@ func (a *toolActor) complete(ctx actor.Context, res tools.Result) {
 		return
 	}
 	a.done = true
+	// The model and the client get the same bounded text; the whole output
+	// is spilled to a file under the state root.
+	res = tools.Bound(res, a.deps.Config.Home, 0)
 	u := protocol.ToolCallUpdate{Status: protocol.ToolCompleted, RawOutput: res.Raw}
 	if res.IsError {
 		u.Status = protocol.ToolFailed
@@ -187,9 +273,10 @@ func (a *toolActor) complete(ctx actor.Context, res tools.Result) {
 		u.Content = append(u.Content, protocol.ToolCallContent{Type: "diff", Path: res.Diff.Path, OldText: res.Diff.OldText, NewText: &newText})
 	}
 	if u.RawOutput == nil {
-		u.RawOutput = map[string]any{"output": res.Output, "isError": res.IsError}
+		// The text is already in content; rawOutput stays small.
+		u.RawOutput = map[string]any{"isError": res.IsError, "outputChars": len(res.Output)}
 	}
 	display := a.emit(ctx, u)
-	ctx.Send(ctx.Parent(), &toolDone{index: a.call.index, result: res, display: display})
+	ctx.Send(ctx.Parent(), &toolDone{index: a.call.index, result: res, display: display, usage: a.subUsage})
 	ctx.Stop(ctx.Self())
 }

@@ -36,6 +36,8 @@ type (
 		result    tools.Result
 		display   protocol.RawMessage
 		cancelled bool
+		// usage of a sub-agent run, counted in the turn's usage.
+		usage llm.Usage
 	}
 )
 
@@ -48,6 +50,13 @@ type turnOptions struct {
 	tools     *tools.Registry
 	// compactOnly runs /compact: summarise, no model answer.
 	compactOnly bool
+	// session receives tool actors' updates and permission asks (default:
+	// the parent; a sub-agent's parent is its agent tool actor).
+	session *actor.PID
+	// subagent names the sub-agent type; its text is not streamed.
+	subagent string
+	// maxCalls overrides Config.MaxTurnRequests when > 0.
+	maxCalls int
 }
 
 func (*streamEvent) IgnoreDeadLetterLogging()    {}
@@ -80,6 +89,9 @@ type turn struct {
 	compactOnly bool
 	compactKeep int
 	compactFrom int
+	session     *actor.PID
+	subagent    string
+	maxCalls    int
 	// compactedOnce: auto-compaction runs at most once per turn.
 	compactedOnce bool
 	// lastContext is the context size the last model call reported.
@@ -121,6 +133,9 @@ func newTurn(deps *Deps, o turnOptions) *turn {
 		log:         deps.Log.With().Str("session", o.sessionID).Logger(),
 		messages:    o.history,
 		compactOnly: o.compactOnly,
+		session:     o.session,
+		subagent:    o.subagent,
+		maxCalls:    o.maxCalls,
 	}
 }
 
@@ -174,13 +189,22 @@ func (t *turn) emit(ctx actor.Context, update any) {
 }
 
 func (t *turn) systemPrompt() string {
-	return "You are iac-code, an AI coding agent working for a developer through their editor.\n" +
+	prompt := "You are iac-code, an AI coding agent working for a developer through their editor.\n" +
 		"Working directory: " + t.cwd + "\n" +
 		"Use the tools to inspect and change files; paths are relative to the working directory unless absolute."
+	if t.subagent != "" {
+		prompt += "\nYou are a " + t.subagent + " sub-agent: do the task you were given with the tools you have, " +
+			"then answer with a complete, self-contained report; nobody sees your intermediate text."
+	}
+	return prompt
 }
 
 func (t *turn) callModel(ctx actor.Context) {
-	if t.modelCalls >= t.deps.Config.MaxTurnRequests {
+	limit := t.deps.Config.MaxTurnRequests
+	if t.maxCalls > 0 {
+		limit = t.maxCalls
+	}
+	if t.modelCalls >= limit {
 		t.finish(ctx, protocol.StopMaxTurnRequests, nil)
 		return
 	}
@@ -238,12 +262,12 @@ func (t *turn) onEvent(ctx actor.Context, ev *llm.Event) {
 			return
 		}
 		t.text.WriteString(ev.Text)
-		if t.compacting {
-			return // the summary is not shown as it streams
+		if t.compacting || t.subagent != "" {
+			return // summaries and sub-agent text are not streamed
 		}
 		t.emit(ctx, protocol.ChunkUpdate{SessionUpdate: protocol.UpdateAgentMessageChunk, Content: protocol.Text(ev.Text)})
 	case llm.EventThinkingDelta:
-		if ev.Text == "" || t.compacting {
+		if ev.Text == "" || t.compacting || t.subagent != "" {
 			return
 		}
 		t.thinking.WriteString(ev.Text)
@@ -319,7 +343,7 @@ func (t *turn) onStreamEnd(ctx actor.Context, err error) {
 		t.endCompaction(ctx, err)
 		return
 	}
-	if err == nil {
+	if err == nil && t.subagent == "" {
 		t.lastContext = callUsage.InputTokens + callUsage.OutputTokens
 		t.emit(ctx, protocol.UsageUpdate{SessionUpdate: protocol.UpdateUsage,
 			Used: callUsage.InputTokens + callUsage.OutputTokens, Size: int64(t.deps.contextWindow())})
@@ -373,7 +397,10 @@ func (t *turn) failModel(ctx actor.Context, err error) {
 func (t *turn) runTools(ctx actor.Context, msg llm.Message) {
 	t.pending = t.pending[:0]
 	t.toolPIDs = map[string]int{}
-	session := ctx.Parent()
+	session := t.session
+	if session == nil {
+		session = ctx.Parent()
+	}
 	for _, b := range msg.Content {
 		if b.Type != llm.BlockToolUse {
 			continue
@@ -385,7 +412,7 @@ func (t *turn) runTools(ctx actor.Context, msg llm.Message) {
 		call := toolCall{index: idx, id: b.ToolCallID, name: b.Name, input: b.Input, tool: tool}
 		t.emit(ctx, b.Display)
 		props := actor.PropsFromProducer(func() actor.Actor {
-			return newToolActor(t.deps, t.sessionID, t.cwd, session, call, t.ctx)
+			return newToolActor(t.deps, t.sessionID, t.cwd, t.model, session, call, t.ctx)
 		}, actor.WithReceiverMiddleware(keepStack))
 		pid := ctx.Spawn(props)
 		t.toolPIDs[pid.Id] = idx
@@ -403,6 +430,7 @@ func (t *turn) onToolDone(ctx actor.Context, m *toolDone) {
 	}
 	c := t.pending[m.index]
 	c.done, c.res, c.display = true, m.result, m.display
+	t.usage = t.usage.Add(m.usage)
 	t.remaining--
 	if t.remaining > 0 {
 		return

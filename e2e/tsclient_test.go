@@ -122,3 +122,50 @@ var _ = Describe("stdio transport with the TypeScript SDK client", Label("e2e", 
 		Expect(run.Result["rejected"]).To(HaveKeyWithValue("data", map[string]any{"session_id": "Session not found"}))
 	})
 })
+
+var _ = Describe("tools and permissions with the TypeScript SDK client", Label("e2e", "node"), func() {
+	var (
+		fake *llmtest.Server
+		cwd  string
+	)
+	BeforeEach(func() {
+		fake = llmtest.NewServer()
+		DeferCleanup(fake.Close)
+		cwd = GinkgoT().TempDir()
+	})
+
+	DescribeTable("answers session/request_permission for a write",
+		func(mode string, written bool) {
+			fake.Script(toolCallReply("w1", "write_file", map[string]any{"path": "ts.txt", "content": "from ts\n"}), llmtest.Reply{Text: "done"})
+			run := runTSClient(agentEnv(fake), stdioArgs("permission", cwd, "--permission", mode)...)
+			Expect(run.PermissionRequests).To(HaveLen(1))
+			Expect(run.Result["prompts"]).To(ContainElement(HaveKeyWithValue("stopReason", "end_turn")))
+			if written {
+				Expect(filepath.Join(cwd, "ts.txt")).To(BeAnExistingFile())
+				Expect(lastOf(toolUpdates(run.Updates, "w1"))["content"]).To(ContainElement(HaveKeyWithValue("type", "diff")))
+			} else {
+				Expect(filepath.Join(cwd, "ts.txt")).NotTo(BeAnExistingFile())
+				Expect(toolResultFor(fake, "w1")).To(Equal("Permission denied."))
+			}
+		},
+		Entry("allow_once", "allow_once", true),
+		Entry("reject_once", "reject_once", false),
+		Entry("legacy allowed", "legacy-allowed", true),
+		Entry("legacy denied", "legacy-denied", false),
+	)
+
+	It("does not ask again after allow_always", func() {
+		fake.Script(toolCallReply("w1", "write_file", map[string]any{"path": "a.txt", "content": "1"}), llmtest.Reply{Text: "one"},
+			toolCallReply("w2", "write_file", map[string]any{"path": "b.txt", "content": "2"}), llmtest.Reply{Text: "two"})
+		run := runTSClient(agentEnv(fake), stdioArgs("permission", cwd, "--permission", "allow_always", "--prompts", "2")...)
+		Expect(run.PermissionRequests).To(HaveLen(1))
+		Expect(filepath.Join(cwd, "b.txt")).To(BeAnExistingFile())
+	})
+
+	It("ends the turn cancelled when cancelled during a pending permission", func() {
+		fake.Script(toolCallReply("w1", "write_file", map[string]any{"path": "never.txt", "content": "x"}), llmtest.Reply{Text: "second"})
+		run := runTSClient(agentEnv(fake), stdioArgs("cancel-permission", cwd)...)
+		Expect(run.Result["first"]).To(HaveKeyWithValue("stopReason", "cancelled"))
+		Expect(filepath.Join(cwd, "never.txt")).NotTo(BeAnExistingFile())
+	})
+})
