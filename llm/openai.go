@@ -12,11 +12,26 @@
 // picks only the fields we use with gjson (already an SDK dependency):
 // ~1.5µs and ~1.15 allocations per chunk, the one allocation being the delta
 // text. The raw *http.Response comes from option.WithResponseInto.
+//
+// Per-preset request quirks (see Preset):
+//   - output cap: max_completion_tokens for the openai preset and any base
+//     URL on api.openai.com (OpenAI's reasoning models reject max_tokens),
+//     max_tokens everywhere else (what compatible servers know);
+//   - thinking (Request.ThinkingBudget, else Config.ThinkingBudget, > 0):
+//     DashScope gets enable_thinking + thinking_budget, OpenAI reasoning
+//     models and Gemini reasoning_effort, OpenRouter reasoning.max_tokens,
+//     Zhipu thinking.type=enabled; others nothing (the model decides);
+//   - reasoning_content (DeepSeek/Qwen) is sent back on the assistant
+//     messages of the current turn (after the last user message), where
+//     DeepSeek's thinking mode needs it during tool calls, and dropped from
+//     earlier turns, which DeepSeek asks clients not to resend;
+//   - usage: stream_options.include_usage is always asked for; a server that
+//     ignores it and puts usage on a chunk with choices, or sends none, is
+//     handled (the last usage seen is reported; none = no EventUsage).
 
 package llm
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -24,11 +39,11 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
-	"unsafe"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
@@ -36,46 +51,65 @@ import (
 	"github.com/tidwall/gjson"
 )
 
-func init() { Register("openai_compatible", NewOpenAI) }
+func init() { Register(ProtocolOpenAI, NewOpenAI) }
 
 // DefaultOpenAIBaseURL is used when Config.BaseURL is empty.
 const DefaultOpenAIBaseURL = "https://api.openai.com/v1"
 
 // openAIProvider streams Chat Completions. It is safe for concurrent use.
 type openAIProvider struct {
-	cfg Config
-	svc openai.ChatCompletionService
+	cfg    Config
+	preset Preset
+	svc    openai.ChatCompletionService
+	// maxCompletion: send max_completion_tokens instead of max_tokens.
+	maxCompletion bool
+}
+
+// newHTTPClient is the client both providers use.
+func newHTTPClient() *http.Client {
+	var transport http.RoundTripper = http.DefaultTransport
+	if t, ok := transport.(*http.Transport); ok {
+		t = t.Clone()
+		// A server that accepts but never answers fails instead of hanging
+		// (the idle timeout usually fires first).
+		t.ResponseHeaderTimeout = 10 * time.Minute
+		transport = t
+	}
+	return &http.Client{Transport: transport}
 }
 
 // NewOpenAI builds the OpenAI-compatible provider. A missing API key is not an
 // error here: Stream reports ErrNoCredentials so the agent can ask for auth.
+// The provider does not retry; New wraps it in WithRetry.
 func NewOpenAI(cfg Config) (Provider, error) {
+	cfg = cfg.resolved()
 	base := cfg.BaseURL
 	if base == "" {
 		base = DefaultOpenAIBaseURL
 	}
-	var transport http.RoundTripper = http.DefaultTransport
-	if t, ok := transport.(*http.Transport); ok {
-		t = t.Clone()
-		// A server that accepts but never answers fails instead of hanging.
-		t.ResponseHeaderTimeout = 10 * time.Minute
-		transport = t
-	}
+	preset, _ := cfg.Preset()
 	// NewChatCompletionService, unlike openai.NewClient, ignores OPENAI_*
-	// environment variables: only IAC_CODE_* configure this provider.
-	svc := openai.NewChatCompletionService(
+	// environment variables: only LoadConfig's sources configure this provider.
+	opts := []option.RequestOption{
 		option.WithBaseURL(base),
-		option.WithAPIKey(cfg.APIKey),
-		option.WithHTTPClient(&http.Client{Transport: transport}),
-		// Retries belong to the caller, which knows whether output was shown.
+		option.WithHTTPClient(newHTTPClient()),
+		// Retries belong to WithRetry, which knows whether output was shown.
 		option.WithMaxRetries(0),
-	)
-	return &openAIProvider{cfg: cfg, svc: svc}, nil
+	}
+	if cfg.APIKey != "" {
+		opts = append(opts, option.WithAPIKey(cfg.APIKey))
+	}
+	p := &openAIProvider{cfg: cfg, preset: preset, svc: openai.NewChatCompletionService(opts...)}
+	p.maxCompletion = preset.MaxCompletionTokens
+	if u, err := url.Parse(base); err == nil && strings.EqualFold(u.Hostname(), "api.openai.com") {
+		p.maxCompletion = true
+	}
+	return p, nil
 }
 
 // Stream implements Provider.
 func (p *openAIProvider) Stream(ctx context.Context, req *Request, emit func(Event)) error {
-	if p.cfg.APIKey == "" {
+	if !p.cfg.HasCredentials() {
 		return ErrNoCredentials
 	}
 	if err := ctx.Err(); err != nil {
@@ -85,22 +119,31 @@ func (p *openAIProvider) Stream(ctx context.Context, req *Request, emit func(Eve
 	if err != nil {
 		return err
 	}
+	rctx, idle := watchIdle(ctx, p.cfg.Retry.idleTimeout())
+	defer idle.stop()
 	var resp *http.Response
-	stream := p.svc.NewStreaming(ctx, params, option.WithResponseInto(&resp))
+	stream := p.svc.NewStreaming(rctx, params, option.WithResponseInto(&resp))
 	// We read resp.Body ourselves; Close releases it.
 	defer stream.Close()
 	if err := stream.Err(); err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
+		if ierr := idle.idleError("openai_compatible"); ierr != nil {
+			return ierr
+		}
 		return p.requestError(err, resp)
 	}
 	if resp == nil || resp.Body == nil {
 		return errors.New("openai_compatible: no response")
 	}
-	if err := decodeOpenAIStream(resp.Body, emit); err != nil {
+	idle.reset()
+	if err := decodeOpenAIStream(idle.body(resp.Body), emit); err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err() // the read failed because ctx ended
+		}
+		if ierr := idle.idleError("openai_compatible"); ierr != nil {
+			return ierr
 		}
 		return p.redact(err)
 	}
@@ -113,7 +156,8 @@ func (p *openAIProvider) params(req *Request) (openai.ChatCompletionNewParams, e
 		model = p.cfg.Model
 	}
 	if model == "" {
-		return openai.ChatCompletionNewParams{}, errors.New("openai_compatible: no model configured (set IAC_CODE_MODEL)")
+		return openai.ChatCompletionNewParams{}, fmt.Errorf("%s: no model configured (set IAC_CODE_MODEL or providers.%s.model in settings.yml)",
+			p.cfg.Provider, p.cfg.Provider)
 	}
 	params := openai.ChatCompletionNewParams{
 		Model:         shared.ChatModel(model),
@@ -125,8 +169,18 @@ func (p *openAIProvider) params(req *Request) (openai.ChatCompletionNewParams, e
 		maxTokens = p.cfg.MaxTokens
 	}
 	if maxTokens > 0 {
-		// max_tokens, not max_completion_tokens: compatible servers know it.
-		params.MaxTokens = openai.Int(int64(maxTokens))
+		if p.maxCompletion {
+			params.MaxCompletionTokens = openai.Int(int64(maxTokens))
+		} else {
+			params.MaxTokens = openai.Int(int64(maxTokens))
+		}
+	}
+	budget := req.ThinkingBudget
+	if budget <= 0 {
+		budget = p.cfg.ThinkingBudget
+	}
+	if budget > 0 {
+		p.thinking(&params, model, budget)
 	}
 	for _, t := range req.Tools {
 		fn := shared.FunctionDefinitionParam{Name: t.Name}
@@ -144,16 +198,67 @@ func (p *openAIProvider) params(req *Request) (openai.ChatCompletionNewParams, e
 	return params, nil
 }
 
+// thinking asks for reasoning the way the preset's server understands.
+func (p *openAIProvider) thinking(params *openai.ChatCompletionNewParams, model string, budget int) {
+	style := p.preset.Thinking
+	if p.maxCompletion && style == ThinkingNone {
+		style = ThinkingEffort // openai_compatible pointed at api.openai.com
+	}
+	switch style {
+	case ThinkingDashScope:
+		params.SetExtraFields(map[string]any{"enable_thinking": true, "thinking_budget": budget})
+	case ThinkingEffort:
+		if p.preset.Key == "gemini" || isOpenAIReasoningModel(model) {
+			params.ReasoningEffort = effort(budget)
+		}
+	case ThinkingOpenRouter:
+		params.SetExtraFields(map[string]any{"reasoning": map[string]any{"max_tokens": budget}})
+	case ThinkingZhipu:
+		params.SetExtraFields(map[string]any{"thinking": map[string]any{"type": "enabled"}})
+	}
+}
+
+// effort maps a token budget onto reasoning_effort.
+func effort(budget int) shared.ReasoningEffort {
+	switch {
+	case budget < 4096:
+		return shared.ReasoningEffortLow
+	case budget < 16384:
+		return shared.ReasoningEffortMedium
+	default:
+		return shared.ReasoningEffortHigh
+	}
+}
+
+// isOpenAIReasoningModel: the models that accept reasoning_effort.
+func isOpenAIReasoningModel(model string) bool {
+	m := strings.ToLower(model)
+	m = m[strings.LastIndexByte(m, '/')+1:] // "openai/o3"
+	for _, prefix := range []string{"o1", "o3", "o4", "gpt-5", "gpt-6", "gpt-oss"} {
+		if strings.HasPrefix(m, prefix) {
+			return true
+		}
+	}
+	return false
+}
+
 // openAIMessages maps the conversation onto Chat Completions messages.
 func openAIMessages(req *Request) []openai.ChatCompletionMessageParamUnion {
 	out := make([]openai.ChatCompletionMessageParamUnion, 0, len(req.Messages)+1)
 	if req.System != "" {
 		out = append(out, openai.SystemMessage(req.System))
 	}
+	// The current turn starts at the last user message.
+	turnStart := 0
+	for i := range req.Messages {
+		if req.Messages[i].Role == RoleUser {
+			turnStart = i
+		}
+	}
 	for i := range req.Messages {
 		m := &req.Messages[i]
 		if m.Role == RoleAssistant {
-			out = append(out, openAIAssistant(m))
+			out = append(out, openAIAssistant(m, i > turnStart))
 			continue
 		}
 		// Tool results first: they must directly follow the assistant's
@@ -185,7 +290,9 @@ func openAIMessages(req *Request) []openai.ChatCompletionMessageParamUnion {
 	return out
 }
 
-func openAIAssistant(m *Message) openai.ChatCompletionMessageParamUnion {
+// openAIAssistant maps an assistant message; withReasoning sends its
+// thinking back as reasoning_content.
+func openAIAssistant(m *Message, withReasoning bool) openai.ChatCompletionMessageParamUnion {
 	var text, thinking strings.Builder
 	var msg openai.ChatCompletionAssistantMessageParam
 	for _, b := range m.Content {
@@ -212,7 +319,7 @@ func openAIAssistant(m *Message) openai.ChatCompletionMessageParamUnion {
 	if text.Len() > 0 || len(msg.ToolCalls) == 0 {
 		msg.Content.OfString = openai.String(text.String())
 	}
-	if thinking.Len() > 0 {
+	if thinking.Len() > 0 && withReasoning {
 		// DeepSeek/Qwen expect their reasoning back on tool-call turns.
 		msg.SetExtraFields(map[string]any{"reasoning_content": thinking.String()})
 	}
@@ -316,12 +423,23 @@ func (p *openAIProvider) redactString(s string) string {
 }
 
 // redact keeps the API key out of error text (e.g. a key pasted into a URL).
-func (p *openAIProvider) redact(err error) error {
-	if p.cfg.APIKey == "" || !strings.Contains(err.Error(), p.cfg.APIKey) {
+func (p *openAIProvider) redact(err error) error { return redactErr(err, p.cfg.APIKey) }
+
+// redactErr hides key in err's text; errors.Is/As still see the cause.
+func redactErr(err error, key string) error {
+	if err == nil || key == "" || !strings.Contains(err.Error(), key) {
 		return err
 	}
-	return errors.New(p.redactString(err.Error()))
+	return &redactedError{msg: strings.ReplaceAll(err.Error(), key, "[redacted]"), err: err}
 }
+
+type redactedError struct {
+	msg string
+	err error
+}
+
+func (e *redactedError) Error() string { return e.msg }
+func (e *redactedError) Unwrap() error { return e.err }
 
 // oaStream is the state of one streamed answer.
 type oaStream struct {
@@ -338,46 +456,16 @@ type oaStream struct {
 // nil only when the stream carried a finish_reason.
 func decodeOpenAIStream(body io.Reader, emit func(Event)) error {
 	s := &oaStream{emit: emit}
-	r := bufio.NewReaderSize(body, 32<<10)
-	var data, long []byte
-	for {
-		line, err := r.ReadSlice('\n')
-		if errors.Is(err, bufio.ErrBufferFull) {
-			// A line longer than the buffer: collect it.
-			long = append(long[:0], line...)
-			for errors.Is(err, bufio.ErrBufferFull) {
-				line, err = r.ReadSlice('\n')
-				long = append(long, line...)
-			}
-			line = long
+	err := readSSE(body, func(_, data []byte) (bool, error) {
+		if len(data) == 0 {
+			return false, nil
 		}
-		eol := len(line) > 0 && line[len(line)-1] == '\n'
-		line = bytes.TrimRight(line, "\r\n")
-		if v, ok := bytes.CutPrefix(line, []byte("data:")); ok {
-			if len(v) > 0 && v[0] == ' ' {
-				v = v[1:]
-			}
-			if len(data) > 0 {
-				data = append(data, '\n')
-			}
-			data = append(data, v...)
-		}
-		// Other fields (event:, id:, retry:) and comments are ignored. An
-		// event ends at a blank line, or at EOF for a lenient server.
-		if (eol && len(line) == 0 || err == io.EOF) && len(data) > 0 {
-			done, derr := s.event(data)
-			if derr != nil || done {
-				return s.finishStream(derr)
-			}
-			data = data[:0]
-		}
-		if err == io.EOF {
-			return s.finishStream(nil)
-		}
-		if err != nil {
-			return s.finishStream(err)
-		}
+		return s.event(data)
+	})
+	if err == io.EOF {
+		err = nil
 	}
+	return s.finishStream(err)
 }
 
 var doneMarker = []byte("[DONE]")
@@ -388,9 +476,8 @@ func (s *oaStream) event(data []byte) (done bool, err error) {
 	if bytes.Equal(bytes.TrimSpace(data), doneMarker) {
 		return true, nil
 	}
-	// js aliases the read buffer: strings kept past this call go through own.
-	js := unsafe.String(unsafe.SliceData(data), len(data))
-	root := gjson.Parse(js)
+	// root aliases the read buffer: strings kept past this call go through own.
+	root := parseJSON(data)
 	if !root.IsObject() {
 		return false, errors.New("openai_compatible: stream chunk is not a JSON object")
 	}
@@ -539,17 +626,6 @@ func streamError(v gjson.Result) error {
 	return &APIError{Status: status, Message: strings.Clone(msg)}
 }
 
-// own returns a JSON string value as a string not aliasing the read buffer.
-func own(v gjson.Result) string {
-	if v.Type != gjson.String || v.Str == "" {
-		return ""
-	}
-	if strings.IndexByte(v.Raw, '\\') >= 0 {
-		return v.Str // unescaped into a fresh string already
-	}
-	return strings.Clone(v.Str)
-}
-
 func finishReason(r string) string {
 	for _, known := range [...]string{"stop", "tool_calls", "function_call", "length", "content_filter"} {
 		if r == known {
@@ -569,10 +645,10 @@ func (s *oaStream) finishStream(err error) error {
 		if errors.As(err, &apiErr) {
 			return err
 		}
-		return fmt.Errorf("openai_compatible: stream interrupted: %w", err)
+		return fmt.Errorf("openai_compatible: %w: %w", ErrStreamInterrupted, err)
 	}
 	if s.finish == "" {
-		return fmt.Errorf("openai_compatible: stream ended without finish_reason: %w", io.ErrUnexpectedEOF)
+		return fmt.Errorf("openai_compatible: %w: stream ended without finish_reason: %w", ErrStreamInterrupted, io.ErrUnexpectedEOF)
 	}
 	for i := range s.nCalls {
 		s.emit(Event{Type: EventToolCallEnd, Index: i})

@@ -18,7 +18,7 @@ func BenchmarkOpenAIStream(b *testing.B) {
 	const chunks = 10_000
 	srv := llmtest.Start(b)
 	srv.SetDefault(llmtest.Reply{Chunks: chunks, ChunkText: "token "})
-	p, err := llm.New(llm.Config{Provider: "openai_compatible", BaseURL: srv.URL(), APIKey: "k", Model: "m"})
+	p, err := llm.New(llm.Config{Provider: "openai_compatible", BaseURL: srv.URL(), APIKey: "k", Model: "m", Retry: noRetry})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -55,7 +55,7 @@ func BenchmarkOpenAIStreamLatency(b *testing.B) {
 	srv.SetDefault(llmtest.Reply{Chunks: chunks, Delay: 200 * time.Microsecond, ChunkFunc: func(int) string {
 		return strconv.FormatInt(time.Now().UnixNano(), 10)
 	}})
-	p, err := llm.New(llm.Config{Provider: "openai_compatible", BaseURL: srv.URL(), APIKey: "k", Model: "m"})
+	p, err := llm.New(llm.Config{Provider: "openai_compatible", BaseURL: srv.URL(), APIKey: "k", Model: "m", Retry: noRetry})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -18,9 +18,12 @@ import (
 
 const testKey = "sk-test-SECRET-0123456789"
 
+// noRetry turns off New's retry wrapper: these tests look at one attempt.
+var noRetry = llm.RetryPolicy{Attempts: 1}
+
 func newProvider(t *testing.T, baseURL string) llm.Provider {
 	t.Helper()
-	p, err := llm.New(llm.Config{Provider: "openai_compatible", BaseURL: baseURL, APIKey: testKey, Model: "test-model"})
+	p, err := llm.New(llm.Config{Provider: "openai_compatible", BaseURL: baseURL, APIKey: testKey, Model: "test-model", Retry: noRetry})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -406,7 +409,7 @@ func TestOpenAIDeadlineBeforeHeaders(t *testing.T) {
 
 func TestOpenAINoCredentials(t *testing.T) {
 	srv := llmtest.Start(t)
-	p, err := llm.New(llm.Config{Provider: "openai_compatible", BaseURL: srv.URL(), Model: "m"})
+	p, err := llm.New(llm.Config{Provider: "openai_compatible", BaseURL: srv.URL(), Model: "m", Retry: noRetry})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -421,7 +424,7 @@ func TestOpenAINoCredentials(t *testing.T) {
 
 func TestOpenAIKeyNotInErrors(t *testing.T) {
 	// A connection error names the URL; make the URL carry the key.
-	p, _ := llm.New(llm.Config{Provider: "openai_compatible", BaseURL: "http://127.0.0.1:1/" + testKey, APIKey: testKey, Model: "m"})
+	p, _ := llm.New(llm.Config{Provider: "openai_compatible", BaseURL: "http://127.0.0.1:1/" + testKey, APIKey: testKey, Model: "m", Retry: noRetry})
 	err := p.Stream(context.Background(), userRequest("x"), func(llm.Event) {})
 	if err == nil || strings.Contains(err.Error(), testKey) {
 		t.Errorf("err = %v", err)
@@ -511,7 +514,7 @@ func TestOpenAIModelFallbackAndRequired(t *testing.T) {
 	if got := srv.Requests()[0].Chat.Model; got != "test-model" {
 		t.Errorf("model = %q", got)
 	}
-	p, _ := llm.New(llm.Config{Provider: "openai_compatible", BaseURL: srv.URL(), APIKey: "k"})
+	p, _ := llm.New(llm.Config{Provider: "openai_compatible", BaseURL: srv.URL(), APIKey: "k", Retry: noRetry})
 	if err := p.Stream(context.Background(), userRequest("x"), func(llm.Event) {}); err == nil {
 		t.Error("want an error without a model")
 	}

@@ -1,5 +1,15 @@
 // Package llm talks to language models over their real streaming wire
 // protocols. A Provider turns one model call into a stream of Events.
+//
+//   - config.go, settings.go: Config and LoadConfig (environment, then
+//     $IAC_CODE_HOME/settings.yml and .credentials.yml), New, Register.
+//   - presets.go: the built-in providers (Presets) and ContextWindow.
+//   - openai.go, anthropic.go: the two wire protocols; sse.go their shared
+//     server-sent-events reader.
+//   - retry.go: WithRetry (applied by New) and the stream idle timeout.
+//   - assemble.go: Assembler, the assistant message built from events.
+//   - live.go: Live, a provider whose configuration can be reloaded.
+//   - llmtest: a scripted fake server speaking both protocols.
 package llm
 
 import (

@@ -3,12 +3,15 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -17,6 +20,7 @@ import (
 	"github.com/iac-code/iac-code/llm"
 	"github.com/iac-code/iac-code/store"
 	"github.com/iac-code/iac-code/tools"
+	"github.com/iac-code/iac-code/transport/httpsse"
 	"github.com/iac-code/iac-code/transport/stdio"
 )
 
@@ -62,6 +66,16 @@ func run(args []string) error {
 	switch *transport {
 	case "stdio":
 		return stdio.Serve(srv, os.Stdin, os.Stdout, log)
+	case "http":
+		// SIGINT/SIGTERM: stop accepting, cancel turns, flush and close the
+		// streams, then return (within 10 s) so the actor system stops.
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		return httpsse.Serve(ctx, srv, httpsse.Config{
+			Host:  *host,
+			Port:  *port,
+			Token: os.Getenv("IACCODE_ACP_HTTP_TOKEN"),
+		}, log)
 	default:
 		return fmt.Errorf("unknown transport %q", *transport)
 	}

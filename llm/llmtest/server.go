@@ -1,12 +1,17 @@
-// Package llmtest is a scripted fake OpenAI-compatible Chat Completions server
-// for tests. It is a real HTTP server on 127.0.0.1 that streams the same bytes
-// OpenAI does (data: {chunk}\n\n ... data: [DONE]\n\n), so providers are
-// tested over their real wire protocol.
+// Package llmtest is a scripted fake model server for tests, speaking both
+// the OpenAI Chat Completions and the Anthropic Messages streaming formats.
+// It is a real HTTP server on 127.0.0.1 that streams the same bytes those
+// APIs do (data: {chunk}\n\n ... data: [DONE]\n\n for POST …/chat/completions;
+// event: message_start … event: message_stop for POST …/messages), so
+// providers are tested over their real wire protocol. One queue of replies
+// serves both: each model request consumes one Reply, in the format the
+// request came in.
 //
 //	srv := llmtest.Start(t)                      // or NewServer() + Close()
 //	srv.Script(llmtest.Reply{Text: "hello"})     // one reply per POST
-//	cfg.BaseURL = srv.URL()                      // ends in /v1
-//	... srv.Requests()[0].Chat.Messages ...
+//	cfg.BaseURL = srv.URL()                      // ends in /v1 (the Anthropic
+//	                                             // provider accepts it too)
+//	... srv.Requests()[0].Chat.Messages ...      // or .Anthropic.Messages
 //
 // Other processes script it over HTTP: POST /_script with a JSON array of
 // replies (or one reply) appends to the queue, GET /_requests returns the
@@ -40,14 +45,24 @@ type Server struct {
 	requests []RecordedRequest
 }
 
+// Request formats.
+const (
+	FormatOpenAI    = "openai"
+	FormatAnthropic = "anthropic"
+)
+
 // RecordedRequest is one request the fake received (control requests excluded).
 type RecordedRequest struct {
 	Method string          `json:"method"`
 	Path   string          `json:"path"`
 	Header http.Header     `json:"header"`
 	Body   json.RawMessage `json:"body"`
+	// Format is FormatOpenAI or FormatAnthropic.
+	Format string `json:"format"`
 	// Chat is Body decoded (zero when Body is not a chat request).
 	Chat ChatRequest `json:"-"`
+	// Anthropic is Body decoded (zero when Body is not a Messages request).
+	Anthropic AnthropicRequest `json:"-"`
 }
 
 // JSON decodes Body generically, for assertions on fields Chat lacks.
@@ -133,7 +148,8 @@ func Start(tb testing.TB) *Server {
 	return s
 }
 
-// URL is the API base URL, ending in /v1 (POST {URL}/chat/completions).
+// URL is the API base URL, ending in /v1 (POST {URL}/chat/completions,
+// POST {URL}/messages).
 func (s *Server) URL() string { return s.hs.URL + "/v1" }
 
 // Root is the server URL without /v1, where the /_script, /_requests and
@@ -149,7 +165,7 @@ func (s *Server) Close() {
 	})
 }
 
-// Script appends replies to the queue; each chat request consumes one.
+// Script appends replies to the queue; each model request consumes one.
 func (s *Server) Script(replies ...Reply) {
 	s.mu.Lock()
 	s.queue = append(s.queue, replies...)
@@ -170,7 +186,7 @@ func (s *Server) Pending() int {
 	return len(s.queue)
 }
 
-// Requests returns a copy of the chat requests received so far.
+// Requests returns a copy of the model requests received so far.
 func (s *Server) Requests() []RecordedRequest {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -209,6 +225,8 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
 	case strings.HasSuffix(r.URL.Path, "/chat/completions") && r.Method == http.MethodPost:
 		s.handleChat(w, r)
+	case strings.HasSuffix(r.URL.Path, "/messages") && r.Method == http.MethodPost:
+		s.handleMessages(w, r)
 	default:
 		writeError(w, &Reply{Status: http.StatusNotFound, ErrorMessage: "llmtest: unknown route " + r.Method + " " + r.URL.Path})
 	}
@@ -240,7 +258,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		return
 	}
-	rec := RecordedRequest{Method: r.Method, Path: r.URL.Path, Header: r.Header.Clone(), Body: body}
+	rec := RecordedRequest{Method: r.Method, Path: r.URL.Path, Header: r.Header.Clone(), Body: body, Format: FormatOpenAI}
 	_ = json.Unmarshal(body, &rec.Chat)
 	s.mu.Lock()
 	s.requests = append(s.requests, rec)
@@ -301,6 +319,9 @@ func writeError(w http.ResponseWriter, r *Reply) {
 		e.Code = &code
 	}
 	body, _ := json.Marshal(map[string]apiError{"error": e})
+	for k, v := range r.Header {
+		w.Header().Set(k, v)
+	}
 	if r.RetryAfter != "" {
 		w.Header().Set("Retry-After", r.RetryAfter)
 	}
@@ -309,26 +330,56 @@ func writeError(w http.ResponseWriter, r *Reply) {
 	_, _ = w.Write(append(body, '\n'))
 }
 
-// streamer writes one scripted SSE answer.
-type streamer struct {
+// pacer writes the chunks of one scripted answer: it sleeps Delay before
+// each, counts them, and cuts the stream as scripted (Disconnect, Hang,
+// StreamError after AfterChunks chunks).
+type pacer struct {
 	srv    *Server
 	w      http.ResponseWriter
 	rc     *http.ResponseController
 	req    *http.Request
 	reply  *Reply
-	head   []byte // `data: {...,"choices":[{"index":0,"delta":`
-	tail   []byte // `}],"usage":null}` + "\n\n" after finish_reason
-	buf    []byte
-	usage  bool
 	flush  bool
 	sent   int
 	cutAt  int // -1: never
 	timer  *time.Timer
 	failed bool
+	// errorEvent is the format's in-stream error for StreamError.
+	errorEvent func() []byte
+}
+
+func newPacer(srv *Server, w http.ResponseWriter, r *http.Request, reply *Reply) pacer {
+	p := pacer{srv: srv, w: w, rc: http.NewResponseController(w), req: r, reply: reply, cutAt: -1}
+	if reply.Disconnect || reply.Hang || reply.StreamError != "" {
+		p.cutAt = max(reply.AfterChunks, 0)
+	}
+	p.flush = reply.Chunks == 0 || reply.Delay > 0 || reply.ChunkFunc != nil
+	return p
+}
+
+// writeHeader starts the event stream.
+func (p *pacer) writeHeader(requestID string) {
+	h := p.w.Header()
+	h.Set("Content-Type", "text/event-stream; charset=utf-8")
+	h.Set("Cache-Control", "no-cache")
+	h.Set(requestID, "req_llmtest")
+	for k, v := range p.reply.Header {
+		h.Set(k, v)
+	}
+	p.w.WriteHeader(http.StatusOK)
+}
+
+// streamer writes one scripted SSE answer in the OpenAI format.
+type streamer struct {
+	pacer
+	head  []byte // `data: {...,"choices":[{"index":0,"delta":`
+	tail  []byte // `}],"usage":null}` + "\n\n" after finish_reason
+	buf   []byte
+	usage bool
 }
 
 func newStreamer(srv *Server, w http.ResponseWriter, r *http.Request, reply *Reply, id, model string, usage bool) *streamer {
-	st := &streamer{srv: srv, w: w, rc: http.NewResponseController(w), req: r, reply: reply, usage: usage, cutAt: -1}
+	st := &streamer{pacer: newPacer(srv, w, r, reply), usage: usage && !reply.NoUsage}
 	st.head = fmt.Appendf(nil, `data: {"id":%q,"object":"chat.completion.chunk","created":%d,"model":`, id, time.Now().Unix())
 	st.head = appendString(st.head, model)
 	st.head = append(st.head, `,"service_tier":"default","system_fingerprint":"fp_llmtest","choices":[{"index":0,"delta":`...)
@@ -337,21 +388,20 @@ func newStreamer(srv *Server, w http.ResponseWriter, r *http.Request, reply *Rep
 		st.tail = append(st.tail, `,"usage":null`...)
 	}
 	st.tail = append(st.tail, "}\n\n"...)
-	if reply.Disconnect || reply.Hang {
-		st.cutAt = max(reply.AfterChunks, 0)
-	}
-	st.flush = reply.Chunks == 0 || reply.Delay > 0 || reply.ChunkFunc != nil
 	st.buf = make([]byte, 0, 512)
+	st.errorEvent = func() []byte {
+		b := []byte(`data: {"error":{"message":`)
+		b = appendString(b, reply.streamErrorMessage())
+		b = append(b, `,"type":`...)
+		b = appendString(b, reply.StreamError)
+		return fmt.Appendf(b, `,"code":%d}}`+"\n\n", reply.streamErrorStatus())
+	}
 	return st
 }
 
 func (st *streamer) run() {
 	r := st.reply
-	h := st.w.Header()
-	h.Set("Content-Type", "text/event-stream; charset=utf-8")
-	h.Set("Cache-Control", "no-cache")
-	h.Set("X-Request-Id", "req_llmtest")
-	st.w.WriteHeader(http.StatusOK)
+	st.writeHeader("X-Request-Id")
 
 	if !st.delta(`{"role":"assistant","content":"","refusal":null}`, "") {
 		return
@@ -388,11 +438,17 @@ func (st *streamer) run() {
 	if !st.toolCalls() {
 		return
 	}
-	if !st.delta(`{}`, r.finishReason()) {
-		return
-	}
-	if st.usage && !st.usageChunk() {
-		return
+	if r.UsageInChoices && !r.NoUsage {
+		if !st.finishWithUsage() {
+			return
+		}
+	} else {
+		if !st.delta(`{}`, r.finishReason()) {
+			return
+		}
+		if st.usage && !st.usageChunk() {
+			return
+		}
 	}
 	if st.cutAt >= 0 {
 		st.cut()
@@ -466,17 +522,33 @@ func (st *streamer) toolCalls() bool {
 }
 
 func (st *streamer) usageChunk() bool {
-	u := st.reply.Usage
-	if u == nil {
-		u = &Usage{PromptTokens: 10, CompletionTokens: 5}
-	}
 	b := st.head[:bytes.LastIndex(st.head, []byte(`[{"index"`))]
 	b = append(append([]byte(nil), b...), "[]"...)
-	b = fmt.Appendf(b, `,"usage":{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d,`+
-		`"prompt_tokens_details":{"cached_tokens":%d,"audio_tokens":0},`+
-		`"completion_tokens_details":{"reasoning_tokens":%d,"audio_tokens":0,"accepted_prediction_tokens":0,"rejected_prediction_tokens":0}}}`+"\n\n",
-		u.PromptTokens, u.CompletionTokens, u.PromptTokens+u.CompletionTokens, u.CachedTokens, u.ReasoningTokens)
+	b = appendOpenAIUsage(b, st.reply.usage())
+	b = append(b, "}\n\n"...)
 	return st.ready() && st.put(b)
+}
+
+// finishWithUsage sends the finish chunk carrying the usage, as servers do
+// that ignore stream_options.include_usage.
+func (st *streamer) finishWithUsage() bool {
+	if !st.ready() {
+		return false
+	}
+	b := append([]byte(nil), st.head...)
+	b = append(b, `{},"logprobs":null,"finish_reason":`...)
+	b = appendString(b, st.reply.finishReason())
+	b = append(b, "}]"...)
+	b = appendOpenAIUsage(b, st.reply.usage())
+	b = append(b, "}\n\n"...)
+	return st.put(b)
+}
+
+func appendOpenAIUsage(b []byte, u *Usage) []byte {
+	return fmt.Appendf(b, `,"usage":{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d,`+
+		`"prompt_tokens_details":{"cached_tokens":%d,"audio_tokens":0},`+
+		`"completion_tokens_details":{"reasoning_tokens":%d,"audio_tokens":0,"accepted_prediction_tokens":0,"rejected_prediction_tokens":0}}`,
+		u.PromptTokens, u.CompletionTokens, u.PromptTokens+u.CompletionTokens, u.CachedTokens, u.ReasoningTokens)
 }
 
 // delta sends one choice chunk with a preformatted delta object.
@@ -513,7 +585,7 @@ func (st *streamer) textChunk(prefix, text string) []byte {
 }
 
 // ready cuts the stream when scripted to, and sleeps Delay before a chunk.
-func (st *streamer) ready() bool {
+func (st *pacer) ready() bool {
 	if st.failed {
 		return false
 	}
@@ -540,12 +612,24 @@ func (st *streamer) ready() bool {
 	return false
 }
 
-func (st *streamer) put(b []byte) bool {
+// put writes a counted chunk.
+func (st *pacer) put(b []byte) bool {
+	if !st.write(b) {
+		return false
+	}
+	st.sent++
+	return true
+}
+
+// write writes without counting (structural events of the Anthropic format).
+func (st *pacer) write(b []byte) bool {
+	if st.failed {
+		return false
+	}
 	if _, err := st.w.Write(b); err != nil {
 		st.failed = true
 		return false
 	}
-	st.sent++
 	if st.flush {
 		if err := st.rc.Flush(); err != nil {
 			st.failed = true
@@ -555,9 +639,15 @@ func (st *streamer) put(b []byte) bool {
 	return true
 }
 
-// cut ends the stream abnormally: a dropped connection or a hang.
-func (st *streamer) cut() {
+// cut ends the stream abnormally: an error event, a dropped connection or a
+// hang.
+func (st *pacer) cut() {
 	st.failed = true
+	if st.reply.StreamError != "" && st.errorEvent != nil {
+		_, _ = st.w.Write(st.errorEvent())
+		_ = st.rc.Flush()
+		return
+	}
 	_ = st.rc.Flush()
 	if st.reply.Hang {
 		select {

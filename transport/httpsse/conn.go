@@ -1,0 +1,354 @@
+package httpsse
+
+import (
+	"bytes"
+	"errors"
+	"net"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/iac-code/iac-code/actors"
+	"github.com/iac-code/iac-code/protocol"
+)
+
+// event is one outbound JSON-RPC message with its SSE id. Ids are assigned
+// per connection, in the order the connection actor emits its frames, and
+// shared by all the connection's streams: a client sees strictly increasing
+// ids on every stream, with gaps only where events went to another stream.
+type event struct {
+	id   uint64
+	data []byte
+}
+
+// slot is one stream scope of a connection: the connection stream (key "")
+// or the stream of one split session. It keeps its events in id order,
+// those not yet written to a client and, behind them, written ones kept for
+// Last-Event-ID replay.
+type slot struct {
+	key  string
+	buf  []event
+	head int
+	// written is the highest id handed to a stream writer of this slot.
+	written uint64
+	// evicted is the highest id dropped from this slot's replay window.
+	evicted uint64
+	// stream is the attached GET, if any.
+	stream *stream
+}
+
+func (s *slot) size() int { return len(s.buf) - s.head }
+
+func (s *slot) front() *event { return &s.buf[s.head] }
+
+func (s *slot) push(ev event) { s.buf = append(s.buf, ev) }
+
+func (s *slot) pop() event {
+	ev := s.buf[s.head]
+	s.buf[s.head] = event{}
+	s.head++
+	if s.head == len(s.buf) {
+		s.buf, s.head = s.buf[:0], 0
+	} else if s.head >= 1024 && s.head*2 >= len(s.buf) {
+		n := copy(s.buf, s.buf[s.head:])
+		clear(s.buf[n:])
+		s.buf, s.head = s.buf[:n], 0
+	}
+	return ev
+}
+
+// after returns the buffered events with an id greater than id.
+func (s *slot) after(id uint64) []event {
+	evs := s.buf[s.head:]
+	i := sort.Search(len(evs), func(i int) bool { return evs[i].id > id })
+	return evs[i:]
+}
+
+func (s *slot) drop() {
+	clear(s.buf)
+	s.buf, s.head = nil, 0
+}
+
+type connState uint8
+
+const (
+	// stateOpen: requests and streams are served.
+	stateOpen connState = iota
+	// stateClosing: the connection left the registry; its turns are being
+	// cancelled and their last frames still reach the streams.
+	stateClosing
+	// stateClosed: frames are dropped; streams have been told to end.
+	stateClosed
+)
+
+// initWait captures the initialize response for the synchronous POST.
+type initWait struct {
+	id protocol.RawMessage
+	ch chan []byte
+}
+
+// conn is one ACP connection of the HTTP edge. It is the connection actor's
+// Outlet: Send assigns the event id and appends to the target slot (the
+// connection's outbox); stream writers take from their slot.
+type conn struct {
+	e     *Edge
+	id    string
+	actor *actors.Conn
+	log   zerolog.Logger
+
+	mu    sync.Mutex
+	state connState
+	init  *initWait
+	// lastID is the id of the newest event of the connection.
+	lastID   uint64
+	main     *slot
+	sessions map[string]*slot
+	// count and bytes are the buffered events of all slots.
+	count int
+	bytes int
+	// open counts slots with an attached stream.
+	open int
+
+	lastActive atomic.Int64
+	closeOnce  sync.Once
+}
+
+var (
+	errTooManySessions = errors.New("too many session streams on this connection")
+	errConnClosed      = errors.New("connection closed")
+)
+
+// Send is called by the connection actor, in order, for every outbound frame.
+// It never blocks beyond the connection's mutex.
+func (c *conn) Send(f actors.Frame) {
+	c.mu.Lock()
+	if w := c.init; w != nil && f.SessionID == "" && answers(f.Data, w.id) {
+		c.init = nil
+		c.mu.Unlock()
+		w.ch <- f.Data
+		return
+	}
+	if c.state == stateClosed {
+		c.mu.Unlock()
+		c.e.met.dropped.Inc()
+		return
+	}
+	sl := c.main
+	if f.SessionID != "" {
+		if s, ok := c.sessions[f.SessionID]; ok {
+			sl = s
+		}
+	}
+	c.lastID++
+	sl.push(event{id: c.lastID, data: f.Data})
+	c.count++
+	c.bytes += len(f.Data)
+	if !c.trim() {
+		n := c.count
+		c.overflowLocked()
+		c.mu.Unlock()
+		c.log.Warn().Int("buffered_events", n).Msg("client is not reading its event stream: buffer full, closing the connection")
+		go c.e.closeConn(c, reasonOverflow, false, c.e.cfg.CloseTimeout)
+		return
+	}
+	st := sl.stream
+	c.mu.Unlock()
+	if st != nil {
+		st.wake()
+	}
+}
+
+// answers reports whether frame is the response to the request with id.
+func answers(frame []byte, id protocol.RawMessage) bool {
+	var head struct {
+		ID     protocol.RawMessage `json:"id"`
+		Method string              `json:"method"`
+	}
+	if protocol.Unmarshal(frame, &head) != nil || head.Method != "" {
+		return false
+	}
+	return bytes.Equal(bytes.TrimSpace(head.ID), bytes.TrimSpace(id))
+}
+
+// trim evicts already written events, oldest first, until the buffer fits
+// its limits. It reports false when the unwritten events alone exceed them.
+func (c *conn) trim() bool {
+	cfg := &c.e.cfg
+	for c.count > cfg.ReplayBuffer || (c.bytes > cfg.MaxBufferBytes && c.count > 1) {
+		victim := c.oldestWritten()
+		if victim == nil {
+			return false
+		}
+		ev := victim.pop()
+		victim.evicted = ev.id
+		c.count--
+		c.bytes -= len(ev.data)
+	}
+	return true
+}
+
+func (c *conn) oldestWritten() *slot {
+	var best *slot
+	consider := func(s *slot) {
+		if s.size() == 0 {
+			return
+		}
+		f := s.front()
+		if f.id <= s.written && (best == nil || f.id < best.front().id) {
+			best = s
+		}
+	}
+	consider(c.main)
+	for _, s := range c.sessions {
+		consider(s)
+	}
+	return best
+}
+
+// overflowLocked kills a connection whose client stopped reading: every
+// attached stream gets a final error event, all buffers are freed.
+func (c *conn) overflowLocked() {
+	final := errorEvent(protocol.NewError(protocol.CodeInternalError,
+		"Event buffer overflow: the client did not read its event stream; the connection is closed",
+		map[string]any{"reason": "buffer_overflow", "connectionId": c.id, "bufferedEvents": c.count}))
+	c.state = stateClosed
+	c.endStreamsLocked(final, false)
+	c.main.drop()
+	for _, s := range c.sessions {
+		s.drop()
+	}
+	c.count, c.bytes = 0, 0
+}
+
+// endStreamsLocked tells every attached stream to end: after writing what is
+// pending (drain) or at once, with an optional final event.
+func (c *conn) endStreamsLocked(final []byte, drain bool) {
+	c.main.endStream(final, drain)
+	for _, s := range c.sessions {
+		s.endStream(final, drain)
+	}
+}
+
+func (s *slot) endStream(final []byte, drain bool) {
+	if st := s.stream; st != nil && !st.ended {
+		st.end(final, drain)
+	}
+}
+
+// split makes sessionID's traffic go to its own stream slot from now on.
+func (c *conn) splitLocked(sessionID string) (*slot, error) {
+	if s, ok := c.sessions[sessionID]; ok {
+		return s, nil
+	}
+	if len(c.sessions) >= c.e.cfg.MaxSessionStreams {
+		return nil, errTooManySessions
+	}
+	s := &slot{key: sessionID}
+	if c.sessions == nil {
+		c.sessions = map[string]*slot{}
+	}
+	c.sessions[sessionID] = s
+	return s, nil
+}
+
+// split is splitLocked for POST handlers.
+func (c *conn) split(sessionID string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.state != stateOpen {
+		return errConnClosed
+	}
+	_, err := c.splitLocked(sessionID)
+	return err
+}
+
+// attach makes a new GET the stream of its slot. last is the client's
+// Last-Event-ID (nil when absent). A non-nil reject is a complete SSE body
+// (an error event) for a Last-Event-ID that cannot be honoured; the slot is
+// left untouched then.
+func (c *conn) attach(sessionID string, last *uint64, nc net.Conn) (st *stream, reject []byte, replaced bool, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.state != stateOpen {
+		return nil, nil, false, errConnClosed
+	}
+	sl := c.main
+	if sessionID != "" {
+		if sl, err = c.splitLocked(sessionID); err != nil {
+			return nil, nil, false, err
+		}
+	}
+	if last != nil {
+		switch {
+		case *last > c.lastID:
+			return nil, errorEvent(protocol.NewError(protocol.CodeInvalidRequest,
+				"Last-Event-ID was never sent on this connection",
+				map[string]any{"reason": "unknown_last_event_id", "lastEventId": *last, "newestEventId": c.lastID})), false, nil
+		case *last < sl.evicted:
+			return nil, errorEvent(protocol.NewError(protocol.CodeInvalidRequest,
+				"Last-Event-ID is too old: events after it are no longer buffered and cannot be replayed",
+				map[string]any{"reason": "stale_last_event_id", "lastEventId": *last, "oldestReplayableAfter": sl.evicted})), false, nil
+		}
+		sl.written = min(sl.written, *last)
+	}
+	if old := sl.stream; old != nil {
+		old.end(nil, false)
+		replaced = true
+	} else {
+		c.open++
+	}
+	st = newStream(c, sl, nc)
+	sl.stream = st
+	st.wake() // write the backlog (replay and events queued while detached)
+	return st, nil, replaced, nil
+}
+
+// take hands the writer of st the events it must write next. end reports
+// that the stream must close after writing them and final, if any.
+func (c *conn) take(st *stream, dst []event) (batch []event, final []byte, end bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	sl := st.sl
+	batch = dst[:0]
+	if sl.stream != st { // replaced
+		return batch, nil, true
+	}
+	if st.ended && !st.drain {
+		return batch, st.final, true
+	}
+	batch = append(batch, sl.after(sl.written)...)
+	if n := len(batch); n > 0 {
+		sl.written = batch[n-1].id
+	}
+	return batch, st.final, st.ended
+}
+
+// detach is called once by every stream writer when it exits.
+func (c *conn) detach(st *stream) {
+	c.mu.Lock()
+	if st.sl.stream == st {
+		st.sl.stream = nil
+		c.open--
+	}
+	c.mu.Unlock()
+	c.touch()
+}
+
+func (c *conn) touch() { c.lastActive.Store(time.Now().UnixNano()) }
+
+// idleSince reports whether the connection has had no stream and no request
+// since before cutoff.
+func (c *conn) idleSince(cutoff int64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.state == stateOpen && c.init == nil && c.open == 0 && c.lastActive.Load() < cutoff
+}
+
+func (c *conn) buffered() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.count
+}

@@ -1,0 +1,98 @@
+package httpsse
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/valyala/fasthttp"
+	"github.com/valyala/fasthttp/fasthttpadaptor"
+)
+
+// Route labels of the request histogram.
+const (
+	routePost    = "post_acp"
+	routeGet     = "get_acp"
+	routeDelete  = "delete_acp"
+	routeHealth  = "health"
+	routeMetrics = "metrics"
+	routeOther   = "other"
+)
+
+// metrics is the edge's Prometheus registry: the actor tree's live counters
+// as gauges plus the transport's own counters and request latencies.
+type metrics struct {
+	reg        *prometheus.Registry
+	eventsSent prometheus.Counter
+	dropped    prometheus.Counter
+	reconnects prometheus.Counter
+	closed     *prometheus.CounterVec
+	requests   *prometheus.HistogramVec
+	handler    fasthttp.RequestHandler
+}
+
+func newMetrics(e *Edge) *metrics {
+	reg := prometheus.NewRegistry()
+	am := e.srv.Metrics()
+	gauge := func(name, help string, f func() float64) {
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f))
+	}
+	gauge("iaccode_connections", "Open ACP connections (connection actors), all transports.",
+		func() float64 { return float64(am.Connections.Load()) })
+	gauge("iaccode_sessions", "Live sessions (session actors).",
+		func() float64 { return float64(am.Sessions.Load()) })
+	gauge("iaccode_running_turns", "Prompt turns running now.",
+		func() float64 { return float64(am.RunningTurns.Load()) })
+	gauge("iaccode_running_tools", "Tool invocations running now.",
+		func() float64 { return float64(am.RunningTools.Load()) })
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "iaccode_frames_out_total", Help: "JSON-RPC messages emitted by connection actors.",
+	}, func() float64 { return float64(am.FramesOut.Load()) }))
+	gauge("iaccode_http_connections", "ACP connections of the HTTP transport.",
+		func() float64 { return float64(len(e.snapshot())) })
+	gauge("iaccode_http_streams", "Open SSE streams.",
+		func() float64 { return float64(e.streams.Load()) })
+	gauge("iaccode_http_buffered_events", "Events buffered for the streams (unsent and replay window).",
+		func() float64 {
+			n := 0
+			for _, c := range e.snapshot() {
+				n += c.buffered()
+			}
+			return float64(n)
+		})
+	m := &metrics{
+		reg: reg,
+		eventsSent: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "iaccode_http_events_sent_total", Help: "SSE events written to streams (replays included).",
+		}),
+		dropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "iaccode_http_events_dropped_total", Help: "Frames emitted after their connection was closed.",
+		}),
+		reconnects: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "iaccode_http_stream_reconnects_total", Help: "GETs that resumed (Last-Event-ID) or replaced a stream.",
+		}),
+		closed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "iaccode_http_connections_closed_total", Help: "Closed HTTP connections by reason.",
+		}, []string{"reason"}),
+		requests: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "iaccode_http_request_duration_seconds",
+			Help:    "Time to answer a request (for GET /acp: until the stream starts).",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+		}, []string{"route", "code"}),
+	}
+	for _, r := range []string{reasonDelete, reasonIdle, reasonOverflow, reasonShutdown, reasonInitTimeout} {
+		m.closed.WithLabelValues(r)
+	}
+	reg.MustRegister(m.eventsSent, m.dropped, m.reconnects, m.closed, m.requests,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.handler = fasthttpadaptor.NewFastHTTPHandler(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	return m
+}
+
+func (m *metrics) serve(ctx *fasthttp.RequestCtx) { m.handler(ctx) }
+
+func (m *metrics) observe(route string, ctx *fasthttp.RequestCtx, start time.Time) {
+	m.requests.WithLabelValues(route, strconv.Itoa(ctx.Response.StatusCode())).Observe(time.Since(start).Seconds())
+}

@@ -1,0 +1,9 @@
+//go:build !unix
+
+package httpsse
+
+import "net"
+
+// peerOpen cannot probe without blocking here; a failed write is the only
+// sign that the client went away.
+func peerOpen(net.Conn) bool { return true }

@@ -1,0 +1,670 @@
+// Package httpsse is the HTTP+SSE edge: ACP over POST/GET/DELETE /acp with
+// Server-Sent Events, wired to the same connection actors as stdio.
+//
+// One ACP connection is created per initialize POST. Its connection actor
+// writes into the connection's outbox (conn.Send), which numbers every frame
+// and buffers it in the slot of the stream it belongs to: the connection
+// stream, or the stream of a session the client split off with
+// Acp-Session-Id (http-transport.md §7). GET streams replay from the buffer
+// by Last-Event-ID and then follow it live. See README.md for the contract.
+package httpsse
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/valyala/fasthttp"
+
+	"github.com/iac-code/iac-code/actors"
+	"github.com/iac-code/iac-code/protocol"
+)
+
+// Header names.
+const (
+	HeaderConnectionID = "Acp-Connection-Id"
+	HeaderSessionID    = "Acp-Session-Id"
+	HeaderLastEventID  = "Last-Event-ID"
+)
+
+// Error texts of the JSON bodies ({"error":"…"}).
+const (
+	msgConnNotFoundPost = "Connection not found. Send 'initialize' first or provide a valid Acp-Connection-Id header."
+	msgConnNotFound     = "Connection not found. Provide a valid Acp-Connection-Id header."
+	msgMissingConnID    = "Missing Acp-Connection-Id header."
+	msgInvalidJSON      = "Invalid JSON"
+	msgUnauthorized     = "Unauthorized"
+	msgTooLarge         = "Request body too large"
+	msgContentType      = "Content-Type must be application/json"
+	msgInitTimeout      = "Initialize timeout"
+	msgShuttingDown     = "Server is shutting down"
+)
+
+// Close reasons (metric label and log field).
+const (
+	reasonDelete      = "delete"
+	reasonIdle        = "idle"
+	reasonOverflow    = "overflow"
+	reasonShutdown    = "shutdown"
+	reasonInitTimeout = "initialize_timeout"
+)
+
+// Edge is the HTTP+SSE transport of one actors.Server.
+type Edge struct {
+	srv   *actors.Server
+	cfg   Config
+	log   zerolog.Logger
+	hs    *fasthttp.Server
+	met   *metrics
+	auth  bool
+	token [sha256.Size]byte
+
+	mu    sync.RWMutex
+	conns map[string]*conn
+	// tombs remembers why recently closed connections ended (overflow,
+	// idle), so their next request gets a clear 400; bounded FIFO.
+	tombs     map[string]string
+	tombOrder []string
+
+	// holdInit (tests only) withholds initialize from the actor.
+	holdInit bool
+
+	streams  atomic.Int64
+	closing  atomic.Bool
+	quit     chan struct{}
+	quitOnce sync.Once
+	reaped   chan struct{}
+}
+
+// New builds an edge; serve it with Serve(listener) or mount Handler.
+func New(srv *actors.Server, cfg Config, log zerolog.Logger) *Edge {
+	cfg = cfg.withDefaults()
+	e := &Edge{
+		srv:    srv,
+		cfg:    cfg,
+		log:    log.With().Str("transport", "http").Logger(),
+		conns:  map[string]*conn{},
+		tombs:  map[string]string{},
+		quit:   make(chan struct{}),
+		reaped: make(chan struct{}),
+	}
+	if cfg.Token != "" {
+		e.auth = true
+		e.token = sha256.Sum256([]byte(cfg.Token))
+	}
+	e.met = newMetrics(e)
+	e.hs = &fasthttp.Server{
+		Handler:            e.Handler(),
+		Name:               "iac-code",
+		MaxRequestBodySize: cfg.MaxBodySize,
+		// Concurrency counts TCP connections: streams are capped at
+		// MaxStreams, so StreamHeadroom connections are always left for POSTs.
+		Concurrency:     cfg.MaxStreams + cfg.StreamHeadroom,
+		ReadTimeout:     time.Minute,
+		WriteTimeout:    time.Minute, // lifted per stream
+		IdleTimeout:     2 * time.Minute,
+		TCPKeepalive:    true,
+		CloseOnShutdown: true,
+		ErrorHandler:    errorHandler,
+		Logger:          fasthttpLogger{e.log},
+	}
+	return e
+}
+
+// Serve accepts connections on ln until Shutdown. It returns nil after a
+// Shutdown.
+func (e *Edge) Serve(ln net.Listener) error {
+	go e.reaper()
+	return e.hs.Serve(ln)
+}
+
+// Serve runs the edge on cfg.Host:cfg.Port until ctx is cancelled, then shuts
+// it down gracefully: stop accepting, cancel running turns, flush their last
+// events to the streams, close the streams. It returns within
+// cfg.ShutdownTimeout of the cancellation.
+func Serve(ctx context.Context, srv *actors.Server, cfg Config, log zerolog.Logger) error {
+	cfg = cfg.withDefaults()
+	ln, err := net.Listen("tcp", net.JoinHostPort(cfg.Host, strconv.Itoa(cfg.Port)))
+	if err != nil {
+		return err
+	}
+	e := New(srv, cfg, log)
+	if cfg.Token == "" && !isLoopback(cfg.Host) {
+		e.log.Warn().Str("host", cfg.Host).
+			Msg("HTTP transport bound to a non-loopback address without authentication; set IACCODE_ACP_HTTP_TOKEN")
+	}
+	e.log.Info().Str("addr", ln.Addr().String()).Bool("auth", e.auth).Msg("listening")
+	served := make(chan error, 1)
+	go func() { served <- e.Serve(ln) }()
+	select {
+	case err := <-served:
+		return err
+	case <-ctx.Done():
+	}
+	e.log.Info().Msg("shutting down")
+	// Leave a margin for the caller to stop the actor system and exit.
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout*8/10)
+	defer cancel()
+	err = e.Shutdown(sctx)
+	<-served
+	e.log.Info().Err(err).Msg("stopped")
+	return err
+}
+
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// Shutdown stops accepting connections, closes every ACP connection (running
+// turns are cancelled and their answers flushed to the streams), ends the
+// streams and waits for the HTTP server to finish, or for ctx.
+func (e *Edge) Shutdown(ctx context.Context) error {
+	e.closing.Store(true)
+	e.quitOnce.Do(func() { close(e.quit) })
+	httpDone := make(chan error, 1)
+	go func() { httpDone <- e.hs.ShutdownWithContext(ctx) }()
+
+	timeout := e.cfg.CloseTimeout
+	if dl, ok := ctx.Deadline(); ok {
+		// Leave time for the streams to flush after the turns are answered.
+		timeout = min(timeout, time.Until(dl)*6/10)
+	}
+	var wg sync.WaitGroup
+	for _, c := range e.snapshot() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			e.closeConn(c, reasonShutdown, true, timeout)
+		}()
+	}
+	closed := make(chan struct{})
+	go func() { wg.Wait(); close(closed) }()
+	select {
+	case <-closed:
+	case <-ctx.Done():
+	}
+	return <-httpDone
+}
+
+// Handler is the edge's request handler (routes, auth, metrics).
+func (e *Edge) Handler() fasthttp.RequestHandler { return e.route }
+
+func (e *Edge) snapshot() []*conn {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	out := make([]*conn, 0, len(e.conns))
+	for _, c := range e.conns {
+		out = append(out, c)
+	}
+	return out
+}
+
+func (e *Edge) lookup(id []byte) *conn {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	return e.conns[string(id)]
+}
+
+// notFound is the 400 text for an unknown connection id: the reason it was
+// closed when the server closed it recently, else def.
+func (e *Edge) notFound(id []byte, def string) string {
+	if len(id) == 0 {
+		return def
+	}
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	if why, ok := e.tombs[string(id)]; ok {
+		return why
+	}
+	return def
+}
+
+const maxTombs = 4096
+
+var tombText = map[string]string{
+	reasonOverflow:    "Connection closed by the server: the client did not read its event stream and its buffer overflowed.",
+	reasonIdle:        "Connection closed by the server after being idle (no stream, no request). Its sessions are kept; initialize again and load them.",
+	reasonInitTimeout: "Connection closed by the server: initialize was not answered in time.",
+}
+
+func (e *Edge) route(ctx *fasthttp.RequestCtx) {
+	start := time.Now()
+	route := routeOther
+	defer func() { e.met.observe(route, ctx, start) }()
+	path := ctx.Path()
+	switch string(path) {
+	case "/acp":
+		switch {
+		case ctx.IsPost():
+			route = routePost
+		case ctx.IsGet():
+			route = routeGet
+		case ctx.IsDelete():
+			route = routeDelete
+		}
+	case "/health":
+		route = routeHealth
+	case "/metrics":
+		route = routeMetrics
+	}
+	if e.auth && !e.authorized(ctx) {
+		ctx.Response.Header.Set("WWW-Authenticate", `Bearer realm="iac-code"`)
+		jsonError(ctx, fasthttp.StatusUnauthorized, msgUnauthorized)
+		return
+	}
+	switch string(path) {
+	case "/acp":
+		switch route {
+		case routePost:
+			e.post(ctx)
+		case routeGet:
+			e.get(ctx)
+		case routeDelete:
+			e.delete(ctx)
+		default:
+			ctx.Response.Header.Set("Allow", "GET, POST, DELETE")
+			jsonError(ctx, fasthttp.StatusMethodNotAllowed, "Method not allowed")
+		}
+	case "/health":
+		if !ctx.IsGet() && !ctx.IsHead() {
+			ctx.Response.Header.Set("Allow", "GET, HEAD")
+			jsonError(ctx, fasthttp.StatusMethodNotAllowed, "Method not allowed")
+			return
+		}
+		ctx.SetContentType("application/json")
+		ctx.SetBodyString(`{"status":"healthy"}`)
+	case "/metrics":
+		if !ctx.IsGet() && !ctx.IsHead() {
+			ctx.Response.Header.Set("Allow", "GET, HEAD")
+			jsonError(ctx, fasthttp.StatusMethodNotAllowed, "Method not allowed")
+			return
+		}
+		e.met.serve(ctx)
+	default:
+		jsonError(ctx, fasthttp.StatusNotFound, "Not found")
+	}
+}
+
+// authorized compares the bearer token in constant time (over SHA-256
+// digests, so not even the length leaks).
+func (e *Edge) authorized(ctx *fasthttp.RequestCtx) bool {
+	h := ctx.Request.Header.Peek(fasthttp.HeaderAuthorization)
+	const scheme = "bearer "
+	if len(h) < len(scheme) || !strings.EqualFold(string(h[:len(scheme)]), scheme) {
+		return false
+	}
+	got := sha256.Sum256(bytes.TrimSpace(h[len(scheme):]))
+	return subtle.ConstantTimeCompare(got[:], e.token[:]) == 1
+}
+
+// post handles POST /acp: initialize synchronously, everything else 202.
+func (e *Edge) post(ctx *fasthttp.RequestCtx) {
+	if !isJSON(ctx.Request.Header.ContentType()) {
+		jsonError(ctx, fasthttp.StatusUnsupportedMediaType, msgContentType)
+		return
+	}
+	body := ctx.PostBody()
+	if len(body) > e.cfg.MaxBodySize {
+		jsonError(ctx, fasthttp.StatusRequestEntityTooLarge, msgTooLarge)
+		return
+	}
+	if t := bytes.TrimSpace(body); len(t) > 0 && t[0] == '[' && protocol.Valid(t) {
+		ctx.SetStatusCode(fasthttp.StatusNotImplemented)
+		ctx.SetContentType("application/json")
+		ctx.SetBody(protocol.EncodeError(nil, protocol.NewError(protocol.CodeInvalidRequest,
+			"JSON-RPC batches are not supported", nil)))
+		return
+	}
+	msg, perr := protocol.Decode(body)
+	if perr != nil {
+		if perr.Code == protocol.CodeParseError {
+			jsonError(ctx, fasthttp.StatusBadRequest, msgInvalidJSON)
+		} else {
+			jsonError(ctx, fasthttp.StatusBadRequest, "Invalid JSON-RPC message: "+detail(perr))
+		}
+		return
+	}
+	if protocol.CanonicalMethod(msg.Method) == protocol.MethodInitialize {
+		e.initialize(ctx, msg)
+		return
+	}
+	id := ctx.Request.Header.Peek(HeaderConnectionID)
+	c := e.lookup(id)
+	if c == nil {
+		jsonError(ctx, fasthttp.StatusBadRequest, e.notFound(id, msgConnNotFoundPost))
+		return
+	}
+	c.touch()
+	if sid := ctx.Request.Header.Peek(HeaderSessionID); len(sid) > 0 {
+		if !validSessionID(sid) {
+			jsonError(ctx, fasthttp.StatusBadRequest, "Invalid Acp-Session-Id header")
+			return
+		}
+		if p := paramsSessionID(msg); p != "" && p != string(sid) {
+			jsonError(ctx, fasthttp.StatusBadRequest, "Mismatched Acp-Session-Id")
+			return
+		}
+		if err := c.split(string(sid)); err != nil {
+			e.connError(ctx, err)
+			return
+		}
+	}
+	c.actor.Deliver(msg)
+	ctx.SetStatusCode(fasthttp.StatusAccepted)
+}
+
+func (e *Edge) connError(ctx *fasthttp.RequestCtx, err error) {
+	if errors.Is(err, errTooManySessions) {
+		jsonError(ctx, fasthttp.StatusBadRequest, "Too many session streams on this connection")
+		return
+	}
+	jsonError(ctx, fasthttp.StatusBadRequest, msgConnNotFound)
+}
+
+func detail(e *protocol.Error) string {
+	if m, ok := e.Data.(map[string]string); ok && m["error"] != "" {
+		return m["error"]
+	}
+	return e.Message
+}
+
+// paramsSessionID reads params.sessionId, if any.
+func paramsSessionID(m *protocol.Message) string {
+	if len(m.Params) == 0 || m.Params[0] != '{' {
+		return ""
+	}
+	var p protocol.SessionIDParams
+	if protocol.Unmarshal(m.Params, &p) != nil {
+		return ""
+	}
+	return p.SessionID
+}
+
+// initialize creates a connection and answers in the POST body.
+func (e *Edge) initialize(ctx *fasthttp.RequestCtx, msg *protocol.Message) {
+	if msg.ID == nil {
+		jsonError(ctx, fasthttp.StatusBadRequest, "initialize must be a request (with an id)")
+		return
+	}
+	if e.closing.Load() {
+		jsonError(ctx, fasthttp.StatusServiceUnavailable, msgShuttingDown)
+		return
+	}
+	c := &conn{e: e, main: &slot{}}
+	w := &initWait{id: msg.ID, ch: make(chan []byte, 1)}
+	c.init = w
+	c.touch()
+	c.actor = e.srv.Connect(c)
+	c.id = c.actor.ID
+	c.log = e.log.With().Str("conn", c.id).Logger()
+	e.mu.Lock()
+	e.conns[c.id] = c
+	e.mu.Unlock()
+	c.log.Info().Str("remote", ctx.RemoteAddr().String()).Msg("connection open")
+	if !e.holdInit {
+		c.actor.Deliver(msg)
+	}
+
+	timer := time.NewTimer(e.cfg.InitializeTimeout)
+	defer timer.Stop()
+	var body []byte
+	select {
+	case body = <-w.ch:
+	case <-timer.C:
+	case <-e.quit:
+	}
+	if body == nil {
+		c.mu.Lock()
+		if c.init == nil { // answered just now
+			body = <-w.ch
+		}
+		c.init = nil
+		c.mu.Unlock()
+	}
+	if body == nil {
+		if e.closing.Load() {
+			jsonError(ctx, fasthttp.StatusServiceUnavailable, msgShuttingDown)
+			return
+		}
+		c.log.Warn().Dur("timeout", e.cfg.InitializeTimeout).Msg("initialize not answered in time")
+		jsonError(ctx, fasthttp.StatusGatewayTimeout, msgInitTimeout)
+		go e.closeConn(c, reasonInitTimeout, false, e.cfg.CloseTimeout)
+		return
+	}
+	c.touch()
+	ctx.Response.Header.Set(HeaderConnectionID, c.id)
+	ctx.SetContentType("application/json")
+	ctx.SetBody(body)
+}
+
+// get handles GET /acp: the connection stream, or a session stream with
+// Acp-Session-Id.
+func (e *Edge) get(ctx *fasthttp.RequestCtx) {
+	h := &ctx.Request.Header
+	if bytes.EqualFold(bytes.TrimSpace(h.Peek(fasthttp.HeaderUpgrade)), []byte("websocket")) {
+		jsonError(ctx, fasthttp.StatusUpgradeRequired, "WebSocket is not supported; use POST and GET /acp (HTTP+SSE)")
+		return
+	}
+	id := h.Peek(HeaderConnectionID)
+	if len(id) == 0 {
+		jsonError(ctx, fasthttp.StatusBadRequest, msgConnNotFound)
+		return
+	}
+	c := e.lookup(id)
+	if c == nil {
+		jsonError(ctx, fasthttp.StatusBadRequest, e.notFound(id, msgConnNotFound))
+		return
+	}
+	c.touch()
+	if !acceptsEventStream(h.Peek(fasthttp.HeaderAccept)) {
+		jsonError(ctx, fasthttp.StatusNotAcceptable, "Accept must allow text/event-stream")
+		return
+	}
+	sid := h.Peek(HeaderSessionID)
+	if len(sid) > 0 && !validSessionID(sid) {
+		jsonError(ctx, fasthttp.StatusBadRequest, "Invalid Acp-Session-Id header")
+		return
+	}
+	var last *uint64
+	if raw := bytes.TrimSpace(h.Peek(HeaderLastEventID)); len(raw) > 0 {
+		n, err := strconv.ParseUint(string(raw), 10, 64)
+		if err != nil {
+			jsonError(ctx, fasthttp.StatusBadRequest, "Invalid Last-Event-ID header")
+			return
+		}
+		last = &n
+	}
+	if e.closing.Load() {
+		jsonError(ctx, fasthttp.StatusServiceUnavailable, msgShuttingDown)
+		return
+	}
+	if e.streams.Add(1) > int64(e.cfg.MaxStreams) {
+		e.streams.Add(-1)
+		jsonError(ctx, fasthttp.StatusServiceUnavailable, "Too many open streams")
+		return
+	}
+	st, reject, replaced, err := c.attach(string(sid), last, ctx.Conn())
+	if err != nil {
+		e.streams.Add(-1)
+		e.connError(ctx, err)
+		return
+	}
+	ctx.SetContentType("text/event-stream")
+	ctx.Response.Header.Set(fasthttp.HeaderCacheControl, "no-cache")
+	ctx.Response.Header.Set("X-Accel-Buffering", "no")
+	ctx.SetConnectionClose()
+	if reject != nil {
+		e.streams.Add(-1)
+		c.log.Info().Str("session", string(sid)).Uint64("last_event_id", *last).Msg("Last-Event-ID cannot be replayed")
+		ctx.SetBody(reject)
+		return
+	}
+	if last != nil || replaced {
+		e.met.reconnects.Inc()
+	}
+	ctx.Response.ImmediateHeaderFlush = true
+	_ = ctx.SetWriteDeadline(time.Time{}) // the stream must outlive WriteTimeout
+	ctx.SetBodyStreamWriter(st.run)
+}
+
+// delete handles DELETE /acp. Closing an unknown connection succeeds
+// (idempotent), as in the original.
+func (e *Edge) delete(ctx *fasthttp.RequestCtx) {
+	id := ctx.Request.Header.Peek(HeaderConnectionID)
+	if len(id) == 0 {
+		jsonError(ctx, fasthttp.StatusBadRequest, msgMissingConnID)
+		return
+	}
+	if c := e.lookup(id); c != nil {
+		e.closeConn(c, reasonDelete, true, e.cfg.CloseTimeout)
+	}
+	ctx.SetStatusCode(fasthttp.StatusOK)
+}
+
+// closeConn ends a connection once: it leaves the registry (later requests
+// get 400), its running turns are cancelled and answered (those answers still
+// reach the streams when drain is set), the actor stops, and the streams end.
+// The sessions stay with the session store.
+func (e *Edge) closeConn(c *conn, reason string, drain bool, timeout time.Duration) {
+	c.closeOnce.Do(func() {
+		e.mu.Lock()
+		delete(e.conns, c.id)
+		if why, ok := tombText[reason]; ok {
+			if len(e.tombOrder) >= maxTombs {
+				delete(e.tombs, e.tombOrder[0])
+				e.tombOrder = e.tombOrder[1:]
+			}
+			e.tombs[c.id] = why
+			e.tombOrder = append(e.tombOrder, c.id)
+		}
+		e.mu.Unlock()
+		c.mu.Lock()
+		if c.state == stateOpen {
+			c.state = stateClosing
+		}
+		c.init = nil
+		c.mu.Unlock()
+		c.actor.Close(timeout)
+		c.mu.Lock()
+		c.state = stateClosed
+		c.endStreamsLocked(nil, drain)
+		c.mu.Unlock()
+		e.met.closed.WithLabelValues(reason).Inc()
+		c.log.Info().Str("reason", reason).Msg("connection closed")
+	})
+}
+
+// reaper closes connections idle for longer than IdleTimeout.
+func (e *Edge) reaper() {
+	every := min(max(e.cfg.IdleTimeout/4, 10*time.Millisecond), 30*time.Second)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-e.quit:
+			return
+		case now := <-t.C:
+			cutoff := now.Add(-e.cfg.IdleTimeout).UnixNano()
+			for _, c := range e.snapshot() {
+				if c.idleSince(cutoff) {
+					go e.closeConn(c, reasonIdle, false, e.cfg.CloseTimeout)
+				}
+			}
+		}
+	}
+}
+
+// isJSON accepts application/json with any parameters.
+func isJSON(ct []byte) bool {
+	if i := bytes.IndexByte(ct, ';'); i >= 0 {
+		ct = ct[:i]
+	}
+	return bytes.EqualFold(bytes.TrimSpace(ct), []byte("application/json"))
+}
+
+// acceptsEventStream is lenient: a missing Accept, */*, text/* and
+// text/event-stream all qualify (curl sends */*); q=0 excludes a range.
+func acceptsEventStream(accept []byte) bool {
+	if len(bytes.TrimSpace(accept)) == 0 {
+		return true
+	}
+	for _, r := range bytes.Split(accept, []byte(",")) {
+		params := bytes.Split(r, []byte(";"))
+		mt := bytes.ToLower(bytes.TrimSpace(params[0]))
+		if string(mt) != "*/*" && string(mt) != "text/*" && string(mt) != "text/event-stream" {
+			continue
+		}
+		excluded := false
+		for _, p := range params[1:] {
+			k, v, _ := bytes.Cut(bytes.TrimSpace(p), []byte("="))
+			if bytes.EqualFold(k, []byte("q")) {
+				if q, err := strconv.ParseFloat(string(bytes.TrimSpace(v)), 64); err == nil && q == 0 {
+					excluded = true
+				}
+			}
+		}
+		if !excluded {
+			return true
+		}
+	}
+	return false
+}
+
+// validSessionID accepts 1–256 visible ASCII characters.
+func validSessionID(id []byte) bool {
+	if len(id) == 0 || len(id) > 256 {
+		return false
+	}
+	for _, b := range id {
+		if b < 0x21 || b > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+func jsonError(ctx *fasthttp.RequestCtx, status int, msg string) {
+	ctx.SetStatusCode(status)
+	ctx.SetContentType("application/json")
+	ctx.SetBody(protocol.MustMarshal(struct {
+		Error string `json:"error"`
+	}{msg}))
+}
+
+// errorHandler answers requests fasthttp could not parse: 413 for bodies
+// over MaxBodySize (Content-Length or actual size), JSON bodies throughout.
+func errorHandler(ctx *fasthttp.RequestCtx, err error) {
+	var small *fasthttp.ErrSmallBuffer
+	var netErr *net.OpError
+	switch {
+	case errors.Is(err, fasthttp.ErrBodyTooLarge):
+		jsonError(ctx, fasthttp.StatusRequestEntityTooLarge, msgTooLarge)
+	case errors.As(err, &small):
+		jsonError(ctx, fasthttp.StatusRequestHeaderFieldsTooLarge, "Request headers too large")
+	case errors.As(err, &netErr) && netErr.Timeout():
+		jsonError(ctx, fasthttp.StatusRequestTimeout, "Request timeout")
+	default:
+		jsonError(ctx, fasthttp.StatusBadRequest, "Malformed HTTP request")
+	}
+}
+
+// fasthttpLogger routes fasthttp's own messages to zerolog at debug level.
+type fasthttpLogger struct{ log zerolog.Logger }
+
+func (l fasthttpLogger) Printf(format string, args ...any) {
+	l.log.Debug().Str("lib", "fasthttp").Msg(fmt.Sprintf(format, args...))
+}
