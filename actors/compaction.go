@@ -21,7 +21,10 @@ const summaryPrompt = "Summarize the conversation above for your own later use: 
 
 const defaultContextWindow = 128000
 
-func (d *Deps) contextWindow() int {
+func (d *Deps) contextWindow(model string) int {
+	if d.LLM != nil {
+		return d.LLM.Config().ContextWindowFor(model)
+	}
 	if w := d.Config.LLM.ContextWindow; w > 0 {
 		return w
 	}
@@ -48,7 +51,7 @@ func (t *turn) needsCompaction() bool {
 		threshold = 0.93
 	}
 	used := max(estimateTokens(t.messages), int(t.lastContext))
-	return float64(used) > threshold*float64(t.deps.contextWindow())
+	return float64(used) > threshold*float64(t.deps.contextWindow(t.model))
 }
 
 // startCompaction summarises everything before the last keepTurns user
@@ -78,7 +81,7 @@ func (t *turn) startCompaction(ctx actor.Context, keepTurns int) bool {
 		Model:     t.model,
 		System:    "You write precise summaries of coding sessions.",
 		Messages:  toSummarise,
-		MaxTokens: t.deps.Config.LLM.MaxTokens,
+		MaxTokens: t.deps.llmConfig().MaxTokens,
 	})
 	return true
 }

@@ -41,7 +41,8 @@ type (
 		err    *protocol.Error
 	}
 	// drain cancels every running turn and is answered once all are answered.
-	drain       struct{}
+	// from is the connection draining a session (nil when sent to a connection).
+	drain       struct{ from *actor.PID }
 	drained     struct{}
 	sessionIdle struct{ sessionID string }
 )
@@ -75,6 +76,14 @@ type connection struct {
 	drainer   *actor.PID
 	waitIdle  map[string]bool
 	attaching map[string]attachRequest
+	// stopping are sessions this connection closed or let retire, until
+	// their Terminated: the actor still holds its name (and store handle)
+	// while it stops, and a message queued to it then is dropped without a
+	// dead letter. Requests for them wait in deferred and are dispatched
+	// again once the actor is gone, so a load right after a close, or a
+	// prompt racing an idle eviction, is never lost.
+	stopping map[string]*actor.PID
+	deferred map[string][]*protocol.Message
 }
 
 func newConnection(deps *Deps, id string, out Outlet) *connection {
@@ -87,6 +96,8 @@ func newConnection(deps *Deps, id string, out Outlet) *connection {
 		sent:     map[string]int{},
 		known:    map[string]bool{},
 		pending:  map[int64]pendingRequest{},
+		stopping: map[string]*actor.PID{},
+		deferred: map[string][]*protocol.Message{},
 	}
 }
 
@@ -123,6 +134,21 @@ func (c *connection) Receive(ctx actor.Context) {
 				delete(c.sessions, id)
 				delete(c.sent, id)
 			}
+		}
+		var gone []string
+		for id, pid := range c.stopping {
+			if pid.Equal(m.Who) {
+				gone = append(gone, id)
+			}
+		}
+		for _, id := range gone {
+			c.stopped(ctx, id) // may respawn a session of that name
+		}
+	case *sessionMoved:
+		// A close this connection sent reached a session that another
+		// connection took over: it will not stop for us.
+		if pid, ok := c.stopping[m.id]; ok && pid.Equal(m.pid) {
+			c.stopped(ctx, m.id)
 		}
 	case *actor.DeadLetterResponse:
 		// An attach reached a session that stopped meanwhile: start it anew.
@@ -212,7 +238,7 @@ func (c *connection) initialize(m *protocol.Message) {
 	authMethods := []protocol.AuthMethod{}
 	if !c.deps.hasCredentials() {
 		authMethods = append(authMethods, protocol.AuthMethod{
-			ID: "api-key", Name: "API key", Description: llm.AuthHint,
+			ID: "api-key", Name: "API key", Description: c.deps.authHint(),
 		})
 	}
 	c.reply(m.ID, protocol.InitializeResponse{
@@ -230,20 +256,44 @@ func (c *connection) initialize(m *protocol.Message) {
 	})
 }
 
+// authenticate re-reads the configuration (environment and files), so a key
+// set after the server started is picked up.
 func (c *connection) authenticate(m *protocol.Message) {
+	var req protocol.AuthenticateRequest
+	if err := protocol.Unmarshal(m.Params, &req); err != nil || req.MethodID != "api-key" {
+		c.fail(m.ID, protocol.ErrInvalidParams(map[string]string{"methodId": "unknown authentication method"}))
+		return
+	}
+	if c.deps.LLM != nil {
+		if _, err := c.deps.LLM.Reload(); err != nil {
+			c.log.Warn().Err(err).Msg("authenticate: configuration did not reload")
+		}
+	}
 	if !c.deps.hasCredentials() {
-		c.fail(m.ID, errAuthRequired())
+		c.fail(m.ID, c.deps.errAuthRequired())
 		return
 	}
 	c.reply(m.ID, struct{}{})
 }
 
-func errAuthRequired() *protocol.Error {
+func (d *Deps) errAuthRequired() *protocol.Error {
 	return protocol.NewError(protocol.CodeAuthRequired, "Authentication required",
-		map[string]string{"code": "auth_required", "hint": llm.AuthHint})
+		map[string]string{"code": "auth_required", "hint": d.authHint()})
 }
 
-func (d *Deps) hasCredentials() bool { return d.Config.LLM.APIKey != "" }
+func (d *Deps) authHint() string {
+	if d.LLM != nil {
+		return d.LLM.Config().AuthHint()
+	}
+	return llm.AuthHint
+}
+
+func (d *Deps) hasCredentials() bool {
+	if d.LLM != nil {
+		return d.LLM.Config().HasCredentials()
+	}
+	return d.Config.LLM.APIKey != ""
+}
 
 func (c *connection) newSession(ctx actor.Context, m *protocol.Message) {
 	var req protocol.NewSessionRequest
@@ -310,11 +360,33 @@ func (c *connection) openSession(ctx actor.Context, id string, kind startKind, r
 	ctx.Watch(pid)
 }
 
+// deferIfStopping keeps m for later when session id is still stopping.
+func (c *connection) deferIfStopping(id string, m *protocol.Message) bool {
+	if _, ok := c.stopping[id]; !ok {
+		return false
+	}
+	c.deferred[id] = append(c.deferred[id], m)
+	return true
+}
+
+// stopped: the session's actor is gone; what waited for it runs now, in order.
+func (c *connection) stopped(ctx actor.Context, id string) {
+	delete(c.stopping, id)
+	waiting := c.deferred[id]
+	delete(c.deferred, id)
+	for _, m := range waiting {
+		c.dispatch(ctx, m)
+	}
+}
+
 // reopenSession handles session/load, session/resume and session/fork.
 func (c *connection) reopenSession(ctx actor.Context, m *protocol.Message, method string) {
 	var ref protocol.SessionRef
 	if err := protocol.Unmarshal(m.Params, &ref); err != nil || ref.SessionID == "" {
 		c.fail(m.ID, protocol.ErrInvalidParams(map[string]string{"sessionId": "sessionId is required"}))
+		return
+	}
+	if method != protocol.MethodSessionFork && c.deferIfStopping(ref.SessionID, m) {
 		return
 	}
 	if ref.Cwd != "" {
@@ -374,6 +446,9 @@ func (c *connection) toSession(ctx actor.Context, m *protocol.Message, method st
 		c.fail(m.ID, protocol.ErrInvalidParams(map[string]string{"sessionId": "sessionId is required"}))
 		return
 	}
+	if c.deferIfStopping(ref.SessionID, m) {
+		return
+	}
 	pid, ok := c.sessions[ref.SessionID]
 	if !ok && c.known[ref.SessionID] {
 		c.openSession(ctx, ref.SessionID, startRestore, nil, "", "")
@@ -384,9 +459,11 @@ func (c *connection) toSession(ctx actor.Context, m *protocol.Message, method st
 		return
 	}
 	if method == protocol.MethodSessionClose {
-		// Later requests must already see the session as gone.
+		// Later requests must already see the session as gone, and wait
+		// until it is (see stopping).
 		delete(c.sessions, ref.SessionID)
 		delete(c.known, ref.SessionID)
+		c.stopping[ref.SessionID] = pid
 	}
 	c.sent[ref.SessionID]++
 	ctx.Send(pid, &sessionRequest{id: m.ID, method: method, params: m.Params, conn: ctx.Self()})
@@ -404,6 +481,7 @@ func (c *connection) retire(ctx actor.Context, m *retireRequest) {
 		if m.force {
 			delete(c.known, m.id)
 		}
+		c.stopping[m.id] = pid
 	}
 	ctx.Send(m.pid, &retireAnswer{ok: agree})
 }
@@ -413,7 +491,7 @@ func (c *connection) startDrain(ctx actor.Context) {
 	c.waitIdle = make(map[string]bool, len(c.sessions))
 	for id, pid := range c.sessions {
 		c.waitIdle[id] = true
-		ctx.Send(pid, &drain{})
+		ctx.Send(pid, &drain{from: ctx.Self()})
 	}
 	c.finishDrain(ctx)
 }

@@ -88,11 +88,18 @@ type (
 		force bool
 	}
 	retireAnswer struct{ ok bool }
+	// sessionMoved tells a connection that the session it addressed now
+	// belongs to another connection (see connection.stopping).
+	sessionMoved struct {
+		id  string
+		pid *actor.PID
+	}
 )
 
 func (*messageDone) IgnoreDeadLetterLogging()        {}
 func (*permissionDecision) IgnoreDeadLetterLogging() {}
 func (*retireAnswer) IgnoreDeadLetterLogging()       {}
+func (*sessionMoved) IgnoreDeadLetterLogging()       {}
 
 // Session modes: how much a session may do without asking.
 var sessionModes = []protocol.SessionMode{
@@ -127,9 +134,13 @@ type session struct {
 	failed  bool
 	seen    int
 
-	turn      *actor.PID
-	promptID  protocol.RawMessage
-	turnUsage llm.Usage
+	turn     *actor.PID
+	promptID protocol.RawMessage
+	// promptConn and closeConn asked promptID and closeID: their answers
+	// go there even when the session moved to another connection meanwhile.
+	promptConn *actor.PID
+	closeConn  *actor.PID
+	turnUsage  llm.Usage
 	// closeID is the pending session/close answered once the turn ends.
 	closeID  protocol.RawMessage
 	closing  bool
@@ -169,6 +180,10 @@ func (s *session) Receive(ctx actor.Context) {
 			}
 		}
 	case *actor.ReceiveTimeout:
+		// protoactor disarms the timer when it fires: re-arm it, or a session
+		// that was busy (a long tool run) or whose retire was refused would
+		// never be evicted.
+		ctx.SetReceiveTimeout(s.deps.Config.SessionIdle)
 		if s.turn == nil && !s.retiring && !s.failed {
 			s.retiring = true
 			ctx.Send(s.conn, &retireRequest{id: s.id, pid: ctx.Self(), seen: s.seen})
@@ -176,12 +191,16 @@ func (s *session) Receive(ctx actor.Context) {
 	case *retireAnswer:
 		s.retiring = false
 		if m.ok {
+			if !s.failed {
+				s.log.Debug().Msg("idle session evicted from memory")
+			}
 			ctx.Stop(ctx.Self())
 		}
 	case *sessionRequest:
 		if m.conn != nil && !m.conn.Equal(s.conn) {
 			s.respondTo(ctx, m.conn, m.id, nil, protocol.ErrInvalidParams(map[string]string{
 				"session_id": "Session moved to another connection"}))
+			ctx.Send(m.conn, &sessionMoved{id: s.id, pid: ctx.Self()})
 			return
 		}
 		s.seen++
@@ -220,6 +239,11 @@ func (s *session) Receive(ctx actor.Context) {
 	case *clientAnswer:
 		s.permissionAnswered(ctx, m)
 	case *drain:
+		if m.from != nil && !m.from.Equal(s.conn) {
+			// Moved to another connection: nothing of it is that one's to wait for.
+			ctx.Send(m.from, &sessionIdle{sessionID: s.id})
+			return
+		}
 		s.draining = true
 		if s.turn == nil {
 			ctx.Send(s.conn, &sessionIdle{sessionID: s.id})
@@ -238,7 +262,7 @@ func (s *session) open(ctx actor.Context) {
 	)
 	switch s.start {
 	case startNew:
-		s.store, err = s.deps.Store.Create(store.Meta{ID: s.id, Cwd: s.startCwd, Mode: "default", Model: s.deps.Config.LLM.Model})
+		s.store, err = s.deps.Store.Create(store.Meta{ID: s.id, Cwd: s.startCwd, Mode: "default", Model: s.deps.llmConfig().Model})
 	case startFork:
 		s.store, entries, err = s.deps.Store.Fork(s.forkSrc, s.id)
 	default:
@@ -265,7 +289,7 @@ func (s *session) open(ctx actor.Context) {
 		s.meta.Mode = "default"
 	}
 	if !s.validModel(s.meta.Model) {
-		s.meta.Model = s.deps.Config.LLM.Model
+		s.meta.Model = s.deps.llmConfig().Model
 	}
 	if s.startCwd != "" && s.startCwd != s.meta.Cwd && s.start != startNew {
 		s.meta.Cwd = s.startCwd
@@ -314,11 +338,24 @@ func (s *session) attach(ctx actor.Context, m *attach) {
 		return
 	}
 	if !m.conn.Equal(s.conn) {
-		// The old connection keeps nothing of this session any more.
+		// The old connection keeps nothing of this session any more: its
+		// running prompt ends cancelled (answered to it, see promptConn; its
+		// pending permission request is moot) and a drain of it is over.
+		if s.turn != nil {
+			ctx.Send(s.turn, &cancelTurn{})
+		}
+		if s.draining {
+			s.draining = false
+			ctx.Send(s.conn, &sessionIdle{sessionID: s.id})
+		}
 		s.conn = m.conn
-		s.seen = 0
 		s.dropPermissionAsks()
 	}
+	// The connection counts its requests to this session afresh from the
+	// attach on (openSession resets its count), also when it is the same
+	// connection: without this an idle session loaded again is never
+	// retired (seen and sent would never match).
+	s.seen = 0
 	if m.cwd != "" && m.cwd != s.meta.Cwd {
 		s.meta.Cwd = m.cwd
 		s.saveMeta()
@@ -421,7 +458,7 @@ func (s *session) handle(ctx actor.Context, r *sessionRequest) {
 			ctx.Stop(ctx.Self())
 			return
 		}
-		s.closeID = r.id
+		s.closeID, s.closeConn = r.id, r.conn
 		ctx.Send(s.turn, &cancelTurn{})
 	case protocol.MethodSessionSetMode:
 		var p protocol.SetModeRequest
@@ -459,9 +496,13 @@ func modeState(current string) *protocol.SessionModeState {
 
 // models lists the selectable models: the configured ones, the current first.
 func (s *session) models() []string {
-	list := s.deps.Config.Models
+	cfg := s.deps.llmConfig()
+	list := cfg.Models
 	if len(list) == 0 {
-		list = []string{s.deps.Config.LLM.Model}
+		list = s.deps.Config.Models
+	}
+	if len(list) == 0 {
+		list = []string{cfg.Model}
 	}
 	return list
 }
@@ -555,7 +596,7 @@ func (s *session) prompt(ctx actor.Context, r *sessionRequest) {
 		return
 	}
 	if !s.deps.hasCredentials() {
-		s.respondError(ctx, r.id, errAuthRequired())
+		s.respondError(ctx, r.id, s.deps.errAuthRequired())
 		return
 	}
 	user := llm.Message{Role: llm.RoleUser, Content: promptBlocks(p.Prompt)}
@@ -570,7 +611,7 @@ func (s *session) prompt(ctx actor.Context, r *sessionRequest) {
 	if command == "" {
 		s.record(ctx, user)
 	}
-	s.promptID = r.id
+	s.promptID, s.promptConn = r.id, r.conn
 	s.turnUsage = llm.Usage{}
 	opts := turnOptions{
 		sessionID: s.id, cwd: s.meta.Cwd, model: s.meta.Model,
@@ -664,18 +705,29 @@ func (s *session) endTurn(ctx actor.Context, m *turnFinished) {
 		s.log.Error().Err(err).Msg("repair session history")
 	} else if len(added) > 0 {
 		s.entries = repaired
+		// Tool calls cut short (cancel, close, crash) got no final update
+		// from their stopped tool actors: close them for the client as the
+		// history now has them, failed and interrupted, before the answer —
+		// the same updates a later load replays.
+		for i := range added {
+			for _, u := range replayUpdates(&added[i].Message) {
+				s.emit(ctx, u)
+			}
+		}
 	}
 	s.syncStore()
 	s.meta.Usage = s.meta.Usage.Add(m.usage)
 	s.saveMeta()
 	if m.err != nil {
-		s.respondError(ctx, s.promptID, m.err)
+		s.respondTo(ctx, s.promptConn, s.promptID, nil, m.err)
 	} else {
-		s.respond(ctx, s.promptID, protocol.PromptResponse{StopReason: m.stopReason, Usage: promptUsage(m.usage)})
+		s.respondTo(ctx, s.promptConn, s.promptID, protocol.PromptResponse{StopReason: m.stopReason, Usage: promptUsage(m.usage)}, nil)
 	}
-	s.promptID = nil
+	s.promptID, s.promptConn = nil, nil
 	if s.closing {
-		s.respond(ctx, s.closeID, struct{}{})
+		if s.closeConn != nil {
+			s.respondTo(ctx, s.closeConn, s.closeID, struct{}{}, nil)
+		}
 		ctx.Stop(ctx.Self())
 	}
 	if s.draining {

@@ -41,9 +41,12 @@ type Config struct {
 type Deps struct {
 	Config   Config
 	Provider llm.Provider
-	Tools    *tools.Registry
-	Store    store.Store
-	Log      zerolog.Logger
+	// LLM, when set, is the provider configuration that authenticate can
+	// re-read; it wins over Config.LLM.
+	LLM   *llm.Live
+	Tools *tools.Registry
+	Store store.Store
+	Log   zerolog.Logger
 	// Metrics may be shared with an edge that exports them; nil = private.
 	Metrics *Metrics
 }
@@ -87,6 +90,14 @@ func NewServer(deps Deps) *Server {
 		return slog.New(zerolog.NewSlogHandler(lib.With().Str("system", s.ID).Logger()))
 	}))
 	return &Server{sys: sys, deps: &deps}
+}
+
+// llmConfig is the model configuration in force now.
+func (d *Deps) llmConfig() llm.Config {
+	if d.LLM != nil {
+		return d.LLM.Config()
+	}
+	return d.Config.LLM
 }
 
 // Conn is a transport's handle on its connection actor.

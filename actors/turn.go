@@ -2,7 +2,6 @@ package actors
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"strings"
 
@@ -68,7 +67,6 @@ func (*toolDone) IgnoreDeadLetterLogging()       {}
 type pendingCall struct {
 	id      string
 	name    string
-	args    strings.Builder
 	done    bool
 	res     tools.Result
 	display protocol.RawMessage
@@ -108,12 +106,10 @@ type turn struct {
 	ended        bool
 
 	// State of the model call being streamed.
-	text     strings.Builder
-	thinking strings.Builder
-	sig      string
-	redacted []string
-	pending  []*pendingCall
-	stop     llm.StopReason
+	text    strings.Builder
+	asm     llm.Assembler
+	pending []*pendingCall
+	stop    llm.StopReason
 
 	// Tool phase.
 	toolPIDs  map[string]int // tool actor id -> call index
@@ -216,7 +212,7 @@ func (t *turn) callModel(ctx actor.Context) {
 		System:    t.systemPrompt(),
 		Messages:  t.messages,
 		Tools:     toolSpecs(t.tools),
-		MaxTokens: t.deps.Config.LLM.MaxTokens,
+		MaxTokens: t.deps.llmConfig().MaxTokens,
 	})
 }
 
@@ -226,9 +222,7 @@ func (t *turn) stream(ctx actor.Context, req *llm.Request) {
 	t.streaming = true
 	t.gen++
 	t.text.Reset()
-	t.thinking.Reset()
-	t.sig = ""
-	t.redacted = nil
+	t.asm = llm.Assembler{}
 	t.pending = nil
 	t.stop = ""
 
@@ -256,6 +250,9 @@ func toolSpecs(r *tools.Registry) []llm.ToolSpec {
 }
 
 func (t *turn) onEvent(ctx actor.Context, ev *llm.Event) {
+	// The assembler keeps every block in stream order (several signed
+	// thinking blocks, redacted thinking, tool calls) for the next call.
+	t.asm.Add(*ev)
 	switch ev.Type {
 	case llm.EventTextDelta:
 		if ev.Text == "" {
@@ -270,22 +267,7 @@ func (t *turn) onEvent(ctx actor.Context, ev *llm.Event) {
 		if ev.Text == "" || t.compacting || t.subagent != "" {
 			return
 		}
-		t.thinking.WriteString(ev.Text)
 		t.emit(ctx, protocol.ChunkUpdate{SessionUpdate: protocol.UpdateAgentThoughtChunk, Content: protocol.Text(ev.Text)})
-	case llm.EventThinkingSignature:
-		t.sig = ev.Text
-	case llm.EventRedactedThinking:
-		t.redacted = append(t.redacted, ev.Text)
-	case llm.EventToolCallStart:
-		for len(t.pending) <= ev.Index {
-			t.pending = append(t.pending, &pendingCall{})
-		}
-		c := t.pending[ev.Index]
-		c.id, c.name = ev.ID, ev.Name
-	case llm.EventToolCallArgs:
-		if ev.Index < len(t.pending) {
-			t.pending[ev.Index].args.WriteString(ev.ArgsDelta)
-		}
 	case llm.EventUsage:
 		t.pendingUsage = ev.Usage
 	case llm.EventStop:
@@ -293,38 +275,9 @@ func (t *turn) onEvent(ctx actor.Context, ev *llm.Event) {
 	}
 }
 
-// assistantMessage builds the message the model just produced.
-func (t *turn) assistantMessage() llm.Message {
-	msg := llm.Message{Role: llm.RoleAssistant}
-	if t.thinking.Len() > 0 || t.sig != "" {
-		msg.Content = append(msg.Content, llm.Block{Type: llm.BlockThinking, Text: t.thinking.String(), Signature: t.sig})
-	}
-	for _, r := range t.redacted {
-		msg.Content = append(msg.Content, llm.Block{Type: llm.BlockRedactedThinking, Data: r})
-	}
-	if t.text.Len() > 0 {
-		msg.Content = append(msg.Content, llm.Block{Type: llm.BlockText, Text: t.text.String()})
-	}
-	for _, c := range t.pending {
-		if c.id == "" && c.name == "" {
-			continue
-		}
-		msg.Content = append(msg.Content, llm.Block{Type: llm.BlockToolUse, ToolCallID: c.id, Name: c.name, Input: toolInput(c.args.String())})
-	}
-	return msg
-}
-
-// toolInput keeps the model's arguments as JSON; invalid JSON is kept as a
-// JSON string so history stays encodable and the tool reports the error.
-func toolInput(args string) json.RawMessage {
-	if strings.TrimSpace(args) == "" {
-		return json.RawMessage("{}")
-	}
-	if protocol.Valid([]byte(args)) {
-		return json.RawMessage(args)
-	}
-	return json.RawMessage(protocol.MustMarshal(args))
-}
+// assistantMessage is the message the model produced so far (all of it, or
+// what the user saw of a cancelled or failed answer).
+func (t *turn) assistantMessage() llm.Message { return t.asm.Message() }
 
 func (t *turn) record(ctx actor.Context, msg llm.Message) {
 	if len(msg.Content) == 0 {
@@ -346,7 +299,7 @@ func (t *turn) onStreamEnd(ctx actor.Context, err error) {
 	if err == nil && t.subagent == "" {
 		t.lastContext = callUsage.InputTokens + callUsage.OutputTokens
 		t.emit(ctx, protocol.UsageUpdate{SessionUpdate: protocol.UpdateUsage,
-			Used: callUsage.InputTokens + callUsage.OutputTokens, Size: int64(t.deps.contextWindow())})
+			Used: callUsage.InputTokens + callUsage.OutputTokens, Size: int64(t.deps.contextWindow(t.model))})
 	}
 	if err != nil {
 		t.record(ctx, t.assistantMessage())
@@ -382,7 +335,7 @@ func (t *turn) onStreamEnd(ctx actor.Context, err error) {
 
 func (t *turn) failModel(ctx actor.Context, err error) {
 	if llm.IsAuthError(err) {
-		t.finish(ctx, "", errAuthRequired())
+		t.finish(ctx, "", t.deps.errAuthRequired())
 		return
 	}
 	errorID := newErrorID()

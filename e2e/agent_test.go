@@ -31,6 +31,7 @@ func agentEnv(fake *llmtest.Server, extra ...string) []string {
 		"IAC_CODE_API_KEY="+testAPIKey,
 		"IAC_CODE_MODEL=test-model",
 		"IAC_CODE_LOG_LEVEL=debug",
+		"IAC_CODE_RETRY_BASE_DELAY=10ms",
 	)
 	return append(env, extra...)
 }

@@ -10,7 +10,18 @@ import (
 	"github.com/iac-code/iac-code/llm/llmtest"
 )
 
-var _ = Describe("stdio transport with a raw JSON-RPC client", Label("e2e"), func() {
+// The raw-client scenarios run once per model wire format: the server's
+// real OpenAI-compatible and Anthropic providers against the fake server.
+var _ = stdioScenarios("openai")
+var _ = stdioScenarios("anthropic")
+
+func stdioScenarios(format string) bool {
+	return Describe("stdio transport with a raw JSON-RPC client ("+format+" model format)", Label("e2e", format), func() {
+		stdioSpecs(format)
+	})
+}
+
+func stdioSpecs(format string) {
 	var (
 		fake *llmtest.Server
 		a    *agent
@@ -22,7 +33,7 @@ var _ = Describe("stdio transport with a raw JSON-RPC client", Label("e2e"), fun
 		cwd = GinkgoT().TempDir()
 	})
 	start := func(extraEnv ...string) {
-		a = startAgent(agentEnv(fake, extraEnv...))
+		a = startAgent(agentEnv(fake, append([]string{"IAC_CODE_PROVIDER=chaos_" + format}, extraEnv...)...))
 	}
 
 	It("answers initialize per the spec, for any requested version", func() {
@@ -66,8 +77,8 @@ var _ = Describe("stdio transport with a raw JSON-RPC client", Label("e2e"), fun
 		// what the model saw
 		reqs := fake.Requests()
 		Expect(reqs).To(HaveLen(1))
-		Expect(reqs[0].Chat.Stream).To(BeTrue())
-		Expect(reqs[0].Chat.Model).To(Equal("test-model"))
+		Expect(reqs[0].Streaming()).To(BeTrue())
+		Expect(reqs[0].Model()).To(Equal("test-model"))
 		a.finish()
 	})
 
@@ -230,10 +241,9 @@ var _ = Describe("stdio transport with a raw JSON-RPC client", Label("e2e"), fun
 		Expect(ups[0]).To(HaveKeyWithValue("sessionUpdate", "tool_call"))
 		Expect(ups[0]).To(HaveKeyWithValue("toolCallId", "call_1"))
 		Expect(ups).To(ContainElement(And(HaveKeyWithValue("toolCallId", "call_1"), HaveKeyWithValue("status", "failed"))))
-		second := fake.Requests()[1].Chat.Messages
-		last := second[len(second)-1]
-		Expect(last.Role).To(Equal("tool"))
-		Expect(last.ToolCallID).To(Equal("call_1"))
+		results := fake.Requests()[1].ToolResults()
+		last := results[len(results)-1]
+		Expect(last.ID).To(Equal("call_1"))
 		Expect(last.Content).To(ContainSubstring("Unknown tool: no_such_tool"))
 		a.finish()
 	})
@@ -260,4 +270,4 @@ var _ = Describe("stdio transport with a raw JSON-RPC client", Label("e2e"), fun
 		a.finish()
 		Expect(a.result(id)["stopReason"]).To(Equal("cancelled"))
 	})
-})
+}

@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -45,22 +44,31 @@ func run(args []string) error {
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
-	_, _ = host, port // used by the HTTP transport
 
 	log := newLogger()
 	cfg, err := loadConfig()
 	if err != nil {
 		return err
 	}
-	provider, err := llm.New(cfg.LLM)
+	// The model configuration (environment > settings.yml > .credentials.yml)
+	// is live: authenticate re-reads it.
+	models, err := llm.NewLive(func() (llm.Config, error) {
+		c, err := llm.LoadConfig(cfg.Home, os.Getenv)
+		c.Log = log
+		return c, err
+	})
 	if err != nil {
 		return err
 	}
+	for _, w := range models.Config().Warnings {
+		log.Warn().Msg(w)
+	}
+	log.Info().EmbedObject(models.Config()).Msg("model provider")
 	sessions, err := store.New(cfg.Home, store.WithLogger(log))
 	if err != nil {
 		return fmt.Errorf("session store: %w", err)
 	}
-	srv := actors.NewServer(actors.Deps{Config: cfg, Provider: provider, Tools: tools.Default(), Store: sessions, Log: log})
+	srv := actors.NewServer(actors.Deps{Config: cfg, Provider: models, LLM: models, Tools: tools.Default(), Store: sessions, Log: log})
 	defer srv.Shutdown()
 
 	switch *transport {
@@ -99,20 +107,13 @@ func loadConfig() (actors.Config, error) {
 		}
 		home = filepath.Join(dir, ".iac-code")
 	}
-	cfg := actors.Config{Version: version, Home: home, LLM: llm.ConfigFromEnv(), SessionIdle: time.Hour}
+	cfg := actors.Config{Version: version, Home: home, SessionIdle: time.Hour}
 	if v := os.Getenv("IAC_CODE_SESSION_IDLE"); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil {
 			return cfg, fmt.Errorf("IAC_CODE_SESSION_IDLE: %w", err)
 		}
 		cfg.SessionIdle = d
-	}
-	if v := os.Getenv("IAC_CODE_CONTEXT_WINDOW"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n <= 0 {
-			return cfg, fmt.Errorf("IAC_CODE_CONTEXT_WINDOW: want a positive number of tokens, got %q", v)
-		}
-		cfg.LLM.ContextWindow = n
 	}
 	return cfg, nil
 }

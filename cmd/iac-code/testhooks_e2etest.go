@@ -18,14 +18,17 @@ import (
 const panicMarker = "__panic_turn__"
 
 func init() {
-	llm.Register("chaos_openai", func(cfg llm.Config) (llm.Provider, error) {
-		cfg.Provider = "openai_compatible"
-		inner, err := llm.New(cfg)
-		if err != nil {
-			return nil, err
-		}
-		return &chaosProvider{inner: inner}, nil
-	})
+	// chaos_<format> wraps the real provider of that wire format.
+	for key, preset := range map[string]string{"chaos_openai": "openai_compatible", "chaos_anthropic": "anthropic_compatible"} {
+		llm.Register(key, func(cfg llm.Config) (llm.Provider, error) {
+			cfg.Provider = preset
+			inner, err := llm.New(cfg)
+			if err != nil {
+				return nil, err
+			}
+			return &chaosProvider{inner: inner}, nil
+		})
+	}
 	tools.RegisterExtra(panicTool{})
 }
 

@@ -186,6 +186,37 @@ export const scenarios = {
     return { sessionId, first, second };
   },
 
+  /**
+   * What a client does after the agent restarted: session/list (and its
+   * alias sessions/list) for --cwd must show --session-id; session/load must
+   * replay the session's history before it answers; then prompt --text in
+   * it. Result: {list, aliasList, load, replayed:[update...], prompt} where
+   * replayed are the updates of that session that arrived before the load
+   * response.
+   */
+  async load(h) {
+    const sessionId = h.opts.sessionId;
+    if (!sessionId) h.fail("--session-id is required");
+    const init = await h.initialize();
+    h.check(init?.agentCapabilities?.loadSession === true, "initialize does not advertise agentCapabilities.loadSession");
+    h.check(init?.agentCapabilities?.sessionCapabilities?.list != null, "initialize does not advertise sessionCapabilities.list");
+    const list = await h.request(acp.methods.agent.session.list, { cwd: h.cwd });
+    const aliasList = await h.request("sessions/list", { cwd: h.cwd });
+    h.check(
+      list?.sessions?.some((s) => s.sessionId === sessionId),
+      `session/list does not show ${sessionId}: ${JSON.stringify(list)}`,
+    );
+    const from = h.updateEvents.length;
+    const load = await h.request(acp.methods.agent.session.load, { sessionId, cwd: h.cwd, mcpServers: [] });
+    const replayed = h.updateEvents
+      .slice(from)
+      .filter((e) => e.sessionId === sessionId)
+      .map((e) => e.update);
+    h.check(replayed.length > 0, "session/load answered before replaying anything");
+    const prompt = await h.prompt(sessionId, h.text(0));
+    return { list, aliasList, load, replayed, prompt };
+  },
+
   /** A prompt for a session id that does not exist is rejected; the connection stays usable. */
   async "unknown-session"(h) {
     await h.initialize();
@@ -213,6 +244,7 @@ function parseOptions(argv) {
       text: { type: "string", multiple: true },
       permission: { type: "string", default: "allow_once" },
       prompts: { type: "string", default: "1" },
+      "session-id": { type: "string" },
       "timeout-ms": { type: "string", default: "60000" },
       "eof-grace-ms": { type: "string", default: "1000" },
       "list-scenarios": { type: "boolean", default: false },
@@ -227,6 +259,7 @@ function parseOptions(argv) {
     text: values.text,
     permission: values.permission,
     prompts: Number(values.prompts),
+    sessionId: values["session-id"],
     timeoutMs: Number(values["timeout-ms"]),
     eofGraceMs: Number(values["eof-grace-ms"]),
     listScenarios: values["list-scenarios"],

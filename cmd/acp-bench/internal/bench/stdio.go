@@ -1,0 +1,370 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"time"
+
+	"github.com/iac-code/iac-code/cmd/acp-bench/internal/acpclient"
+	"github.com/iac-code/iac-code/cmd/acp-bench/internal/marker"
+	"github.com/iac-code/iac-code/cmd/acp-bench/internal/stats"
+)
+
+// StdioStreamParams sizes stdio-stream.
+type StdioStreamParams struct {
+	// Chunks is the number of chunks the model streams (200,000).
+	Chunks int
+	// Baseline also pushes the same lines through a plain writer process.
+	Baseline bool
+	// Timeout bounds the run (0: 5 minutes).
+	Timeout time.Duration
+}
+
+// lineStats is what a client read loop measured.
+type lineStats struct {
+	check      marker.Check
+	chunkLines int64
+	bytes      int64
+	first      time.Time
+	last       time.Time
+	template   []byte // the first chunk line
+	hist       *stats.Histogram
+	rate       *stats.Rate
+	response   *acpclient.Msg
+}
+
+// readChunks reads stdout until the response to id, measuring every
+// agent_message_chunk line. The server and the baseline are read by this
+// same loop.
+func readChunks(c *acpclient.Stdio, id int64, expected int, p *progress, start time.Time, span time.Duration) (*lineStats, error) {
+	ls := &lineStats{hist: stats.NewHistogram(), rate: stats.NewRate(start, span)}
+	tr := marker.NewTracker()
+	bytes0 := c.Bytes
+	var pending int64
+	resp, err := c.ReadUntil(id, func(m *acpclient.Msg) {
+		if m.Kind != acpclient.KindUpdate || !acpclient.IsMessageChunk(m.Data) {
+			return
+		}
+		now := time.Now()
+		if ls.chunkLines == 0 {
+			ls.first = now
+			ls.template = append([]byte(nil), m.Data...)
+		}
+		ls.last = now
+		ls.chunkLines++
+		nowNS := now.UnixNano()
+		marker.Scan(m.Data, func(seq, ts int64) {
+			tr.Add(seq)
+			ls.hist.Record(nowNS - ts)
+		})
+		// Counters shared with other goroutines are touched in batches.
+		if pending++; pending == 256 {
+			p.add(pending)
+			ls.rate.Add(now, pending)
+			pending = 0
+		}
+	})
+	p.add(pending)
+	ls.rate.Add(time.Now(), pending)
+	ls.bytes = c.Bytes - bytes0
+	ls.check = tr.Finish(int64(expected))
+	ls.response = resp
+	return ls, err
+}
+
+// StdioStream runs one session over stdio while the model streams Chunks
+// chunks as fast as it can.
+func StdioStream(ctx context.Context, o *Options, p StdioStreamParams) (*Result, error) {
+	if p.Timeout <= 0 {
+		p.Timeout = 5 * time.Minute
+	}
+	r := newResult("stdio-stream", "chunks="+strconv.Itoa(p.Chunks), map[string]any{"chunks": p.Chunks, "baseline": p.Baseline})
+	fake, stopFake := startFake(0)
+	defer stopFake()
+	fake.Script(streamingReply(p.Chunks, 0))
+
+	srv, err := StartServer(ctx, o, "stdio", fake.URL())
+	if err != nil {
+		return nil, err
+	}
+	defer srv.Stop()
+	deadline := time.Now().Add(p.Timeout)
+	acpclient.SetReadDeadline(srv.Stdout, deadline)
+	c := acpclient.NewStdio(srv.Stdin, srv.Stdout)
+	if _, err := c.Call(1, acpclient.Initialize(1), nil); err != nil {
+		return nil, fmt.Errorf("initialize: %w; stderr:\n%s", err, srv.Stderr())
+	}
+	m, err := c.Call(2, acpclient.NewSession(2, o.Workdir), nil)
+	if err != nil {
+		return nil, fmt.Errorf("session/new: %w", err)
+	}
+	sid, err := acpclient.SessionID(m.Result)
+	if err != nil {
+		return nil, err
+	}
+
+	ms0, _ := srv.MemStats(ctx)
+	u0 := srv.Usage()
+	cw := watchCPU(srv.Pid())
+	prog := o.progress("stdio-stream", int64(p.Chunks), "chunks")
+	stopProfile := o.profile(ctx, srv, r, "stdio-stream")
+	start := time.Now()
+	if err := c.Send(acpclient.Prompt(3, sid, "stream")); err != nil {
+		return nil, err
+	}
+	ls, err := readChunks(c, 3, p.Chunks, prog, start, p.Timeout)
+	total := time.Since(start)
+	cpuReport := &Result{}
+	cw.report(cpuReport)
+	prog.finish()
+	stopProfile()
+	if err != nil {
+		return nil, fmt.Errorf("prompt: %w; stderr:\n%s", err, srv.Stderr())
+	}
+	u1 := srv.Usage()
+	ms1, _ := srv.MemStats(ctx)
+	if ls.response.Err != nil {
+		r.fail("prompt answered %v", ls.response.Err)
+	} else if sr := acpclient.StopReason(ls.response.Result); sr != "end_turn" {
+		r.fail("stopReason %q", sr)
+	}
+
+	span := ls.last.Sub(ls.first)
+	cps := perSecond(ls.check.Received, span)
+	r.add("chunks/s", cps, "chunks/s").Note = "first to last chunk at the client"
+	r.add("MB/s", perSecond(ls.bytes, span)/1e6, "MB/s")
+	r.add("chunk lines", float64(ls.chunkLines), "lines")
+	r.add("bytes/line", float64(ls.bytes)/float64(max(ls.chunkLines, 1)), "B")
+	r.add("prompt→response", total.Seconds()*1e3, "ms")
+	r.add("server CPU", (u1.CPU - u0.CPU).Seconds(), "s")
+	r.add("server CPU/chunk", float64((u1.CPU-u0.CPU).Nanoseconds())/1e3/float64(max(p.Chunks, 1)), "µs")
+	r.add("server RSS", mib(u1.RSS), "MiB")
+	if ms0 != nil && ms1 != nil {
+		r.add("server allocs/chunk", float64(ms1.Mallocs-ms0.Mallocs)/float64(max(p.Chunks, 1)), "allocs")
+		r.add("server alloc bytes/chunk", float64(ms1.TotalAlloc-ms0.TotalAlloc)/float64(max(p.Chunks, 1)), "B")
+	} else {
+		r.na("server allocs/chunk", "allocs", "stdio mode has no metrics endpoint: run with --debug against the profiling build (task bench:profserver), or see BenchmarkStdioStream")
+	}
+	r.Metrics = append(r.Metrics, cpuReport.Metrics...)
+	r.latency("model→client delay", ls.hist)
+	r.EventsPerSecond = ls.rate.PerSecond(ls.last)
+
+	if p.Baseline && ls.template != nil {
+		b, err := runBaseline(ctx, o, ls.template, p.Chunks, deadline)
+		if err != nil {
+			r.fail("baseline: %v", err)
+		} else {
+			bspan := b.last.Sub(b.first)
+			bcps := perSecond(b.check.Received, bspan)
+			r.add("baseline chunks/s", bcps, "chunks/s")
+			r.add("baseline MB/s", perSecond(b.bytes, bspan)/1e6, "MB/s")
+			ratio := cps / bcps
+			r.add("server/baseline", ratio, "×").target("≥ 0.5", ratio >= 0.5)
+			if !b.check.OK() {
+				r.fail("baseline sequence check: %s", b.check)
+			}
+		}
+	}
+	if err := srv.Stop(); err != nil {
+		r.Notes = append(r.Notes, err.Error())
+	}
+	r.finish(&ls.check, nil)
+	return r, nil
+}
+
+func perSecond(n int64, d time.Duration) float64 {
+	if d <= 0 {
+		return 0
+	}
+	return float64(n) / d.Seconds()
+}
+
+// Environment of the baseline writer child.
+const (
+	childEnv          = "ACP_BENCH_CHILD"
+	baselinePrefixEnv = "ACP_BENCH_BASELINE_PREFIX"
+	baselineSuffixEnv = "ACP_BENCH_BASELINE_SUFFIX"
+	baselineLinesEnv  = "ACP_BENCH_BASELINE_LINES"
+	baselineResponse  = `{"jsonrpc":"2.0","id":3,"result":{"stopReason":"end_turn"}}`
+)
+
+// runBaseline runs the minimal writer (this executable, re-executed as
+// "baseline-writer") and reads its lines exactly as the server's.
+func runBaseline(ctx context.Context, o *Options, template []byte, n int, deadline time.Time) (*lineStats, error) {
+	start, end, ok := marker.Find(template)
+	if !ok {
+		return nil, errors.New("no marker in the chunk line")
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.CommandContext(ctx, self)
+	cmd.Env = append(os.Environ(), childEnv+"=baseline-writer",
+		baselinePrefixEnv+"="+string(template[:start]),
+		baselineSuffixEnv+"="+string(template[end:]),
+		baselineLinesEnv+"="+strconv.Itoa(n))
+	rd, wr, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	defer rd.Close()
+	cmd.Stdout = wr
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		wr.Close()
+		return nil, err
+	}
+	wr.Close()
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	acpclient.SetReadDeadline(rd, deadline)
+	c := acpclient.NewStdio(nil, rd)
+	prog := o.progress("baseline", int64(n), "chunks")
+	defer prog.finish()
+	return readChunks(c, 3, n, prog, time.Now(), time.Until(deadline))
+}
+
+// RunChildIfRequested turns this process into a helper child when the
+// environment asks for one (the baseline writer); call it first thing in
+// main and in TestMain.
+func RunChildIfRequested() {
+	switch os.Getenv(childEnv) {
+	case "":
+		return
+	case "baseline-writer":
+		if err := baselineWriter(); err != nil {
+			fmt.Fprintln(os.Stderr, "baseline-writer:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+}
+
+// baselineWriter is the minimal baseline: pre-encoded NDJSON lines (the
+// server's own chunk line with each chunk's marker) written to a pipe
+// through a 64 KiB buffer, then the prompt response.
+func baselineWriter() error {
+	prefix, suffix := os.Getenv(baselinePrefixEnv), os.Getenv(baselineSuffixEnv)
+	n, err := strconv.Atoi(os.Getenv(baselineLinesEnv))
+	if err != nil {
+		return err
+	}
+	ts := time.Now().UnixNano()
+	lines := make([][]byte, n)
+	for i := range lines {
+		b := make([]byte, 0, len(prefix)+len(suffix)+40)
+		b = append(b, prefix...)
+		b = marker.Append(b, int64(i), ts)
+		b = append(b, suffix...)
+		lines[i] = append(b, '\n')
+	}
+	w := bufio.NewWriterSize(os.Stdout, 64<<10)
+	for _, l := range lines {
+		if _, err := w.Write(l); err != nil {
+			return err
+		}
+	}
+	if _, err := w.WriteString(baselineResponse + "\n"); err != nil {
+		return err
+	}
+	return w.Flush()
+}
+
+// StartupParams sizes startup.
+type StartupParams struct {
+	// Runs is the number of process starts (20).
+	Runs int
+}
+
+// Startup measures process start → initialize answered over stdio.
+func Startup(ctx context.Context, o *Options, p StartupParams) (*Result, error) {
+	r := newResult("startup", "runs="+strconv.Itoa(p.Runs), map[string]any{"runs": p.Runs})
+	fake, stopFake := startFake(0)
+	defer stopFake()
+	prog := o.progress("startup", int64(p.Runs), "runs")
+	var times []time.Duration
+	h := stats.NewHistogram()
+	errs := map[string]int64{}
+	for range p.Runs {
+		d, err := startOnce(ctx, o, fake.URL())
+		prog.add(1)
+		if err != nil {
+			errs[err.Error()]++
+			continue
+		}
+		times = append(times, d)
+		h.RecordDuration(d)
+	}
+	prog.finish()
+	if len(times) == 0 {
+		r.finish(nil, errs)
+		return r, nil
+	}
+	ms := func(d time.Duration) float64 { return float64(d) / 1e6 }
+	med := stats.Exact(times, 50)
+	r.add("median", ms(med), "ms").target("≤ 50 ms", med <= 50*time.Millisecond)
+	r.add("min", ms(stats.Exact(times, 0.001)), "ms")
+	r.add("p90", ms(stats.Exact(times, 90)), "ms")
+	r.add("max", ms(stats.Exact(times, 100)), "ms")
+	r.latency("process start → initialize answered", h)
+	r.finish(nil, errs)
+	return r, nil
+}
+
+// startOnce starts a fresh server over stdio, answers the time from just
+// before exec to the initialize response, and stops it.
+func startOnce(ctx context.Context, o *Options, fakeURL string) (time.Duration, error) {
+	args := []string{"acp", "--transport", "stdio"}
+	cmd := exec.Command(o.Bin, args...)
+	cmd.Env = o.serverEnv(fakeURL)
+	cmd.Dir = o.Workdir
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return 0, err
+	}
+	rd, wr, err := os.Pipe()
+	if err != nil {
+		return 0, err
+	}
+	defer rd.Close()
+	cmd.Stdout = wr
+	stderr := &tailBuffer{max: 16 << 10}
+	cmd.Stderr = stderr
+	init := append(acpclient.Initialize(1), '\n')
+	t0 := time.Now()
+	if err := cmd.Start(); err != nil {
+		wr.Close()
+		return 0, err
+	}
+	wr.Close()
+	defer func() {
+		_ = in.Close()
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+	}()
+	if _, err := in.Write(init); err != nil {
+		return 0, err
+	}
+	acpclient.SetReadDeadline(rd, time.Now().Add(10*time.Second))
+	c := acpclient.NewStdio(in, rd)
+	m, err := c.ReadUntil(1, nil)
+	d := time.Since(t0)
+	if err != nil {
+		return 0, fmt.Errorf("initialize: %w; stderr: %s", err, stderr)
+	}
+	if m.Err != nil {
+		return 0, m.Err
+	}
+	return d, nil
+}

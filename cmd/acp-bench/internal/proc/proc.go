@@ -1,0 +1,249 @@
+// Package proc reads the resident memory and CPU time of a process from
+// /proc (Linux) and samples them over a run.
+package proc
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// userHZ is the unit of utime/stime in /proc/<pid>/stat; the kernel fixes
+// it at 100 for user space (USER_HZ) on every Linux architecture Go runs on.
+const userHZ = 100
+
+// Usage is one reading of a process.
+type Usage struct {
+	// RSS is VmRSS in bytes.
+	RSS int64
+	// CPU is user + system time.
+	CPU time.Duration
+	// Threads is the number of OS threads.
+	Threads int
+}
+
+// Read reads pid's usage (pid 0: this process).
+func Read(pid int) (Usage, error) {
+	dir := "/proc/self"
+	if pid > 0 {
+		dir = "/proc/" + strconv.Itoa(pid)
+	}
+	var u Usage
+	status, err := os.ReadFile(dir + "/status")
+	if err != nil {
+		return u, err
+	}
+	if u.RSS, err = statusField(status, "VmRSS:"); err != nil {
+		return u, err
+	}
+	u.RSS *= 1024
+	if th, err := statusField(status, "Threads:"); err == nil {
+		u.Threads = int(th)
+	}
+	stat, err := os.ReadFile(dir + "/stat")
+	if err != nil {
+		return u, err
+	}
+	u.CPU, err = cpuFromStat(stat)
+	return u, err
+}
+
+// statusField parses "Name:   123 kB" lines of /proc/<pid>/status.
+func statusField(status []byte, name string) (int64, error) {
+	i := bytes.Index(status, []byte("\n"+name))
+	if i < 0 {
+		if !bytes.HasPrefix(status, []byte(name)) {
+			return 0, fmt.Errorf("proc: no %s in status", name)
+		}
+	} else {
+		status = status[i+1:]
+	}
+	line := status[len(name):]
+	if j := bytes.IndexByte(line, '\n'); j >= 0 {
+		line = line[:j]
+	}
+	fields := bytes.Fields(line)
+	if len(fields) == 0 {
+		return 0, fmt.Errorf("proc: empty %s", name)
+	}
+	return strconv.ParseInt(string(fields[0]), 10, 64)
+}
+
+// cpuFromStat sums utime and stime (fields 14 and 15) of /proc/<pid>/stat.
+// The command name (field 2) may hold spaces and parentheses, so fields are
+// counted from the last ')'.
+func cpuFromStat(stat []byte) (time.Duration, error) {
+	i := bytes.LastIndexByte(stat, ')')
+	if i < 0 {
+		return 0, errors.New("proc: malformed stat")
+	}
+	f := bytes.Fields(stat[i+1:])
+	// f[0] is field 3 (state); utime is field 14 → f[11], stime f[12].
+	if len(f) < 13 {
+		return 0, errors.New("proc: short stat")
+	}
+	ut, err1 := strconv.ParseInt(string(f[11]), 10, 64)
+	st, err2 := strconv.ParseInt(string(f[12]), 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, errors.New("proc: bad utime/stime")
+	}
+	return time.Duration(ut+st) * time.Second / userHZ, nil
+}
+
+// Sample is a reading at an offset from the sampler's start.
+type Sample struct {
+	T time.Duration `json:"t"`
+	Usage
+}
+
+// Sampler reads a process at a fixed interval until stopped.
+type Sampler struct {
+	pid   int
+	start time.Time
+	stop  chan struct{}
+	done  chan struct{}
+	mu    sync.Mutex
+	list  []Sample
+	peak  int64
+	max   int
+}
+
+// StartSampler samples pid every interval (keeping at most maxSamples; when
+// full it keeps every second sample and doubles the interval, so any run
+// length fits).
+func StartSampler(pid int, interval time.Duration, maxSamples int) *Sampler {
+	s := &Sampler{pid: pid, start: time.Now(), stop: make(chan struct{}), done: make(chan struct{}), max: max(maxSamples, 16)}
+	s.take()
+	go s.loop(interval)
+	return s
+}
+
+func (s *Sampler) loop(interval time.Duration) {
+	defer close(s.done)
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+			if s.take() {
+				interval *= 2
+				t.Reset(interval)
+			}
+		}
+	}
+}
+
+// take records one sample; it reports that the list was thinned.
+func (s *Sampler) take() bool {
+	u, err := Read(s.pid)
+	if err != nil {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.peak = max(s.peak, u.RSS)
+	s.list = append(s.list, Sample{T: time.Since(s.start), Usage: u})
+	if len(s.list) < s.max {
+		return false
+	}
+	j := 0
+	for i := 0; i < len(s.list); i += 2 {
+		s.list[j] = s.list[i]
+		j++
+	}
+	s.list = s.list[:j]
+	return true
+}
+
+// Stop takes a last sample and stops the sampler.
+func (s *Sampler) Stop() {
+	select {
+	case <-s.stop:
+		return
+	default:
+	}
+	close(s.stop)
+	<-s.done
+	s.take()
+}
+
+// Samples returns a copy of the samples so far.
+func (s *Sampler) Samples() []Sample {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Sample(nil), s.list...)
+}
+
+// Peak is the highest RSS seen.
+func (s *Sampler) Peak() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.peak
+}
+
+// RaiseNoFile lifts this process's open-file soft limit to its hard limit
+// (children inherit it) and returns the new soft limit.
+func RaiseNoFile() (uint64, error) {
+	var rl syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil {
+		return 0, err
+	}
+	if rl.Cur < rl.Max {
+		rl.Cur = rl.Max
+		if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil {
+			return rl.Cur, err
+		}
+	}
+	return rl.Cur, nil
+}
+
+// System is the machine-wide CPU time from /proc/stat.
+type System struct {
+	// Busy is the CPU time spent on anything but idle and iowait, over
+	// all CPUs.
+	Busy time.Duration
+	// Total includes idle time.
+	Total time.Duration
+}
+
+// ReadSystem reads the aggregate "cpu" line of /proc/stat.
+func ReadSystem() (System, error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return System{}, err
+	}
+	return parseSystem(b)
+}
+
+func parseSystem(b []byte) (System, error) {
+	line, _, _ := bytes.Cut(b, []byte("\n"))
+	f := bytes.Fields(line)
+	if len(f) < 5 || string(f[0]) != "cpu" {
+		return System{}, errors.New("proc: malformed /proc/stat")
+	}
+	var s System
+	for i, x := range f[1:] {
+		v, err := strconv.ParseInt(string(x), 10, 64)
+		if err != nil {
+			return System{}, err
+		}
+		d := time.Duration(v) * time.Second / userHZ
+		// Fields: user nice system idle iowait irq softirq steal guest guest_nice;
+		// guest time is already counted in user.
+		if i >= 8 {
+			continue
+		}
+		s.Total += d
+		if i != 3 && i != 4 {
+			s.Busy += d
+		}
+	}
+	return s, nil
+}

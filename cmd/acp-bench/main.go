@@ -1,0 +1,277 @@
+// Command acp-bench measures the iac-code ACP server: it starts the built
+// server binary as a child process and the scripted fake model (llmtest) in
+// this process, runs a workload, and prints a results table (--json and
+// --html write machine-readable results and a self-contained report).
+//
+//	go build -o bin/iac-code ./cmd/iac-code
+//	go run ./cmd/acp-bench http-fanout --conns 1000 --html report.html
+//
+// Every chunk of the fake model carries "<seq>@<unixnano>|", so the client
+// measures the model→client delay and detects lost, duplicated and
+// reordered events. Only loopback addresses are used.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/iac-code/iac-code/cmd/acp-bench/internal/bench"
+	"github.com/iac-code/iac-code/cmd/acp-bench/internal/proc"
+	"github.com/iac-code/iac-code/cmd/acp-bench/internal/report"
+)
+
+func main() {
+	bench.RunChildIfRequested()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-ctx.Done()
+		if errors.Is(context.Cause(ctx), context.Canceled) {
+			// Give the run a moment to stop its servers, then make sure.
+			time.Sleep(3 * time.Second)
+			bench.KillAll()
+			fmt.Fprintln(os.Stderr, "acp-bench: interrupted")
+			os.Exit(130)
+		}
+	}()
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// workloads in the order "all" runs them (soak is never part of all).
+var workloads = []string{"stdio-stream", "http-fanout", "idle-streams", "churn", "startup"}
+
+const usage = `usage: acp-bench <workload> [flags]
+
+workloads:
+  stdio-stream   one session over stdio; the model streams --chunks (200000) as fast as it can;
+                 compared with a plain writer pushing the same lines through a pipe
+  http-fanout    --conns (100,1000,5000) HTTP+SSE connections, each its own session and prompt,
+                 --chunks (500) per prompt at --rate (50) chunks/s each
+  idle-streams   --streams (10000) open idle SSE streams: server RSS per stream; --hold 90s
+                 also checks that the server keeps them open
+  churn          initialize → session/new → short prompt → session/close → DELETE in a loop
+                 over --clients (50) parallel clients for --duration (10s)
+  startup        process start → initialize answered over stdio, --runs (20) times
+  soak           http-fanout for --duration (10m) with --conns (1000); streams drop at random
+                 (mean --drop-every 5s) and resume with Last-Event-ID
+  all            every workload above except soak, with the defaults
+
+flags:
+`
+
+type config struct {
+	server, jsonPath, htmlPath, home, logLevel, cpuProfile string
+	selfProfile                                            string
+	noProgress, debug, baseline                            bool
+	chunks, streams, clients, runs, maxCycles, setupWidth  int
+	conns                                                  string
+	rate                                                   float64
+	duration, dropEvery, reconnectMax, timeout, hold       time.Duration
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	workload := args[0]
+	var c config
+	fs := flag.NewFlagSet("acp-bench "+workload, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, usage); fs.PrintDefaults() }
+	fs.StringVar(&c.server, "server", "bin/iac-code", "path of the built iac-code binary under test")
+	fs.StringVar(&c.jsonPath, "json", "", "write machine-readable results to this file")
+	fs.StringVar(&c.htmlPath, "html", "", "write a self-contained HTML report (charts) to this file")
+	fs.StringVar(&c.home, "home", "", "IAC_CODE_HOME of the server (default: a fresh directory on /dev/shm)")
+	fs.StringVar(&c.logLevel, "log-level", "warn", "IAC_CODE_LOG_LEVEL of the server")
+	fs.BoolVar(&c.noProgress, "no-progress", false, "no progress bar")
+	fs.BoolVar(&c.debug, "debug", false, "read allocation counts from a profiling build of the server (bin/iac-code-prof, task bench:profserver)")
+	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "with a profiling build: write a CPU profile of each measured phase to PREFIX-<workload>.pprof (implies --debug)")
+	fs.StringVar(&c.selfProfile, "bench-cpuprofile", "", "write a CPU profile of acp-bench itself (fake model + clients) to this file")
+	fs.IntVar(&c.chunks, "chunks", 0, "chunks per prompt (default: stdio-stream 200000, http-fanout/soak 500, churn 5)")
+	fs.StringVar(&c.conns, "conns", "", "connections, comma-separated for several runs (default: http-fanout 100,1000,5000; soak 1000)")
+	fs.Float64Var(&c.rate, "rate", 50, "chunks/s of each prompt (http-fanout, soak)")
+	fs.IntVar(&c.streams, "streams", 10000, "idle SSE streams (idle-streams)")
+	fs.DurationVar(&c.hold, "hold", 0, "keep the idle streams open this long, then check the server still holds them all (idle-streams)")
+	fs.IntVar(&c.clients, "clients", 50, "parallel clients (churn)")
+	fs.IntVar(&c.maxCycles, "max-cycles", 0, "stop churn after this many cycles (0: only --duration)")
+	fs.DurationVar(&c.duration, "duration", 0, "run time (default: churn 10s, soak 10m)")
+	fs.IntVar(&c.runs, "runs", 20, "process starts (startup)")
+	fs.DurationVar(&c.dropEvery, "drop-every", 5*time.Second, "mean time between stream drops per connection (soak)")
+	fs.DurationVar(&c.reconnectMax, "reconnect-max", 200*time.Millisecond, "longest pause before a dropped stream resumes (soak)")
+	fs.BoolVar(&c.baseline, "baseline", true, "also run the plain-writer baseline (stdio-stream)")
+	fs.IntVar(&c.setupWidth, "setup-width", 64, "connections set up at once")
+	fs.DurationVar(&c.timeout, "timeout", 0, "bound of one run (default: derived from the sizes)")
+	if err := fs.Parse(args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "acp-bench: unexpected arguments %q\n", fs.Args())
+		return 2
+	}
+	var names []string
+	switch workload {
+	case "all":
+		names = workloads
+	case "stdio-stream", "http-fanout", "idle-streams", "churn", "startup", "soak":
+		names = []string{workload}
+	default:
+		fmt.Fprintf(stderr, "acp-bench: unknown workload %q\n\n", workload)
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+
+	if lim, err := proc.RaiseNoFile(); err != nil {
+		fmt.Fprintf(stderr, "acp-bench: raising the open-file limit: %v\n", err)
+	} else if need := neededFiles(names, &c); uint64(need) > lim {
+		fmt.Fprintf(stderr, "acp-bench: warning: the open-file limit is %d, the run needs about %d (raise ulimit -n)\n", lim, need)
+	}
+	o := &bench.Options{
+		Bin: c.server, Home: c.home, LogLevel: c.logLevel, Debug: c.debug || c.cpuProfile != "",
+		CPUProfile: c.cpuProfile, Progress: !c.noProgress, ProgressOut: stderr, Log: stderr,
+	}
+	if err := o.Prepare(); err != nil {
+		fmt.Fprintln(stderr, "acp-bench:", err)
+		return 2
+	}
+	defer o.Cleanup()
+
+	if c.selfProfile != "" {
+		f, err := os.Create(c.selfProfile)
+		if err != nil {
+			fmt.Fprintln(stderr, "acp-bench:", err)
+			return 2
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintln(stderr, "acp-bench:", err)
+			return 2
+		}
+		defer pprof.StopCPUProfile()
+	}
+	var results []*bench.Result
+	failed := false
+	for _, name := range names {
+		rs, err := runWorkload(ctx, name, o, &c)
+		results = append(results, rs...)
+		if err != nil {
+			fmt.Fprintf(stderr, "acp-bench: %s: %v\n", name, err)
+			failed = true
+			continue
+		}
+		report.Table(stdout, rs)
+	}
+	run := report.Machine("acp-bench "+strings.Join(args, " "), o.Bin)
+	if c.jsonPath != "" {
+		if err := report.WriteJSON(c.jsonPath, run, results); err != nil {
+			fmt.Fprintln(stderr, "acp-bench: --json:", err)
+			failed = true
+		}
+	}
+	if c.htmlPath != "" {
+		if err := report.WriteHTML(c.htmlPath, run, results); err != nil {
+			fmt.Fprintln(stderr, "acp-bench: --html:", err)
+			failed = true
+		}
+	}
+	for _, r := range results {
+		failed = failed || !r.OK
+	}
+	if failed {
+		return 1
+	}
+	return 0
+}
+
+// neededFiles estimates the descriptors the largest run holds in this
+// process (streams, fake-model connections, POST pool).
+func neededFiles(names []string, c *config) int {
+	need := 0
+	for _, n := range names {
+		switch n {
+		case "http-fanout", "soak":
+			for _, k := range connList(c.conns, n) {
+				need = max(need, 2*k+600)
+			}
+		case "idle-streams":
+			need = max(need, c.streams+600)
+		}
+	}
+	return need
+}
+
+func connList(s, workload string) []int {
+	if s == "" {
+		if workload == "soak" {
+			return []int{1000}
+		}
+		return []int{100, 1000, 5000}
+	}
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		if n, err := strconv.Atoi(strings.TrimSpace(f)); err == nil && n > 0 {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+func orDefault[T comparable](v, def T) T {
+	var zero T
+	if v == zero {
+		return def
+	}
+	return v
+}
+
+func runWorkload(ctx context.Context, name string, o *bench.Options, c *config) ([]*bench.Result, error) {
+	one := func(r *bench.Result, err error) ([]*bench.Result, error) {
+		if err != nil {
+			return nil, err
+		}
+		return []*bench.Result{r}, nil
+	}
+	switch name {
+	case "stdio-stream":
+		return one(bench.StdioStream(ctx, o, bench.StdioStreamParams{
+			Chunks: orDefault(c.chunks, 200_000), Baseline: c.baseline, Timeout: c.timeout}))
+	case "http-fanout":
+		var out []*bench.Result
+		for _, n := range connList(c.conns, name) {
+			r, err := bench.Fanout(ctx, o, bench.FanoutParams{
+				Conns: n, Chunks: orDefault(c.chunks, 500), Rate: c.rate, SetupWidth: c.setupWidth, Timeout: c.timeout})
+			if err != nil {
+				return out, fmt.Errorf("conns=%d: %w", n, err)
+			}
+			out = append(out, r)
+		}
+		return out, nil
+	case "idle-streams":
+		return one(bench.Idle(ctx, o, bench.IdleParams{Streams: c.streams, SetupWidth: c.setupWidth, Hold: c.hold}))
+	case "churn":
+		return one(bench.Churn(ctx, o, bench.ChurnParams{
+			Clients: c.clients, Duration: orDefault(c.duration, 10*time.Second), MaxCycles: c.maxCycles, Chunks: orDefault(c.chunks, 5)}))
+	case "startup":
+		return one(bench.Startup(ctx, o, bench.StartupParams{Runs: c.runs}))
+	case "soak":
+		conns := connList(c.conns, name)
+		return one(bench.Soak(ctx, o, bench.SoakParams{
+			Conns: conns[0], Chunks: orDefault(c.chunks, 500), Rate: c.rate, Duration: orDefault(c.duration, 10*time.Minute),
+			DropEvery: c.dropEvery, ReconnectMax: c.reconnectMax, SetupWidth: c.setupWidth}))
+	}
+	return nil, fmt.Errorf("unknown workload %q", name)
+}
