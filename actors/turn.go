@@ -184,6 +184,11 @@ func (t *turn) emit(ctx actor.Context, update any) {
 	ctx.Send(ctx.Parent(), &outbound{frame: Frame{Data: data, SessionID: t.sessionID}})
 }
 
+// emitRaw sends an already encoded session/update.
+func (t *turn) emitRaw(ctx actor.Context, data []byte) {
+	ctx.Send(ctx.Parent(), &outbound{frame: Frame{Data: data, SessionID: t.sessionID}})
+}
+
 func (t *turn) systemPrompt() string {
 	prompt := "You are iac-code, an AI coding agent working for a developer through their editor.\n" +
 		"Working directory: " + t.cwd + "\n" +
@@ -262,12 +267,12 @@ func (t *turn) onEvent(ctx actor.Context, ev *llm.Event) {
 		if t.compacting || t.subagent != "" {
 			return // summaries and sub-agent text are not streamed
 		}
-		t.emit(ctx, protocol.ChunkUpdate{SessionUpdate: protocol.UpdateAgentMessageChunk, Content: protocol.Text(ev.Text)})
+		t.emitRaw(ctx, protocol.EncodeChunkNotification(t.sessionID, protocol.UpdateAgentMessageChunk, ev.Text))
 	case llm.EventThinkingDelta:
 		if ev.Text == "" || t.compacting || t.subagent != "" {
 			return
 		}
-		t.emit(ctx, protocol.ChunkUpdate{SessionUpdate: protocol.UpdateAgentThoughtChunk, Content: protocol.Text(ev.Text)})
+		t.emitRaw(ctx, protocol.EncodeChunkNotification(t.sessionID, protocol.UpdateAgentThoughtChunk, ev.Text))
 	case llm.EventUsage:
 		t.pendingUsage = ev.Usage
 	case llm.EventStop:

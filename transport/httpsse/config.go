@@ -9,6 +9,7 @@ const (
 	DefaultHost              = "127.0.0.1"
 	DefaultPort              = 8765
 	DefaultReplayBuffer      = 10_000
+	DefaultReplayMaxAge      = time.Minute
 	DefaultMaxBufferBytes    = 64 << 20
 	DefaultIdleTimeout       = 10 * time.Minute
 	DefaultKeepAlive         = 15 * time.Second
@@ -37,6 +38,9 @@ type Config struct {
 	ReplayBuffer int
 	// MaxBufferBytes caps the same buffer in bytes.
 	MaxBufferBytes int
+	// ReplayMaxAge drops already written events older than this from the
+	// replay window (a Last-Event-ID before them gets the stale error).
+	ReplayMaxAge time.Duration
 	// IdleTimeout reaps a connection that has had no open stream and no
 	// request for that long. Its sessions stay on disk.
 	IdleTimeout time.Duration
@@ -72,6 +76,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxBufferBytes <= 0 {
 		c.MaxBufferBytes = DefaultMaxBufferBytes
+	}
+	if c.ReplayMaxAge <= 0 {
+		c.ReplayMaxAge = DefaultReplayMaxAge
 	}
 	if c.IdleTimeout <= 0 {
 		c.IdleTimeout = DefaultIdleTimeout

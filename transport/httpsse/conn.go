@@ -22,6 +22,9 @@ import (
 type event struct {
 	id   uint64
 	data []byte
+	// at is when the event was produced (unix nanoseconds), for the age
+	// limit of the replay window.
+	at int64
 }
 
 // slot is one stream scope of a connection: the connection stream (key "")
@@ -143,7 +146,7 @@ func (c *conn) Send(f actors.Frame) {
 		}
 	}
 	c.lastID++
-	sl.push(event{id: c.lastID, data: f.Data})
+	sl.push(event{id: c.lastID, data: f.Data, at: time.Now().UnixNano()})
 	c.count++
 	c.bytes += len(f.Data)
 	if !c.trim() {
@@ -175,10 +178,18 @@ func answers(frame []byte, id protocol.RawMessage) bool {
 
 // trim evicts already written events, oldest first, until the buffer fits
 // its limits. It reports false when the unwritten events alone exceed them.
+// Written events older than ReplayMaxAge go too: a reconnect comes within
+// seconds (retry: 5000), and keeping minutes of replay for thousands of busy
+// connections made memory grow for as long as the windows took to fill.
 func (c *conn) trim() bool {
 	cfg := &c.e.cfg
-	for c.count > cfg.ReplayBuffer || (c.bytes > cfg.MaxBufferBytes && c.count > 1) {
+	expired := time.Now().Add(-cfg.ReplayMaxAge).UnixNano()
+	for {
 		victim := c.oldestWritten()
+		over := c.count > cfg.ReplayBuffer || (c.bytes > cfg.MaxBufferBytes && c.count > 1)
+		if !over && (victim == nil || victim.front().at > expired) {
+			return true
+		}
 		if victim == nil {
 			return false
 		}
@@ -187,7 +198,6 @@ func (c *conn) trim() bool {
 		c.count--
 		c.bytes -= len(ev.data)
 	}
-	return true
 }
 
 func (c *conn) oldestWritten() *slot {

@@ -10,3 +10,8 @@ func HoldInitialize(e *Edge) { e.holdInit = true }
 func SetWriteTimeout(d time.Duration) func(*Edge) {
 	return func(e *Edge) { e.hs.WriteTimeout = d }
 }
+
+// SetReadTimeout changes the HTTP server's ReadTimeout. Call before serving.
+func SetReadTimeout(d time.Duration) func(*Edge) {
+	return func(e *Edge) { e.hs.ReadTimeout = d }
+}

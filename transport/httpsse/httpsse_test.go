@@ -314,6 +314,32 @@ var _ = Describe("streams", func() {
 		s.until(isResponse(2))
 	})
 
+	It("outlives the server's read timeout: the liveness probe must not read through its deadline", func() {
+		e := startEnv(httpsse.Config{KeepAlive: 20 * time.Millisecond}, httpsse.SetReadTimeout(200*time.Millisecond))
+		conn := e.initialize()
+		s := e.stream(conn)
+		Consistently(s.eof, time.Second).ShouldNot(BeClosed())
+		e.send(conn, rpc(2, "session/new", map[string]any{"cwd": e.cwd}))
+		s.until(isResponse(2))
+	})
+
+	It("drops written events from the replay window after ReplayMaxAge", func() {
+		e := startEnv(httpsse.Config{ReplayMaxAge: 200 * time.Millisecond})
+		conn := e.initialize()
+		s := e.stream(conn)
+		e.newSession(conn, s, 2)
+		first := s.drain(200 * time.Millisecond)
+		Expect(first).NotTo(BeEmpty())
+		time.Sleep(300 * time.Millisecond)
+		e.send(conn, rpc(3, "session/list", map[string]any{}))
+		s.until(isResponse(3))
+		s.close()
+		// the early events are gone: resuming from before them is refused
+		old := e.stream(conn, "Last-Event-ID", "0")
+		ev := old.next()
+		Expect(ev.event).To(Equal("error"))
+	})
+
 	It("isolates two connections under concurrent prompts", func() {
 		e := startEnv(httpsse.Config{})
 		textA := strings.Repeat("alpha ", 200)

@@ -23,7 +23,7 @@ func peerOpen(nc net.Conn) bool {
 	}
 	open := true
 	var probe [1]byte
-	err = rc.Read(func(fd uintptr) bool {
+	err = rc.Control(func(fd uintptr) {
 		n, _, rerr := syscall.Recvfrom(int(fd), probe[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
 		switch {
 		case rerr == nil:
@@ -32,7 +32,6 @@ func peerOpen(nc net.Conn) bool {
 		default:
 			open = false
 		}
-		return true
 	})
 	return open && err == nil
 }

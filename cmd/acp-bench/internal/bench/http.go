@@ -214,6 +214,9 @@ func Fanout(ctx context.Context, o *Options, p FanoutParams) (*Result, error) {
 	r.add("server CPU (stream)", (u1.CPU - uSetup.CPU).Seconds(), "s")
 	r.add("server CPU/event", float64((u1.CPU-uSetup.CPU).Nanoseconds())/1e3/float64(max(events, 1)), "µs")
 	r.Metrics = append(r.Metrics, cpuReport.Metrics...)
+	if v, ok := m1.Get("iaccode_http_buffered_events"); ok {
+		r.add("server buffered events", v, "events").Note = "unsent + kept for Last-Event-ID replay, at the end"
+	}
 	if d, ok := delta(m0, m1, "go_memstats_mallocs_total"); ok {
 		r.add("server allocs/event", d/float64(max(events, 1)), "allocs")
 	}

@@ -147,6 +147,12 @@ func Soak(ctx context.Context, o *Options, p SoakParams) (*Result, error) {
 	r.add("server RSS peak", mib(sampler.Peak()), "MiB")
 	r.add("server CPU", (u1.CPU - u0.CPU).Seconds(), "s")
 	r.Metrics = append(r.Metrics, cpuReport.Metrics...)
+	if v, ok := m1.Get("iaccode_http_buffered_events"); ok {
+		r.add("server buffered events", v, "events").Note = "unsent + kept for Last-Event-ID replay, at the end"
+	}
+	if v, ok := m1.Get("go_memstats_heap_inuse_bytes"); ok {
+		r.add("server heap in use", v/(1<<20), "MiB")
+	}
 	if d, ok := delta(m0, m1, "iaccode_http_stream_reconnects_total"); ok {
 		r.add("server-side resumes", d, "")
 	}

@@ -1,0 +1,41 @@
+package protocol
+
+import (
+	"math/rand/v2"
+	"reflect"
+	"testing"
+)
+
+func TestEncodeChunkNotificationMatchesMarshal(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	alphabet := []string{"a", "é", "\"", "\\", "\n", "\r", "\t", "\b", "\f", "\x01", "\x1f", "<", ">", "&", "\u2028", "\u2029", "\xff", "\xe2\x82", "😀", " ", "12@34|"}
+	for range 20000 {
+		var s string
+		for range r.IntN(12) {
+			s += alphabet[r.IntN(len(alphabet))]
+		}
+		want := EncodeNotification(MethodSessionUpdate, SessionNotification{SessionID: "sess-1", Update: ChunkUpdate{SessionUpdate: UpdateAgentMessageChunk, Content: Text(s)}})
+		got := EncodeChunkNotification("sess-1", UpdateAgentMessageChunk, s)
+		// go-json's NoEscape still escapes <>& in some strings (non-ASCII,
+		// invalid UTF-8), so the decoded values are compared, not the bytes.
+		var a, b any
+		if Unmarshal(got, &a) != nil || Unmarshal(want, &b) != nil || !reflect.DeepEqual(a, b) {
+			t.Fatalf("%q:\n got %s\nwant %s", s, got, want)
+		}
+	}
+}
+
+func BenchmarkEncodeChunk(b *testing.B) {
+	b.Run("marshal", func(b *testing.B) {
+		b.ReportAllocs()
+		for range b.N {
+			_ = EncodeNotification(MethodSessionUpdate, SessionNotification{SessionID: "0b9c8f6e-2a4d-4c1e-9d63-8b2f1e7a5c30", Update: ChunkUpdate{SessionUpdate: UpdateAgentMessageChunk, Content: Text("123@1700000000000000000|")}})
+		}
+	})
+	b.Run("append", func(b *testing.B) {
+		b.ReportAllocs()
+		for range b.N {
+			_ = EncodeChunkNotification("0b9c8f6e-2a4d-4c1e-9d63-8b2f1e7a5c30", UpdateAgentMessageChunk, "123@1700000000000000000|")
+		}
+	})
+}
