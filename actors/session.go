@@ -100,6 +100,10 @@ func (*messageDone) IgnoreDeadLetterLogging()        {}
 func (*permissionDecision) IgnoreDeadLetterLogging() {}
 func (*retireAnswer) IgnoreDeadLetterLogging()       {}
 func (*sessionMoved) IgnoreDeadLetterLogging()       {}
+func (*idleTick) IgnoreDeadLetterLogging()           {}
+
+// idleTick is the session's idle timer firing (see armIdle).
+type idleTick struct{}
 
 // Session modes: how much a session may do without asking.
 var sessionModes = []protocol.SessionMode{
@@ -147,6 +151,11 @@ type session struct {
 	draining bool
 	retiring bool
 
+	// lastActive is when the session last got a message other than an
+	// idleTick; idleTimer sends the next idleTick.
+	lastActive time.Time
+	idleTimer  *time.Timer
+
 	// Permission requests are asked one at a time.
 	permQueue  []*permissionAsk
 	permActive *permissionAsk
@@ -166,6 +175,9 @@ func newSession(deps *Deps, id string, conn *actor.PID, kind startKind, reqID pr
 }
 
 func (s *session) Receive(ctx actor.Context) {
+	if _, tick := ctx.Message().(*idleTick); !tick {
+		s.lastActive = time.Now()
+	}
 	switch m := ctx.Message().(type) {
 	case *outbound:
 		ctx.Send(s.conn, m)
@@ -174,16 +186,23 @@ func (s *session) Receive(ctx actor.Context) {
 		s.open(ctx)
 	case *actor.Stopped:
 		s.deps.Metrics.Sessions.Add(-1)
+		if s.idleTimer != nil {
+			s.idleTimer.Stop()
+		}
 		if s.store != nil {
 			if err := s.store.Close(); err != nil {
 				s.log.Error().Err(err).Msg("close session store")
 			}
 		}
-	case *actor.ReceiveTimeout:
-		// protoactor disarms the timer when it fires: re-arm it, or a session
-		// that was busy (a long tool run) or whose retire was refused would
-		// never be evicted.
-		ctx.SetReceiveTimeout(s.deps.Config.SessionIdle)
+	case *idleTick:
+		idle := s.deps.Config.SessionIdle
+		if left := idle - time.Since(s.lastActive); left > 0 {
+			s.armIdle(ctx, left)
+			return
+		}
+		// Checked again later if the session stays: busy with a turn, or the
+		// connection refused the retire.
+		s.armIdle(ctx, idle)
 		if s.turn == nil && !s.retiring && !s.failed {
 			s.retiring = true
 			ctx.Send(s.conn, &retireRequest{id: s.id, pid: ctx.Self(), seen: s.seen})
@@ -296,9 +315,19 @@ func (s *session) open(ctx actor.Context) {
 		s.saveMeta()
 	}
 	s.answerStart(ctx, s.start, s.startReq)
-	if s.deps.Config.SessionIdle > 0 {
-		ctx.SetReceiveTimeout(s.deps.Config.SessionIdle)
+	s.armIdle(ctx, s.deps.Config.SessionIdle)
+}
+
+// armIdle sends the session an idleTick after d (no-op when eviction is
+// off). It is our own timer rather than protoactor's ReceiveTimeout, whose
+// timer goroutine races with the actor (reported by -race) and which stays
+// disarmed after firing once.
+func (s *session) armIdle(ctx actor.Context, d time.Duration) {
+	if s.deps.Config.SessionIdle <= 0 {
+		return
 	}
+	self, root := ctx.Self(), ctx.ActorSystem().Root
+	s.idleTimer = time.AfterFunc(d, func() { root.Send(self, &idleTick{}) })
 }
 
 // answerStart replays (load, fork) and answers the request that brought the
@@ -384,6 +413,14 @@ func replayUpdates(m *llm.Message) []any {
 	for i := range m.Content {
 		b := &m.Content[i]
 		switch {
+		case len(b.Display) > 0 && b.Display[0] == '[':
+			// an agent tool call: its sub-agent's updates, then its own
+			var all []protocol.RawMessage
+			if protocol.Unmarshal(b.Display, &all) == nil {
+				for _, u := range all {
+					out = append(out, u)
+				}
+			}
 		case b.Display != nil:
 			out = append(out, b.Display)
 		case b.Type == llm.BlockText && b.Text != "":
@@ -427,6 +464,9 @@ func (s *session) respondError(ctx actor.Context, id protocol.RawMessage, e *pro
 func (s *session) respondTo(ctx actor.Context, conn *actor.PID, id protocol.RawMessage, result any, e *protocol.Error) {
 	if id == nil {
 		return
+	}
+	if conn == nil {
+		conn = s.conn
 	}
 	data := protocol.EncodeResult(id, result)
 	if e != nil {
@@ -725,9 +765,7 @@ func (s *session) endTurn(ctx actor.Context, m *turnFinished) {
 	}
 	s.promptID, s.promptConn = nil, nil
 	if s.closing {
-		if s.closeConn != nil {
-			s.respondTo(ctx, s.closeConn, s.closeID, struct{}{}, nil)
-		}
+		s.respondTo(ctx, s.closeConn, s.closeID, struct{}{}, nil)
 		ctx.Stop(ctx.Self())
 	}
 	if s.draining {

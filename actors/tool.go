@@ -88,7 +88,10 @@ type toolActor struct {
 	// Sub-agent state (the agent tool runs a child turn).
 	subTurn     *actor.PID
 	subMessages []llm.Message
-	subUsage    llm.Usage
+	// subUpdates are the sub-agent's tool call updates as sent live, kept
+	// with this call's result so session/load replays them.
+	subUpdates []protocol.RawMessage
+	subUsage   llm.Usage
 }
 
 // subagentMaxCalls bounds the model calls of one sub-agent run.
@@ -111,7 +114,7 @@ func (a *toolActor) startSubagent(ctx actor.Context) {
 		return
 	}
 	opts := turnOptions{
-		sessionID: a.sessionID, cwd: a.cwd, model: a.model, tools: reg, session: a.session,
+		sessionID: a.sessionID, cwd: a.cwd, model: a.model, tools: reg, session: ctx.Self(),
 		history:  []llm.Message{{Role: llm.RoleUser, Content: []llm.Block{{Type: llm.BlockText, Text: in.Prompt}}}},
 		subagent: in.SubagentType, maxCalls: subagentMaxCalls,
 	}
@@ -176,7 +179,12 @@ func (a *toolActor) Receive(ctx actor.Context) {
 		a.complete(ctx, tools.Errorf(fmt.Sprintf("Tool %s crashed: %v", a.call.name, m.p.value)))
 	// A sub-agent's turn reports to this actor as a turn reports to its session.
 	case *outbound:
+		if a.subTurn != nil {
+			a.keepSubUpdate(m.frame.Data)
+		}
 		ctx.Send(a.session, m)
+	case *permissionAsk:
+		ctx.Send(a.session, m) // a sub-agent's tool asks like any other
 	case *messageDone:
 		a.subMessages = append(a.subMessages, m.msg)
 	case *turnFinished:
@@ -277,6 +285,31 @@ func (a *toolActor) complete(ctx actor.Context, res tools.Result) {
 		u.RawOutput = map[string]any{"isError": res.IsError, "outputChars": len(res.Output)}
 	}
 	display := a.emit(ctx, u)
+	if len(a.subUpdates) > 0 {
+		display = protocol.RawMessage(protocol.MustMarshal(append(a.subUpdates, display)))
+	}
 	ctx.Send(ctx.Parent(), &toolDone{index: a.call.index, result: res, display: display, usage: a.subUsage})
 	ctx.Stop(ctx.Self())
+}
+
+// keepSubUpdate records the update of a sub-agent frame for replay.
+func (a *toolActor) keepSubUpdate(frame []byte) {
+	var n struct {
+		Params struct {
+			Update protocol.RawMessage `json:"update"`
+		} `json:"params"`
+	}
+	if protocol.Unmarshal(frame, &n) != nil || len(n.Params.Update) == 0 {
+		return
+	}
+	// Like the session's own history: the tool_call and its final update;
+	// in-progress and streamed output are not replayed.
+	var u struct {
+		SessionUpdate string `json:"sessionUpdate"`
+		Status        string `json:"status"`
+	}
+	if protocol.Unmarshal(n.Params.Update, &u) == nil &&
+		(u.SessionUpdate == protocol.UpdateToolCall || u.Status == protocol.ToolCompleted || u.Status == protocol.ToolFailed) {
+		a.subUpdates = append(a.subUpdates, n.Params.Update)
+	}
 }

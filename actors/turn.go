@@ -412,8 +412,9 @@ func (t *turn) finish(ctx actor.Context, stopReason string, err *protocol.Error)
 	if t.cancel != nil {
 		t.cancel()
 	}
-	if t.streaming {
-		// Keep what the user already saw of a cancelled answer.
+	if t.streaming && !t.compacting {
+		// Keep what the user already saw of a cancelled answer (a summary
+		// being written is not an answer and is never shown).
 		t.record(ctx, t.assistantMessage())
 	}
 	ctx.Send(ctx.Parent(), &turnFinished{stopReason: stopReason, usage: t.usage, err: err})

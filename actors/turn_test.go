@@ -233,3 +233,32 @@ var _ = Describe("a prompt turn", func() {
 		})
 	})
 })
+
+var _ = Describe("a turn cancelled while compacting", func() {
+	It("does not keep the partial summary as an answer", func() {
+		p := &scriptedProvider{}
+		h := newHarness(p)
+		defer h.close()
+		sid := h.newSession(GinkgoT().TempDir())
+		// two earlier turns so /compact has something to summarise
+		for _, text := range []string{"one", "two"} {
+			p.then(say("answer " + text))
+			h.result(h.call("session/prompt", map[string]any{"sessionId": sid, "prompt": []any{map[string]any{"type": "text", "text": text}}}))
+		}
+		p.then(func(ctx context.Context, emit func(llm.Event)) error {
+			emit(llm.Event{Type: llm.EventTextDelta, Text: "partial summary"})
+			<-ctx.Done()
+			return ctx.Err()
+		})
+		id := h.call("session/prompt", map[string]any{"sessionId": sid, "prompt": []any{map[string]any{"type": "text", "text": "/compact"}}})
+		Eventually(func() int { return len(p.requests()) }).Should(Equal(3))
+		h.notify("session/cancel", map[string]any{"sessionId": sid})
+		Expect(h.result(id)["stopReason"]).To(Equal("cancelled"))
+		p.then(say("after"))
+		h.result(h.call("session/prompt", map[string]any{"sessionId": sid, "prompt": []any{map[string]any{"type": "text", "text": "three"}}}))
+		reqs := p.requests()
+		for _, m := range reqs[len(reqs)-1].Messages {
+			Expect(m.TextOf()).NotTo(ContainSubstring("partial summary"))
+		}
+	})
+})

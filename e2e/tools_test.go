@@ -296,6 +296,15 @@ var _ = Describe("tools and permissions over stdio", Label("e2e"), func() {
 		Expect(subTools).NotTo(ContainElement("agent"))
 		// its text was not streamed as the main agent's message
 		Expect(chunkText(ups, "agent_message_chunk")).To(Equal("The sub-agent found main.go."))
+		// a load replays the sub-agent's tool calls too
+		loadID := a.request("session/load", map[string]any{"sessionId": sid, "cwd": cwd, "mcpServers": []any{}})
+		a.result(loadID)
+		live := toolUpdates(a.updatesBefore(id), "sub1")
+		all := toolUpdates(a.updatesBefore(loadID), "sub1")
+		replayed := all[len(live):]
+		Expect(replayed).To(HaveLen(2), "the sub-agent's tool_call and its final update")
+		Expect(replayed[0]).To(HaveKeyWithValue("sessionUpdate", "tool_call"))
+		Expect(lastOf(replayed)).To(HaveKeyWithValue("status", "completed"))
 		a.finish()
 	})
 
