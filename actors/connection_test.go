@@ -10,6 +10,13 @@ var _ = Describe("the connection actor", func() {
 	BeforeEach(func() { h = newHarness(&scriptedProvider{}) })
 	AfterEach(func() { h.close() })
 
+	It("survives a panic while dispatching and keeps its state", func() {
+		h.result(h.call("initialize", map[string]any{"protocolVersion": 1}))
+		h.conn.Deliver(nil) // a nil message makes dispatch panic
+		res := h.result(h.call("session/new", map[string]any{"cwd": GinkgoT().TempDir()}))
+		Expect(res).To(HaveKey("sessionId"), "still initialized")
+	})
+
 	It("refuses requests before initialize", func() {
 		Expect(h.errorOf(h.call("session/new", map[string]any{"cwd": "/"}))["code"]).To(Equal(-32600.0))
 	})

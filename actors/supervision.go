@@ -6,6 +6,8 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/rs/zerolog"
+
+	"github.com/iac-code/iac-code/protocol"
 )
 
 // panicError carries a recovered panic with the stack where it happened.
@@ -77,4 +79,27 @@ func (g *stopOnCrash) HandleFailure(_ *actor.ActorSystem, sup actor.Supervisor, 
 	}
 	ev.Msg("session crashed; stopped")
 	sup.StopChildren(child)
+}
+
+// survivePanics keeps a connection actor alive through a bug: restarting it
+// would forget that the client initialized and which sessions it has. The
+// message that panicked is answered -32603 (when it was a request) and
+// logged with its stack; the connection's state is kept.
+func survivePanics(log zerolog.Logger, out Outlet) actor.ReceiverMiddleware {
+	return func(next actor.ReceiverFunc) actor.ReceiverFunc {
+		return func(c actor.ReceiverContext, env *actor.MessageEnvelope) {
+			defer func() {
+				r := recover()
+				if r == nil {
+					return
+				}
+				errorID := newErrorID()
+				log.Error().Str("error_id", errorID).Interface("panic", r).Bytes("stack", debug.Stack()).Msg("connection actor panicked; message dropped")
+				if in, ok := env.Message.(*inbound); ok && in.msg != nil && in.msg.IsRequest() {
+					out.Send(Frame{Data: protocol.EncodeError(in.msg.ID, protocol.ErrInternal(fmt.Sprint(r), errorID))})
+				}
+			}()
+			next(c, env)
+		}
+	}
 }

@@ -110,7 +110,9 @@ type Conn struct {
 // Connect spawns a connection actor writing to out.
 func (s *Server) Connect(out Outlet) *Conn {
 	id := uuid.NewString()
-	props := actor.PropsFromProducer(func() actor.Actor { return newConnection(s.deps, id, out) })
+	log := s.deps.Log.With().Str("conn", id).Logger()
+	props := actor.PropsFromProducer(func() actor.Actor { return newConnection(s.deps, id, out) },
+		actor.WithReceiverMiddleware(survivePanics(log, out)))
 	pid := s.sys.Root.Spawn(props)
 	return &Conn{ID: id, pid: pid, root: s.sys.Root}
 }
