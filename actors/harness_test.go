@@ -141,11 +141,16 @@ type harness struct {
 }
 
 func newHarness(provider *scriptedProvider, extra ...tools.Tool) *harness {
+	return newHarnessWith(Config{}, provider, extra...)
+}
+
+func newHarnessWith(cfg Config, provider *scriptedProvider, extra ...tools.Tool) *harness {
 	st, err := store.New(GinkgoT().TempDir())
 	Expect(err).NotTo(HaveOccurred())
+	cfg.Version, cfg.LLM = "test", llm.Config{APIKey: "k", Model: "m"}
 	srv := NewServer(Deps{
 		Store:    st,
-		Config:   Config{Version: "test", LLM: llm.Config{APIKey: "k", Model: "m"}},
+		Config:   cfg,
 		Provider: provider,
 		Tools:    tools.NewRegistry(extra...),
 		Log:      zerolog.New(io.Discard),

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -260,5 +262,47 @@ var _ = Describe("a turn cancelled while compacting", func() {
 		for _, m := range reqs[len(reqs)-1].Messages {
 			Expect(m.TextOf()).NotTo(ContainSubstring("partial summary"))
 		}
+	})
+})
+
+var _ = Describe("turn limits and permission order", func() {
+	It("stops with max_turn_requests after the configured number of model calls", func() {
+		p := &scriptedProvider{}
+		for i := 0; i < 5; i++ {
+			p.then(callTool(fmt.Sprintf("c%d", i), "echo", `{}`))
+		}
+		h := newHarnessWith(Config{MaxTurnRequests: 3}, p, echoTool{readOnly: true})
+		defer h.close()
+		sid := h.newSession(GinkgoT().TempDir())
+		id := h.call("session/prompt", map[string]any{"sessionId": sid, "prompt": []any{map[string]any{"type": "text", "text": "loop"}}})
+		Expect(h.result(id)["stopReason"]).To(Equal("max_turn_requests"))
+		Expect(p.requests()).To(HaveLen(3))
+	})
+
+	It("asks the client one permission at a time", func() {
+		p := &scriptedProvider{}
+		p.then(func(_ context.Context, emit func(llm.Event)) error {
+			for i, id := range []string{"p1", "p2"} {
+				emit(llm.Event{Type: llm.EventToolCallStart, Index: i, ID: id, Name: "echo"})
+				emit(llm.Event{Type: llm.EventToolCallArgs, Index: i, ArgsDelta: `{}`})
+			}
+			emit(llm.Event{Type: llm.EventStop, StopReason: llm.StopToolUse})
+			return nil
+		}).then(say("done"))
+		h := newHarness(p, echoTool{})
+		defer h.close()
+		sid := h.newSession(GinkgoT().TempDir())
+		id := h.call("session/prompt", map[string]any{"sessionId": sid, "prompt": []any{map[string]any{"type": "text", "text": "two"}}})
+		Eventually(func() int { return len(h.out.requests("session/request_permission")) }).Should(Equal(1))
+		Consistently(func() int { return len(h.out.requests("session/request_permission")) }, 300*time.Millisecond).Should(Equal(1))
+		first := h.out.requests("session/request_permission")[0]
+		firstID := first["params"].(map[string]any)["toolCall"].(map[string]any)["toolCallId"]
+		h.answer(first["id"], map[string]any{"outcome": map[string]any{"outcome": "selected", "optionId": "allow_once"}})
+		Eventually(func() int { return len(h.out.requests("session/request_permission")) }).Should(Equal(2))
+		second := h.out.requests("session/request_permission")[1]
+		secondID := second["params"].(map[string]any)["toolCall"].(map[string]any)["toolCallId"]
+		Expect([]any{firstID, secondID}).To(ConsistOf("p1", "p2"))
+		h.answer(second["id"], map[string]any{"outcome": map[string]any{"outcome": "selected", "optionId": "allow_once"}})
+		Expect(h.result(id)["stopReason"]).To(Equal("end_turn"))
 	})
 })

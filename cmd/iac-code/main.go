@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -108,6 +109,13 @@ func loadConfig() (actors.Config, error) {
 		home = filepath.Join(dir, ".iac-code")
 	}
 	cfg := actors.Config{Version: version, Home: home, SessionIdle: time.Hour}
+	if v := os.Getenv("IAC_CODE_MAX_TURN_REQUESTS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			return cfg, fmt.Errorf("IAC_CODE_MAX_TURN_REQUESTS: want a positive number, got %q", v)
+		}
+		cfg.MaxTurnRequests = n
+	}
 	if v := os.Getenv("IAC_CODE_SESSION_IDLE"); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil {
