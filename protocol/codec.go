@@ -42,7 +42,7 @@ func MustMarshal(v any) []byte {
 // SessionNotification{sessionID, ChunkUpdate{kind, Text(text)}}) without
 // reflection: the same bytes, one allocation.
 func EncodeChunkNotification(sessionID, kind, text string) []byte {
-	b := make([]byte, 0, 128+len(sessionID)+len(kind)+len(text)+len(text)/8)
+	b := make([]byte, 0, 160+len(sessionID)+len(kind)+len(text)+len(text)/8)
 	b = append(b, `{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":`...)
 	b = AppendJSONString(b, sessionID)
 	b = append(b, `,"update":{"sessionUpdate":`...)

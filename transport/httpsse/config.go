@@ -9,7 +9,7 @@ const (
 	DefaultHost              = "127.0.0.1"
 	DefaultPort              = 8765
 	DefaultReplayBuffer      = 10_000
-	DefaultReplayMaxAge      = time.Minute
+	DefaultReplayMaxAge      = 15 * time.Second
 	DefaultMaxBufferBytes    = 64 << 20
 	DefaultIdleTimeout       = 10 * time.Minute
 	DefaultKeepAlive         = 15 * time.Second

@@ -14,6 +14,7 @@ import (
 	"github.com/iac-code/iac-code/actors"
 	"github.com/iac-code/iac-code/llm"
 	"github.com/iac-code/iac-code/llm/llmtest"
+	"github.com/iac-code/iac-code/store"
 )
 
 // BenchmarkStdioStream measures one session over the stdio edge: the fake
@@ -28,7 +29,12 @@ func BenchmarkStdioStream(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	sessions, err := store.New(b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
 	srv := actors.NewServer(actors.Deps{
+		Store:    sessions,
 		Config:   actors.Config{LLM: llm.Config{APIKey: "k", Model: "m"}},
 		Provider: provider,
 		Log:      zerolog.New(io.Discard),
