@@ -107,34 +107,13 @@ func (p *anthropicProvider) Stream(ctx context.Context, req *Request, emit func(
 	if err != nil {
 		return err
 	}
-	rctx, idle := watchIdle(ctx, p.cfg.Retry.idleTimeout())
-	defer idle.stop()
-	var resp *http.Response
-	stream := p.svc.NewStreaming(rctx, params, option.WithResponseInto(&resp))
-	defer stream.Close()
-	if err := stream.Err(); err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		if ierr := idle.idleError("anthropic"); ierr != nil {
-			return ierr
-		}
-		return p.requestError(err, resp)
-	}
-	if resp == nil || resp.Body == nil {
-		return errors.New("anthropic: no response")
-	}
-	idle.reset()
-	if err := decodeAnthropicStream(idle.body(resp.Body), emit); err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		if ierr := idle.idleError("anthropic"); ierr != nil {
-			return ierr
-		}
-		return redactErr(err, p.cfg.APIKey)
-	}
-	return nil
+	return streamCall(ctx, "anthropic", p.cfg.Retry.idleTimeout(),
+		func(rctx context.Context, resp **http.Response) openedStream {
+			return p.svc.NewStreaming(rctx, params, option.WithResponseInto(resp))
+		},
+		p.requestError,
+		func(body io.Reader) error { return decodeAnthropicStream(body, emit) },
+		func(err error) error { return redactErr(err, p.cfg.APIKey) })
 }
 
 func (p *anthropicProvider) params(req *Request) (anthropic.MessageNewParams, error) {

@@ -121,35 +121,13 @@ func (p *openAIProvider) Stream(ctx context.Context, req *Request, emit func(Eve
 	if err != nil {
 		return err
 	}
-	rctx, idle := watchIdle(ctx, p.cfg.Retry.idleTimeout())
-	defer idle.stop()
-	var resp *http.Response
-	stream := p.svc.NewStreaming(rctx, params, option.WithResponseInto(&resp))
-	// We read resp.Body ourselves; Close releases it.
-	defer stream.Close()
-	if err := stream.Err(); err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		if ierr := idle.idleError("openai_compatible"); ierr != nil {
-			return ierr
-		}
-		return p.requestError(err, resp)
-	}
-	if resp == nil || resp.Body == nil {
-		return errors.New("openai_compatible: no response")
-	}
-	idle.reset()
-	if err := decodeOpenAIStream(idle.body(resp.Body), emit); err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err() // the read failed because ctx ended
-		}
-		if ierr := idle.idleError("openai_compatible"); ierr != nil {
-			return ierr
-		}
-		return p.redact(err)
-	}
-	return nil
+	return streamCall(ctx, "openai_compatible", p.cfg.Retry.idleTimeout(),
+		func(rctx context.Context, resp **http.Response) openedStream {
+			return p.svc.NewStreaming(rctx, params, option.WithResponseInto(resp))
+		},
+		p.requestError,
+		func(body io.Reader) error { return decodeOpenAIStream(body, emit) },
+		p.redact)
 }
 
 func (p *openAIProvider) params(req *Request) (openai.ChatCompletionNewParams, error) {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
+	"net/http"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -312,4 +313,47 @@ func (b *idleBody) Read(p []byte) (int, error) {
 		b.w.reset()
 	}
 	return n, err
+}
+
+// openedStream is what the SDKs' NewStreaming return: we only check the
+// request outcome and release it; the body is decoded by our own readers.
+type openedStream interface {
+	Err() error
+	Close() error
+}
+
+// streamCall is the part of a streaming model call both protocols share:
+// open the request under an idle watch, map request failures, decode the
+// body, and turn failures caused by cancel or idleness into those errors.
+func streamCall(ctx context.Context, name string, idleTimeout time.Duration,
+	open func(ctx context.Context, resp **http.Response) openedStream,
+	requestError func(error, *http.Response) error,
+	decode func(io.Reader) error,
+	redact func(error) error,
+) error {
+	rctx, idle := watchIdle(ctx, idleTimeout)
+	defer idle.stop()
+	var resp *http.Response
+	stream := open(rctx, &resp)
+	defer stream.Close()
+	fail := func(err error, mapErr func(error) error) error {
+		if ctx.Err() != nil {
+			return ctx.Err() // the call failed because ctx ended
+		}
+		if ierr := idle.idleError(name); ierr != nil {
+			return ierr
+		}
+		return mapErr(err)
+	}
+	if err := stream.Err(); err != nil {
+		return fail(err, func(err error) error { return requestError(err, resp) })
+	}
+	if resp == nil || resp.Body == nil {
+		return errors.New(name + ": no response")
+	}
+	idle.reset()
+	if err := decode(idle.body(resp.Body)); err != nil {
+		return fail(err, redact)
+	}
+	return nil
 }
