@@ -87,7 +87,8 @@ func (m *Message) IsResponse() bool { return m.Method == "" && m.ID != nil }
 var nullID = RawMessage("null")
 
 // Decode parses one JSON-RPC message. A non-nil error is ready to be sent back
-// with id null (or with the id, when one could be read).
+// with id null (or with the id, when one could be read). Ids are re-encoded
+// (see cleanID), never passed through raw.
 func Decode(data []byte) (*Message, *Error) {
 	data = bytes.TrimSpace(data)
 	if len(data) == 0 {
@@ -108,16 +109,24 @@ func Decode(data []byte) (*Message, *Error) {
 	var m Message
 	if err := Unmarshal(data, &m); err != nil {
 		if !Valid(data) {
+			if tooDeep(data) {
+				// Well-formed as far as we can tell, only deeper than the
+				// decoder goes: the request still gets its answer.
+				return &Message{ID: PeekID(data)}, ErrInvalidRequest("JSON nested deeper than 10000 levels")
+			}
 			return nil, ErrParse("invalid JSON")
 		}
+		m.ID = cleanID(m.ID)
 		return &m, ErrInvalidRequest(err.Error())
 	}
 	if m.JSONRPC != "2.0" {
+		m.ID = cleanID(m.ID)
 		return &m, ErrInvalidRequest(`"jsonrpc" must be "2.0"`)
 	}
-	if m.ID != nil && !validID(m.ID) {
-		m.ID = nil
-		return &m, ErrInvalidRequest("id must be a number, a string or null")
+	if m.ID != nil {
+		if m.ID = cleanID(m.ID); m.ID == nil {
+			return &m, ErrInvalidRequest("id must be a number, a string or null")
+		}
 	}
 	if m.Method == "" && m.ID == nil {
 		return &m, ErrInvalidRequest("missing method")

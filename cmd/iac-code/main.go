@@ -74,7 +74,7 @@ func run(args []string) error {
 
 	switch *transport {
 	case "stdio":
-		return stdio.Serve(srv, os.Stdin, os.Stdout, log)
+		return stdio.Serve(context.Background(), srv, os.Stdin, os.Stdout, log)
 	case "http":
 		// SIGINT/SIGTERM: stop accepting, cancel turns, flush and close the
 		// streams, then return (within 10 s) so the actor system stops.
