@@ -15,10 +15,19 @@
 // A Store is safe for concurrent use. A Session handle belongs to exactly one
 // owner (the session actor), which performs all writes of that session; a
 // second Open of the same id in the same process fails with ErrInUse.
+//
+// Across processes (two servers on one IAC_CODE_HOME, or two Store values on
+// one root) a session has one writer at a time: a handle holds an exclusive
+// flock(2) on <id>/lock from Open/Create/Fork until Release or Close, and an
+// Open, Acquire or Delete elsewhere meanwhile fails with a *LockedError
+// (errors.Is ErrLocked and ErrInUse). A released handle holds no file
+// descriptor; Acquire takes the lock again and reloads the session when
+// another writer changed it meanwhile, so lines never interleave.
 package store
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -37,8 +46,14 @@ var (
 	ErrExists = errors.New("session already exists")
 	// ErrInvalidID: an id that cannot be used as a directory name.
 	ErrInvalidID = errors.New("invalid session id")
-	// ErrInUse: the session is already open in this process (Open, Delete).
+	// ErrInUse: the session is already open in this process (Open, Delete),
+	// or elsewhere (then the error is a *LockedError).
 	ErrInUse = errors.New("session is open")
+	// ErrLocked: another process (or another Store on the same root) holds
+	// the session; the error is a *LockedError.
+	ErrLocked = errors.New("session is open in another iac-code process")
+	// ErrReleased: a write on a released handle; Acquire it first.
+	ErrReleased = errors.New("session handle released; acquire it first")
 	// ErrClosed: the Session handle was closed.
 	ErrClosed = errors.New("session handle closed")
 	// ErrInvalidCursor: List got a cursor it did not produce.
@@ -53,7 +68,7 @@ type Store interface {
 	// CreatedAt/UpdatedAt are stamped by the store). ErrExists if taken.
 	Create(meta Meta) (Session, error)
 	// Open loads meta and history (bad lines are skipped and logged) and
-	// returns the writer handle. ErrNotFound, ErrInUse.
+	// returns the writer handle, acquired. ErrNotFound, ErrInUse, ErrLocked.
 	Open(id string) (Session, []Entry, error)
 	// Fork copies srcID's meta and valid history into the new session newID
 	// (ForkedFrom = srcID, fresh timestamps). The source may be open.
@@ -63,9 +78,27 @@ type Store interface {
 	// previous call; nextCursor is "" on the last page. limit <= 0 means
 	// DefaultListLimit. Reads meta files only.
 	List(cwd, cursor string, limit int) (metas []Meta, nextCursor string, err error)
-	// Delete removes a session. ErrNotFound, ErrInUse.
+	// Delete removes a session. ErrNotFound, ErrInUse, ErrLocked.
 	Delete(id string) error
 }
+
+// LockedError reports a session held by another writer: another process on
+// the same IAC_CODE_HOME (PID, when known), or another store instance.
+type LockedError struct {
+	ID string
+	// PID is the holder's process id, 0 when unknown.
+	PID int
+}
+
+func (e *LockedError) Error() string {
+	if e.PID > 0 {
+		return fmt.Sprintf("session %s is open in another iac-code process (pid %d)", e.ID, e.PID)
+	}
+	return fmt.Sprintf("session %s is open in another iac-code process", e.ID)
+}
+
+// Is makes errors.Is(err, ErrLocked) and errors.Is(err, ErrInUse) hold.
+func (e *LockedError) Is(target error) bool { return target == ErrLocked || target == ErrInUse }
 
 // Session is the writer handle of one session, owned by one actor.
 type Session interface {
@@ -90,6 +123,16 @@ type Session interface {
 	// rename, fsync dir). Used to persist a repair that inserts entries in
 	// the middle. Seqs must be positive and strictly increasing.
 	Rewrite(entries []Entry) error
+	// Release syncs, then lets go of the session's lock and open files while
+	// the owner is idle; the handle stays valid (ID, Meta, LastSeq). Writes
+	// on a released handle fail with ErrReleased. No-op when released.
+	Release() error
+	// Acquire takes the lock again (a *LockedError when another writer holds
+	// it now). When another writer changed the session while it was
+	// released, changed is true, entries is the history as it is now (LastSeq
+	// and Meta follow it) and the owner must replace what it keeps in
+	// memory; otherwise entries is nil. No-op on an acquired handle.
+	Acquire() (entries []Entry, changed bool, err error)
 	// Close syncs and releases the handle. Further calls return ErrClosed.
 	Close() error
 }
