@@ -7,11 +7,11 @@ import "bytes"
 // read it, rather than as a parse error with id null.
 const MaxDepth = 10_000
 
-// cleanID returns id re-encoded so that it is always valid JSON on the wire:
+// CanonicalID returns id re-encoded so that it is always valid JSON on the wire:
 // a string is decoded and encoded again (invalid UTF-8 becomes U+FFFD,
 // escapes are normalised); a number or null is kept (the decoder has
 // validated it, and it is ASCII). Anything else is not an id: nil.
-func cleanID(id RawMessage) RawMessage {
+func CanonicalID(id RawMessage) RawMessage {
 	id = bytes.TrimSpace(id)
 	if !validID(id) {
 		return nil
@@ -71,7 +71,7 @@ func PeekID(data []byte) RawMessage {
 			return nil
 		}
 		if isIDKey(key) {
-			return cleanID(data[i:vEnd])
+			return CanonicalID(data[i:vEnd])
 		}
 		i = skipSpace(data, vEnd)
 		if i >= len(data) || data[i] != ',' {

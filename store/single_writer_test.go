@@ -188,7 +188,7 @@ var _ = Describe("FileStore descriptors", func() {
 			Expect(s.Append(entries(userMsg("hi"))...)).To(Succeed())
 			hs = append(hs, s)
 		}
-		Expect(openFDs() - before).To(Equal(100), "history and lock of each")
+		Expect(openFDs()-before).To(Equal(100), "history and lock of each")
 		for _, s := range hs {
 			Expect(s.Release()).To(Succeed())
 		}
