@@ -60,13 +60,21 @@ func StartWatchdog(cmd *exec.Cmd, stderr io.Writer, broken func(error)) (*Watchd
 	return wd, nil
 }
 
-// Pid is the watchdog's process id.
-func (wd *Watchdog) Pid() int { return wd.cmd.Process.Pid }
+// Pid is the watchdog's process id (0 for a nil Watchdog).
+func (wd *Watchdog) Pid() int {
+	if wd == nil {
+		return 0
+	}
+	return wd.cmd.Process.Pid
+}
 
 // Close ends the watchdog at an orderly shutdown (after KillAll): the pipe
 // closes, the watchdog kills whatever is still registered and exits. Close
-// waits for that, at most timeout.
+// waits for that, at most timeout. A nil Watchdog (none started) is fine.
 func (wd *Watchdog) Close(timeout time.Duration) {
+	if wd == nil {
+		return
+	}
 	reg.Lock()
 	if reg.pipe == wd.pipe {
 		reg.pipe = nil
