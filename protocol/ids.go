@@ -44,7 +44,8 @@ func plainASCIIString(b []byte) bool {
 // it works on a message too deep for the decoder and on the first part of a
 // message too large to keep. It returns nil when there is no readable id
 // (not an object, no id before data ends, an id that is not a string,
-// number or null). The result is re-encoded like every id we send.
+// number or null). The result is re-encoded like every id we send, and
+// never aliases data.
 func PeekID(data []byte) RawMessage {
 	i := skipSpace(data, 0)
 	if i >= len(data) || data[i] != '{' {
@@ -71,7 +72,8 @@ func PeekID(data []byte) RawMessage {
 			return nil
 		}
 		if isIDKey(key) {
-			return CanonicalID(data[i:vEnd])
+			// a copy: data is often a read buffer that is reused
+			return append(RawMessage(nil), CanonicalID(data[i:vEnd])...)
 		}
 		i = skipSpace(data, vEnd)
 		if i >= len(data) || data[i] != ',' {

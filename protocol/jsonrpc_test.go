@@ -150,3 +150,12 @@ func TestPeekID(t *testing.T) {
 		}
 	}
 }
+
+func TestPeekIDDoesNotAliasItsInput(t *testing.T) {
+	buf := []byte(`{"id":"abc","x":1}`)
+	id := PeekID(buf)
+	copy(buf, `{"id":"zzz"`)
+	if string(id) != `"abc"` {
+		t.Fatalf("id changed with the buffer: %s", id)
+	}
+}

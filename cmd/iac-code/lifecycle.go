@@ -30,8 +30,9 @@ func startWatchdog(log zerolog.Logger) *procgroup.Watchdog {
 		return nil
 	}
 	cmd := exec.Command(exe, watchdogCommand)
-	// Nothing of ours (keys, tokens) in its environment; only the log level.
-	cmd.Env = []string{"IAC_CODE_LOG_LEVEL=" + os.Getenv("IAC_CODE_LOG_LEVEL")}
+	// Nothing of ours (keys, tokens) in its environment: the log level,
+	// and the race detector's options in a -race build.
+	cmd.Env = []string{"IAC_CODE_LOG_LEVEL=" + os.Getenv("IAC_CODE_LOG_LEVEL"), "GORACE=" + os.Getenv("GORACE")}
 	wd, err := procgroup.StartWatchdog(cmd, os.Stderr, func(err error) {
 		log.Warn().Err(err).Msg("process-group watchdog gone: tool processes may outlive a crash")
 	})
