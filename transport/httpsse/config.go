@@ -7,7 +7,7 @@ import (
 
 // Defaults of Config. They follow the specification (port 8765, 30 s
 // initialize, 4 MiB bodies) and the issues (10,000 buffered events, 15 s
-// keep-alive, 10 min idle reaping, 30 s for a connection that never used
+// keep-alive, 10 min idle reaping, 60 s for a connection that never used
 // its initialize, 10 s shutdown).
 const (
 	DefaultHost              = "127.0.0.1"
@@ -16,7 +16,7 @@ const (
 	DefaultReplayMaxAge      = 15 * time.Second
 	DefaultMaxBufferBytes    = 64 << 20
 	DefaultIdleTimeout       = 10 * time.Minute
-	DefaultUnusedTimeout     = 30 * time.Second
+	DefaultUnusedTimeout     = 60 * time.Second
 	DefaultMaxUnused         = 10_000
 	DefaultKeepAlive         = 15 * time.Second
 	DefaultInitializeTimeout = 30 * time.Second
