@@ -35,11 +35,10 @@ func (touchTool) Description() string     { return "touch a file" }
 func (touchTool) Schema() json.RawMessage { return json.RawMessage(`{"type":"object"}`) }
 func (touchTool) Kind() tools.Kind        { return tools.KindEdit }
 func (touchTool) ReadOnly() bool          { return false }
-func (touchTool) Describe(_ *tools.Env, input json.RawMessage) (string, []tools.Location) {
-	return "Touch " + string(input), nil
-}
-func (touchTool) Run(context.Context, *tools.Env, json.RawMessage) tools.Result {
-	return tools.Result{Output: "touched"}
+func (touchTool) Prepare(_ *tools.Env, input json.RawMessage) (tools.Call, error) {
+	return &tools.FuncCall{TitleText: "Touch " + string(input), RunFunc: func(context.Context, func(string)) tools.Result {
+		return tools.Result{Output: "touched"}
+	}}, nil
 }
 
 // syncBuffer collects log output for assertions.
