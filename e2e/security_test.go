@@ -2,9 +2,11 @@ package e2e
 
 import (
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -228,5 +230,64 @@ var _ = Describe("trust boundary over stdio", Label("e2e", "security"), func() {
 		for _, secret := range []string{testAPIKey, token, openaiKey} {
 			Expect(string(history)).NotTo(ContainSubstring(secret))
 		}
+	})
+})
+
+var _ = Describe("trust boundary on the HTTP edge", Label("e2e", "http", "security"), func() {
+	const initialize = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1,"capabilities":{},"clientInfo":{"name":"curl","version":"1.0"}}}`
+	var fake *llmtest.Server
+	BeforeEach(func() {
+		fake = llmtest.NewServer()
+		DeferCleanup(fake.Close)
+	})
+	// as sends initialize with a given Host and Origin ("" = none).
+	as := func(a *httpAgent, host, origin string) httpReply {
+		req, err := http.NewRequest(http.MethodPost, a.base+"/acp", strings.NewReader(initialize))
+		Expect(err).NotTo(HaveOccurred())
+		req.Header.Set("Content-Type", "application/json")
+		if host != "" {
+			req.Host = host
+		}
+		if origin != "" {
+			req.Header.Set("Origin", origin)
+		}
+		resp, err := a.client.Do(req)
+		Expect(err).NotTo(HaveOccurred())
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return httpReply{status: resp.StatusCode, header: resp.Header, body: b}
+	}
+
+	It("refuses a DNS-rebound page and a cross-origin page, while curl and plain clients work", func() {
+		a := startHTTPAgent(agentEnv(fake), "")
+		port := a.base[strings.LastIndexByte(a.base, ':'):]
+
+		By("a page that rebound attacker.example to 127.0.0.1: its Host gives it away")
+		r := as(a, "attacker.example"+port, "")
+		Expect(r.status).To(Equal(http.StatusForbidden))
+		Expect(string(r.body)).To(Equal(`{"error":"Host not allowed"}`))
+		Expect(r.header.Get("Acp-Connection-Id")).To(BeEmpty())
+
+		By("a cross-origin page posting to 127.0.0.1")
+		r = as(a, "", "https://attacker.example")
+		Expect(r.status).To(Equal(http.StatusForbidden))
+		Expect(string(r.body)).To(Equal(`{"error":"Origin not allowed"}`))
+
+		By("curl, as in the spec's workflow")
+		out, err := exec.Command("curl", "-s", "-i", "-X", "POST", a.base+"/acp", "-H", "Content-Type: application/json", "-d", initialize).CombinedOutput()
+		Expect(err).NotTo(HaveOccurred(), string(out))
+		Expect(string(out)).To(HavePrefix("HTTP/1.1 200"))
+		Expect(strings.ToLower(string(out))).To(ContainSubstring("acp-connection-id: "))
+		Expect(as(a, "localhost"+port, "").status).To(Equal(http.StatusOK))
+	})
+
+	It("lets listed hosts and origins in (IAC_CODE_ALLOWED_HOSTS, IAC_CODE_ALLOWED_ORIGINS)", func() {
+		a := startHTTPAgent(agentEnv(fake, "IAC_CODE_ALLOWED_HOSTS=agent.internal", "IAC_CODE_ALLOWED_ORIGINS=https://ide.example"), "")
+		Expect(as(a, "agent.internal:1", "").status).To(Equal(http.StatusOK))
+		r := as(a, "", "https://ide.example")
+		Expect(r.status).To(Equal(http.StatusOK))
+		Expect(r.header.Get("Access-Control-Allow-Origin")).To(Equal("https://ide.example"))
+		Expect(as(a, "", "https://attacker.example").status).To(Equal(http.StatusForbidden))
+		Expect(as(a, "attacker.example", "").status).To(Equal(http.StatusForbidden))
 	})
 })

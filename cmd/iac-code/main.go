@@ -36,12 +36,16 @@ func main() {
 
 func run(args []string) error {
 	if len(args) == 0 || args[0] != "acp" {
-		return fmt.Errorf("usage: iac-code acp [--transport stdio|http] [--host 127.0.0.1] [--port 8765]")
+		return fmt.Errorf("usage: iac-code acp [--transport stdio|http] [--host 127.0.0.1] [--port 8765] [--allowed-hosts a,b] [--allowed-origins https://x,…]")
 	}
 	fs := flag.NewFlagSet("acp", flag.ContinueOnError)
 	transport := fs.String("transport", "stdio", "stdio or http")
 	host := fs.String("host", "127.0.0.1", "HTTP bind address")
 	port := fs.Int("port", 8765, "HTTP port")
+	allowedHosts := fs.String("allowed-hosts", os.Getenv("IAC_CODE_ALLOWED_HOSTS"),
+		"HTTP: Host names accepted besides loopback ones, comma-separated (* = any)")
+	allowedOrigins := fs.String("allowed-origins", os.Getenv("IAC_CODE_ALLOWED_ORIGINS"),
+		"HTTP: browser origins (scheme://host[:port]) allowed to send requests, comma-separated (* = any)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
@@ -81,13 +85,26 @@ func run(args []string) error {
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		defer stop()
 		return httpsse.Serve(ctx, srv, httpsse.Config{
-			Host:  *host,
-			Port:  *port,
-			Token: os.Getenv("IACCODE_ACP_HTTP_TOKEN"),
+			Host:           *host,
+			Port:           *port,
+			Token:          os.Getenv("IACCODE_ACP_HTTP_TOKEN"),
+			AllowedHosts:   splitList(*allowedHosts),
+			AllowedOrigins: splitList(*allowedOrigins),
 		}, log)
 	default:
 		return fmt.Errorf("unknown transport %q", *transport)
 	}
+}
+
+// splitList splits a comma-separated flag value, dropping empty items.
+func splitList(s string) []string {
+	var out []string
+	for _, item := range strings.Split(s, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			out = append(out, item)
+		}
+	}
+	return out
 }
 
 // newLogger logs JSON to stderr: in stdio mode stdout is the protocol.

@@ -129,11 +129,16 @@ func (e *env) do(method, path string, body io.Reader, hdr ...string) reply {
 	for i := 0; i+1 < len(hdr); i += 2 {
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
+	return e.roundTrip(req)
+}
+
+// roundTrip sends req and reads the whole reply.
+func (e *env) roundTrip(req *http.Request) reply {
 	resp, err := e.client.Do(req)
-	ExpectWithOffset(1, err).NotTo(HaveOccurred())
+	ExpectWithOffset(2, err).NotTo(HaveOccurred())
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
-	ExpectWithOffset(1, err).NotTo(HaveOccurred())
+	ExpectWithOffset(2, err).NotTo(HaveOccurred())
 	return reply{status: resp.StatusCode, header: resp.Header, body: b}
 }
 

@@ -68,6 +68,7 @@ type Edge struct {
 	met   *metrics
 	auth  bool
 	token [sha256.Size]byte
+	guard *edgeGuard
 
 	mu    sync.RWMutex
 	conns map[string]*conn
@@ -97,6 +98,7 @@ func New(srv *actors.Server, cfg Config, log zerolog.Logger) *Edge {
 		tombs:  map[string]string{},
 		quit:   make(chan struct{}),
 		reaped: make(chan struct{}),
+		guard:  newEdgeGuard(cfg),
 	}
 	if cfg.Token != "" {
 		e.auth = true
@@ -142,6 +144,9 @@ func Serve(ctx context.Context, srv *actors.Server, cfg Config, log zerolog.Logg
 	if cfg.Token == "" && !isLoopback(cfg.Host) {
 		e.log.Warn().Str("host", cfg.Host).
 			Msg("HTTP transport bound to a non-loopback address without authentication; set IACCODE_ACP_HTTP_TOKEN")
+	}
+	if !isLoopback(cfg.Host) && len(cfg.AllowedHosts) == 0 {
+		e.log.Info().Msg("Host header not checked on a non-loopback address; --allowed-hosts restricts it")
 	}
 	e.log.Info().Str("addr", ln.Addr().String()).Bool("auth", e.auth).Msg("listening")
 	served := make(chan error, 1)
@@ -260,6 +265,9 @@ func (e *Edge) route(ctx *fasthttp.RequestCtx) {
 		route = routeHealth
 	case "/metrics":
 		route = routeMetrics
+	}
+	if !e.guard.admit(ctx) {
+		return
 	}
 	if e.auth && !e.authorized(ctx) {
 		ctx.Response.Header.Set("WWW-Authenticate", `Bearer realm="iac-code"`)
@@ -479,14 +487,10 @@ func (e *Edge) get(ctx *fasthttp.RequestCtx) {
 		jsonError(ctx, fasthttp.StatusBadRequest, "Invalid Acp-Session-Id header")
 		return
 	}
-	var last *uint64
-	if raw := bytes.TrimSpace(h.Peek(HeaderLastEventID)); len(raw) > 0 {
-		n, err := strconv.ParseUint(string(raw), 10, 64)
-		if err != nil {
-			jsonError(ctx, fasthttp.StatusBadRequest, "Invalid Last-Event-ID header")
-			return
-		}
-		last = &n
+	last, err := parseLastEventID(h.Peek(HeaderLastEventID))
+	if err != nil {
+		jsonError(ctx, fasthttp.StatusBadRequest, "Invalid Last-Event-ID header")
+		return
 	}
 	if e.closing.Load() {
 		jsonError(ctx, fasthttp.StatusServiceUnavailable, msgShuttingDown)
