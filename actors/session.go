@@ -65,12 +65,19 @@ type (
 	// session decides from its mode and remembered decisions, or asks the
 	// client (one request at a time).
 	permissionAsk struct {
-		toolName   string
-		kind       tools.Kind
-		readOnly   bool
-		outsideCwd bool
-		toolCall   protocol.ToolCallUpdate
-		replyTo    *actor.PID
+		toolName string
+		// key is what an *_always answer remembers: the tool name, or
+		// "<tool>:<host>" for network access.
+		key      string
+		kind     tools.Kind
+		readOnly bool
+		// local: every path inside the cwd (or a spilled output read back)
+		// and no host; editsInside: the call writes, only inside the cwd.
+		local       bool
+		editsInside bool
+		host        string
+		toolCall    protocol.ToolCallUpdate
+		replyTo     *actor.PID
 	}
 	// permissionDecision answers a permissionAsk.
 	permissionDecision struct {

@@ -253,15 +253,19 @@ func isChunk(m map[string]any) bool {
 
 // serverRequest waits for the n-th (0-based) server request of a method.
 func (a *agent) serverRequest(method string, n int) map[string]any {
-	seen := 0
+	// waitFor scans all messages again after each arrival: number the
+	// requests by id, so a request keeps its place across scans.
+	order := map[any]int{}
 	_, m := a.waitFor(method, func(m map[string]any) bool {
-		if m["method"] == method && m["id"] != nil {
-			if seen == n {
-				return true
-			}
-			seen++
+		if m["method"] != method || m["id"] == nil {
+			return false
 		}
-		return false
+		i, ok := order[m["id"]]
+		if !ok {
+			i = len(order)
+			order[m["id"]] = i
+		}
+		return i == n
 	})
 	return m
 }

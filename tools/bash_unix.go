@@ -157,10 +157,10 @@ func signalName(s syscall.Signal) string {
 	return s.String()
 }
 
-// shellEnv is the server's environment plus settings that keep commands
-// from waiting for a terminal that is not there.
+// shellEnv is the server's environment without its secrets (ChildEnv) plus
+// settings that keep commands from waiting for a terminal that is not there.
 func shellEnv() []string {
-	env := os.Environ()
+	env := ChildEnv()
 	add := func(k, v string) {
 		if _, ok := os.LookupEnv(k); !ok {
 			env = append(env, k+"="+v)

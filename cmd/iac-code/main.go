@@ -19,7 +19,7 @@ import (
 // version is set at build time with -ldflags "-X main.version=…".
 var version = "0.1.0-dev"
 
-const usage = "usage: iac-code acp [--transport stdio|http] [--host 127.0.0.1] [--port 8765]"
+const usage = "usage: iac-code acp [--transport stdio|http] [--host 127.0.0.1] [--port 8765] [--allowed-hosts a,b] [--allowed-origins https://x,…]"
 
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == watchdogCommand {
@@ -41,6 +41,10 @@ func run(args []string) error {
 	transport := fs.String("transport", "stdio", "stdio or http")
 	host := fs.String("host", httpsse.DefaultHost, "HTTP bind address")
 	port := fs.Int("port", httpsse.DefaultPort, "HTTP port")
+	allowedHosts := fs.String("allowed-hosts", os.Getenv("IAC_CODE_ALLOWED_HOSTS"),
+		"HTTP: Host names accepted besides loopback ones, comma-separated (* = any)")
+	allowedOrigins := fs.String("allowed-origins", os.Getenv("IAC_CODE_ALLOWED_ORIGINS"),
+		"HTTP: browser origins (scheme://host[:port]) allowed to send requests, comma-separated (* = any)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
@@ -54,6 +58,7 @@ func run(args []string) error {
 		return err
 	}
 	cfg.http.Host, cfg.http.Port = *host, *port
+	cfg.http.AllowedHosts, cfg.http.AllowedOrigins = splitList(*allowedHosts), splitList(*allowedOrigins)
 	checkFileLimit(log)
 	watchdog := startWatchdog(log)
 	srv, err := wire(cfg, log)
@@ -71,6 +76,17 @@ func run(args []string) error {
 	}
 	shutdown(srv, watchdog, log)
 	return err
+}
+
+// splitList splits a comma-separated flag value, dropping empty items.
+func splitList(s string) []string {
+	var out []string
+	for _, item := range strings.Split(s, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			out = append(out, item)
+		}
+	}
+	return out
 }
 
 // newLogger logs JSON to stderr: in stdio mode stdout is the protocol.

@@ -126,7 +126,7 @@ func openStream(addr, conn string) (net.Conn, *bufio.Reader, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	if _, err := io.WriteString(c, "GET /acp HTTP/1.1\r\nHost: bench\r\nAccept: text/event-stream\r\nAcp-Connection-Id: "+conn+"\r\n\r\n"); err != nil {
+	if _, err := io.WriteString(c, "GET /acp HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/event-stream\r\nAcp-Connection-Id: "+conn+"\r\n\r\n"); err != nil {
 		c.Close()
 		return nil, nil, err
 	}

@@ -37,6 +37,11 @@ type Config struct {
 	// Token, when set, is required on every route as "Authorization:
 	// Bearer <token>" (IACCODE_ACP_HTTP_TOKEN). It is never logged.
 	Token string
+	// AllowedHosts are Host names accepted besides loopback ones ("*": any);
+	// AllowedOrigins are the browser origins (scheme://host[:port], "*":
+	// any) allowed to send requests. See edgeGuard.
+	AllowedHosts   []string
+	AllowedOrigins []string
 	// ReplayBuffer caps the events a connection keeps, over all its streams:
 	// events not yet written to a client plus already written ones kept for
 	// Last-Event-ID replay. Unwritten events past the cap close the

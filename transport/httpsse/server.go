@@ -69,6 +69,7 @@ type Edge struct {
 	met   *metrics
 	auth  bool
 	token [sha256.Size]byte
+	guard *edgeGuard
 
 	mu    sync.RWMutex
 	conns map[string]*conn
@@ -104,6 +105,7 @@ func New(srv *actors.Server, cfg Config, log zerolog.Logger) *Edge {
 		tombs:  map[string]string{},
 		quit:   make(chan struct{}),
 		reaped: make(chan struct{}),
+		guard:  newEdgeGuard(cfg),
 	}
 	if cfg.Token != "" {
 		e.auth = true
@@ -151,6 +153,9 @@ func Serve(ctx context.Context, srv *actors.Server, cfg Config, log zerolog.Logg
 	if cfg.Token == "" && !isLoopback(cfg.Host) {
 		e.log.Warn().Str("host", cfg.Host).
 			Msg("HTTP transport bound to a non-loopback address without authentication; set IACCODE_ACP_HTTP_TOKEN")
+	}
+	if !isLoopback(cfg.Host) && len(cfg.AllowedHosts) == 0 {
+		e.log.Info().Msg("Host header not checked on a non-loopback address; --allowed-hosts restricts it")
 	}
 	e.log.Info().Str("addr", ln.Addr().String()).Bool("auth", e.auth).Int("max_connections", cfg.MaxConnections).
 		Int("max_streams", cfg.MaxStreams).Uint64("descriptor_limit", fileLimit()).Msg("listening")
@@ -271,6 +276,9 @@ func (e *Edge) route(ctx *fasthttp.RequestCtx) {
 		route = routeHealth
 	case "/metrics":
 		route = routeMetrics
+	}
+	if !e.guard.admit(ctx) {
+		return
 	}
 	if e.auth && !e.authorized(ctx) {
 		ctx.Response.Header.Set("WWW-Authenticate", `Bearer realm="iac-code"`)
@@ -495,14 +503,10 @@ func (e *Edge) get(ctx *fasthttp.RequestCtx) {
 		jsonError(ctx, fasthttp.StatusBadRequest, "Invalid Acp-Session-Id header")
 		return
 	}
-	var last *uint64
-	if raw := bytes.TrimSpace(h.Peek(HeaderLastEventID)); len(raw) > 0 {
-		n, err := strconv.ParseUint(string(raw), 10, 64)
-		if err != nil {
-			jsonError(ctx, fasthttp.StatusBadRequest, "Invalid Last-Event-ID header")
-			return
-		}
-		last = &n
+	last, err := parseLastEventID(h.Peek(HeaderLastEventID))
+	if err != nil {
+		jsonError(ctx, fasthttp.StatusBadRequest, "Invalid Last-Event-ID header")
+		return
 	}
 	if e.closing.Load() {
 		jsonError(ctx, fasthttp.StatusServiceUnavailable, msgShuttingDown)
