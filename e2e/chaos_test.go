@@ -187,7 +187,7 @@ var _ = Describe("chaos", Label("e2e", "chaos"), func() {
 		for range 5 {
 			c, err := net.DialTimeout("tcp", strings.TrimPrefix(a.base, "http://"), 5*time.Second)
 			Expect(err).NotTo(HaveOccurred())
-			_, _ = c.Write([]byte("GET /health HTTP/1.1\r\nHost: x\r\n\r\n"))
+			_, _ = c.Write([]byte("GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"))
 			_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
 			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 			c.Close()

@@ -87,14 +87,14 @@ var _ = Describe("connection cap", func() {
 		// one accept loop hands them to the four workers in order: the next
 		// connection finds none free
 		start := time.Now()
-		r, _ := e.rawRequest("GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+		r, _ := e.rawRequest("GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
 		Expect(r.StatusCode).To(Equal(http.StatusServiceUnavailable))
 		Expect(time.Since(start)).To(BeNumerically("<", time.Second))
 		for _, c := range silent {
 			c.Close()
 		}
 		Eventually(func() int {
-			r, _ := e.rawRequest("GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+			r, _ := e.rawRequest("GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
 			return r.StatusCode
 		}, 5*time.Second, 20*time.Millisecond).Should(Equal(http.StatusOK))
 	})
