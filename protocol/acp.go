@@ -20,8 +20,15 @@ type InitializeRequest struct {
 }
 
 type ClientCapabilities struct {
-	FS       *FSCapabilities `json:"fs,omitempty"`
-	Terminal bool            `json:"terminal,omitempty"`
+	FS       *FSCapabilities            `json:"fs,omitempty"`
+	Terminal bool                       `json:"terminal,omitempty"`
+	Session  *ClientSessionCapabilities `json:"session,omitempty"`
+}
+
+// ClientSessionCapabilities: Notices (present and not null) means the
+// client shows `notice` session updates.
+type ClientSessionCapabilities struct {
+	Notices *Empty `json:"notices,omitempty"`
 }
 
 type FSCapabilities struct {
@@ -39,7 +46,14 @@ type InitializeResponse struct {
 type AgentCapabilities struct {
 	LoadSession         bool                `json:"loadSession"`
 	PromptCapabilities  PromptCapabilities  `json:"promptCapabilities"`
+	McpCapabilities     *McpCapabilities    `json:"mcpCapabilities,omitempty"`
 	SessionCapabilities SessionCapabilities `json:"sessionCapabilities"`
+}
+
+// McpCapabilities are the MCP transports besides stdio the agent connects to.
+type McpCapabilities struct {
+	HTTP bool `json:"http"`
+	SSE  bool `json:"sse"`
 }
 
 type PromptCapabilities struct {
@@ -69,12 +83,11 @@ type AuthenticateRequest struct {
 	MethodID string `json:"methodId"`
 }
 
-// McpServer is kept raw: the server accepts the list and reports what it uses.
-type McpServer = RawMessage
-
+// NewSessionRequest: McpServers is kept raw and read by ParseMcpServers,
+// whose errors name the entry.
 type NewSessionRequest struct {
-	Cwd        string      `json:"cwd"`
-	McpServers []McpServer `json:"mcpServers,omitempty"`
+	Cwd        string     `json:"cwd"`
+	McpServers RawMessage `json:"mcpServers,omitempty"`
 }
 
 type NewSessionResponse struct {
@@ -82,13 +95,14 @@ type NewSessionResponse struct {
 	Modes         *SessionModeState     `json:"modes,omitempty"`
 	Models        *SessionModelState    `json:"models,omitempty"`
 	ConfigOptions []SessionConfigOption `json:"configOptions,omitempty"`
+	Meta          map[string]any        `json:"_meta,omitempty"`
 }
 
 // SessionRef carries the fields shared by load, resume, fork and close.
 type SessionRef struct {
-	SessionID  string      `json:"sessionId"`
-	Cwd        string      `json:"cwd,omitempty"`
-	McpServers []McpServer `json:"mcpServers,omitempty"`
+	SessionID  string     `json:"sessionId"`
+	Cwd        string     `json:"cwd,omitempty"`
+	McpServers RawMessage `json:"mcpServers,omitempty"`
 }
 
 // SessionStateResponse answers load and resume.
@@ -96,6 +110,7 @@ type SessionStateResponse struct {
 	Modes         *SessionModeState     `json:"modes,omitempty"`
 	Models        *SessionModelState    `json:"models,omitempty"`
 	ConfigOptions []SessionConfigOption `json:"configOptions,omitempty"`
+	Meta          map[string]any        `json:"_meta,omitempty"`
 }
 
 type SessionModeState struct {
@@ -234,6 +249,44 @@ type TextContent struct {
 // Text builds a text content block.
 func Text(s string) TextContent { return TextContent{Type: "text", Text: s} }
 
+// ImageContent is an `image` (Type "image") or `audio` (Type "audio") block
+// as the server writes it: base64 data and its MIME type.
+type ImageContent struct {
+	Type     string `json:"type"`
+	Data     string `json:"data"`
+	MimeType string `json:"mimeType"`
+}
+
+// ResourceLink is a `resource_link` block as the server writes it.
+type ResourceLink struct {
+	Type        string `json:"type"`
+	URI         string `json:"uri"`
+	Name        string `json:"name"`
+	Title       string `json:"title,omitempty"`
+	Description string `json:"description,omitempty"`
+	MimeType    string `json:"mimeType,omitempty"`
+	Size        *int64 `json:"size,omitempty"`
+}
+
+// EmbeddedResourceOut is a `resource` block as the server writes it;
+// Resource is a TextResourceContents or a BlobResourceContents.
+type EmbeddedResourceOut struct {
+	Type     string `json:"type"`
+	Resource any    `json:"resource"`
+}
+
+type TextResourceContents struct {
+	URI      string `json:"uri"`
+	Text     string `json:"text"`
+	MimeType string `json:"mimeType,omitempty"`
+}
+
+type BlobResourceContents struct {
+	URI      string `json:"uri"`
+	Blob     string `json:"blob"`
+	MimeType string `json:"mimeType,omitempty"`
+}
+
 // SessionNotification is the params of session/update. Update is one of the
 // *Update types below; each carries its own `sessionUpdate` discriminator.
 type SessionNotification struct {
@@ -253,6 +306,7 @@ const (
 	UpdateConfigOption      = "config_option_update"
 	UpdateSessionInfo       = "session_info_update"
 	UpdateUsage             = "usage_update"
+	UpdateNotice            = "notice"
 )
 
 // ChunkUpdate is user_message_chunk, agent_message_chunk or agent_thought_chunk.
@@ -285,12 +339,14 @@ const (
 )
 
 // ToolCallContent is `content` (a content block), `diff` or `terminal`.
+// Content is a *TextContent or another content block as the server writes
+// it (ImageContent, AudioContent, ResourceLink, EmbeddedResource).
 type ToolCallContent struct {
-	Type    string       `json:"type"`
-	Content *TextContent `json:"content,omitempty"`
-	Path    string       `json:"path,omitempty"`
-	OldText *string      `json:"oldText,omitempty"`
-	NewText *string      `json:"newText,omitempty"`
+	Type    string  `json:"type"`
+	Content any     `json:"content,omitempty"`
+	Path    string  `json:"path,omitempty"`
+	OldText *string `json:"oldText,omitempty"`
+	NewText *string `json:"newText,omitempty"`
 }
 
 type ToolCallLocation struct {
@@ -324,9 +380,19 @@ type ConfigOptionUpdate struct {
 }
 
 type SessionInfoUpdate struct {
+	SessionUpdate string         `json:"sessionUpdate"`
+	Title         string         `json:"title,omitempty"`
+	UpdatedAt     string         `json:"updatedAt,omitempty"`
+	Meta          map[string]any `json:"_meta,omitempty"`
+}
+
+// NoticeUpdate is a `notice`: sent only to clients that advertise
+// clientCapabilities.session.notices.
+type NoticeUpdate struct {
 	SessionUpdate string `json:"sessionUpdate"`
-	Title         string `json:"title,omitempty"`
-	UpdatedAt     string `json:"updatedAt,omitempty"`
+	Severity      string `json:"severity"`
+	Title         string `json:"title"`
+	Description   string `json:"description,omitempty"`
 }
 
 type UsageUpdate struct {

@@ -105,16 +105,9 @@ func validSubagentType(s string) bool {
 // start sub-agents). ReadOnly() decides what is read-only, so registered
 // extras are sorted the same way.
 func SubagentTools(reg *Registry, subagentType string) (*Registry, error) {
-	var keep func(Tool) bool
-	switch subagentType {
-	case SubagentGeneralPurpose:
-		keep = func(Tool) bool { return true }
-	case SubagentExplore:
-		keep = func(t Tool) bool { return t.ReadOnly() || t.Name() == NameBash }
-	case SubagentPlan:
-		keep = func(t Tool) bool { return t.ReadOnly() }
-	default:
-		return nil, fmt.Errorf("unknown subagent type %q (want general-purpose, explore or plan)", subagentType)
+	keep, err := SubagentKeep(subagentType)
+	if err != nil {
+		return nil, err
 	}
 	var out []Tool
 	for _, t := range reg.List() {
@@ -123,4 +116,18 @@ func SubagentTools(reg *Registry, subagentType string) (*Registry, error) {
 		}
 	}
 	return NewRegistry(out...), nil
+}
+
+// SubagentKeep is the filter of SubagentTools, for tools that join later
+// (MCP tools): whether a sub-agent of that type may use t.
+func SubagentKeep(subagentType string) (func(Tool) bool, error) {
+	switch subagentType {
+	case SubagentGeneralPurpose:
+		return func(t Tool) bool { return t.Name() != NameAgent }, nil
+	case SubagentExplore:
+		return func(t Tool) bool { return t.ReadOnly() || t.Name() == NameBash }, nil
+	case SubagentPlan:
+		return func(t Tool) bool { return t.ReadOnly() }, nil
+	}
+	return nil, fmt.Errorf("unknown subagent type %q (want general-purpose, explore or plan)", subagentType)
 }

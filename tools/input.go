@@ -109,6 +109,10 @@ func printable(s string, max int) string {
 	return b.String()
 }
 
+// Title makes an untrusted name safe for a one-line title (see printable),
+// at most n runes.
+func Title(s string, n int) string { return printable(truncateRunes(oneLine(s), n), titleMaxRunes) }
+
 // searchTitle names a search's pattern and, unless it is the cwd, the
 // resolved place searched: "Grep x in /etc".
 func searchTitle(verb, pattern string, where Resolved) string {

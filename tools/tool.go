@@ -153,6 +153,36 @@ type Result struct {
 	Diff *Diff
 	// Raw is reported to the client as rawOutput (may be nil).
 	Raw any
+	// Content, when set, is what the client is shown instead of Output:
+	// rich blocks one to one (MCP results). Output stays the model's text.
+	Content []ContentBlock
+}
+
+// ContentBlock is a content block of a tool result, in the shape MCP and
+// ACP share: "text" (Text), "image" and "audio" (Data, base64, and
+// MimeType), "resource_link" (URI, Name, Title, Description, MimeType,
+// Size) or "resource" (Resource).
+type ContentBlock struct {
+	Type        string
+	Text        string
+	Data        string
+	MimeType    string
+	URI         string
+	Name        string
+	Title       string
+	Description string
+	Size        *int64
+	Resource    *ResourceContents
+}
+
+// ResourceContents is an embedded resource: Text, or Blob (base64) when
+// IsBlob.
+type ResourceContents struct {
+	URI      string
+	MimeType string
+	Text     string
+	Blob     string
+	IsBlob   bool
 }
 
 // Diff is a whole-file change.
@@ -198,6 +228,21 @@ func (r *Registry) List() []Tool {
 		out = append(out, t)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name() < out[j].Name() })
+	return out
+}
+
+// With returns a registry with ts added (a tool of r keeps its name).
+func (r *Registry) With(ts ...Tool) *Registry {
+	if len(ts) == 0 {
+		return r
+	}
+	out := &Registry{byName: make(map[string]Tool, len(r.byName)+len(ts))}
+	for _, t := range ts {
+		out.byName[t.Name()] = t
+	}
+	for k, v := range r.byName {
+		out.byName[k] = v
+	}
 	return out
 }
 
