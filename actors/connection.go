@@ -92,6 +92,11 @@ type connection struct {
 	// prompt racing an idle eviction, is never lost.
 	stopping map[string]*actor.PID
 	deferred map[string][]*protocol.Message
+	// mcpServers are the MCP servers each known session was opened with,
+	// for bringing an evicted session back with them; notices: the client
+	// shows `notice` updates.
+	mcpServers map[string][]protocol.McpServerConfig
+	notices    bool
 }
 
 func newConnection(deps *Deps, id string, out Outlet) *connection {
@@ -106,6 +111,8 @@ func newConnection(deps *Deps, id string, out Outlet) *connection {
 		pending:  map[int64]pendingRequest{},
 		stopping: map[string]*actor.PID{},
 		deferred: map[string][]*protocol.Message{},
+
+		mcpServers: map[string][]protocol.McpServerConfig{},
 	}
 }
 
@@ -166,7 +173,7 @@ func (c *connection) Receive(ctx actor.Context) {
 		// An attach reached a session that stopped meanwhile: start it anew.
 		if a, ok := c.attaching[m.Target.Id]; ok {
 			delete(c.attaching, m.Target.Id)
-			c.openSession(ctx, a.id, a.kind, a.reqID, a.cwd, "")
+			c.openSession(ctx, a.id, a.kind, a.reqID, a.cwd, "", a.servers)
 		}
 	case *actor.Stopping:
 		for _, pid := range c.sessions {
@@ -283,6 +290,9 @@ func (c *connection) initialize(m *protocol.Message) {
 		}
 	}
 	c.initialized = true
+	if caps := req.ClientCapabilities; caps != nil && caps.Session != nil && caps.Session.Notices != nil {
+		c.notices = true
+	}
 	authMethods := []protocol.AuthMethod{}
 	if !c.deps.hasCredentials() {
 		authMethods = append(authMethods, protocol.AuthMethod{
@@ -294,6 +304,7 @@ func (c *connection) initialize(m *protocol.Message) {
 		AgentCapabilities: protocol.AgentCapabilities{
 			LoadSession:        true,
 			PromptCapabilities: protocol.PromptCapabilities{EmbeddedContext: true},
+			McpCapabilities:    &protocol.McpCapabilities{HTTP: true, SSE: true},
 			SessionCapabilities: protocol.SessionCapabilities{
 				List:  &protocol.Empty{},
 				Close: &protocol.Empty{},
@@ -353,11 +364,26 @@ func (c *connection) newSession(ctx actor.Context, m *protocol.Message) {
 		c.fail(m.ID, protocol.ErrInvalidParams(map[string]string{"cwd": bad}))
 		return
 	}
-	if c.full("", m.ID) {
+	servers, ok := c.mcpServersOf(m.ID, req.McpServers)
+	if !ok || c.full("", m.ID) {
 		return
 	}
 	// The session actor creates its store entry and answers the request.
-	c.openSession(ctx, uuid.NewString(), startNew, m.ID, req.Cwd, "")
+	c.openSession(ctx, uuid.NewString(), startNew, m.ID, req.Cwd, "", servers)
+}
+
+// mcpServersOf parses mcpServers, answering reqID with -32602 (naming the
+// entry) when it is invalid.
+func (c *connection) mcpServersOf(reqID protocol.RawMessage, raw protocol.RawMessage) ([]protocol.McpServerConfig, bool) {
+	servers, warnings, e := protocol.ParseMcpServers(raw)
+	if e != nil {
+		c.fail(reqID, e)
+		return nil, false
+	}
+	for _, w := range warnings {
+		c.log.Warn().Msg(w)
+	}
+	return servers, true
 }
 
 func checkCwd(cwd string) string {
@@ -377,18 +403,21 @@ func checkCwd(cwd string) string {
 // attachRequest remembers an attach sent to a live session, in case the
 // session stopped before it got it.
 type attachRequest struct {
-	id    string
-	kind  startKind
-	reqID protocol.RawMessage
-	cwd   string
+	id      string
+	kind    startKind
+	reqID   protocol.RawMessage
+	cwd     string
+	servers []protocol.McpServerConfig
 }
 
-// openSession spawns the session actor, which opens its store entry and
-// answers reqID. A session already live (on any connection) is attached to
-// this one instead.
-func (c *connection) openSession(ctx actor.Context, id string, kind startKind, reqID protocol.RawMessage, cwd, forkSrc string) {
+// openSession spawns the session actor, which opens its store entry, starts
+// its MCP servers and answers reqID. A session already live (on any
+// connection) is attached to this one instead.
+func (c *connection) openSession(ctx actor.Context, id string, kind startKind, reqID protocol.RawMessage, cwd, forkSrc string,
+	servers []protocol.McpServerConfig) {
+	notices := c.notices
 	props := actor.PropsFromProducer(func() actor.Actor {
-		return newSession(c.deps, id, ctx.Self(), kind, reqID, cwd, forkSrc)
+		return newSession(c.deps, id, ctx.Self(), kind, reqID, cwd, forkSrc, servers, notices)
 	}, actor.WithSupervisor(reportAndStop{}), actor.WithGuardian(&stopOnCrash{log: c.log}),
 		actor.WithReceiverMiddleware(keepStack))
 	name := "session-" + id
@@ -398,8 +427,8 @@ func (c *connection) openSession(ctx actor.Context, id string, kind startKind, r
 		if c.attaching == nil {
 			c.attaching = map[string]attachRequest{}
 		}
-		c.attaching[pid.Id] = attachRequest{id: id, kind: kind, reqID: reqID, cwd: cwd}
-		ctx.Request(pid, &attach{kind: kind, reqID: reqID, cwd: cwd, conn: ctx.Self()})
+		c.attaching[pid.Id] = attachRequest{id: id, kind: kind, reqID: reqID, cwd: cwd, servers: servers}
+		ctx.Request(pid, &attach{kind: kind, reqID: reqID, cwd: cwd, conn: ctx.Self(), servers: servers, notices: notices})
 	} else if err != nil {
 		c.log.Error().Err(err).Str("session", id).Msg("spawn session")
 		c.fail(reqID, protocol.ErrInternal("could not start the session", newErrorID()))
@@ -408,6 +437,7 @@ func (c *connection) openSession(ctx actor.Context, id string, kind startKind, r
 	c.sessions[id] = pid
 	c.sent[id] = 0
 	c.known[id] = true
+	c.mcpServers[id] = servers
 	ctx.Watch(pid)
 }
 
@@ -450,16 +480,17 @@ func (c *connection) reopenSession(ctx actor.Context, m *protocol.Message, metho
 	if method == protocol.MethodSessionFork {
 		target = ""
 	}
-	if c.full(target, m.ID) {
+	servers, ok := c.mcpServersOf(m.ID, ref.McpServers)
+	if !ok || c.full(target, m.ID) {
 		return
 	}
 	switch method {
 	case protocol.MethodSessionFork:
-		c.openSession(ctx, uuid.NewString(), startFork, m.ID, ref.Cwd, ref.SessionID)
+		c.openSession(ctx, uuid.NewString(), startFork, m.ID, ref.Cwd, ref.SessionID, servers)
 	case protocol.MethodSessionLoad:
-		c.openSession(ctx, ref.SessionID, startLoad, m.ID, ref.Cwd, "")
+		c.openSession(ctx, ref.SessionID, startLoad, m.ID, ref.Cwd, "", servers)
 	default:
-		c.openSession(ctx, ref.SessionID, startResume, m.ID, ref.Cwd, "")
+		c.openSession(ctx, ref.SessionID, startResume, m.ID, ref.Cwd, "", servers)
 	}
 }
 
@@ -512,7 +543,7 @@ func (c *connection) toSession(ctx actor.Context, m *protocol.Message, method st
 		if c.full(ref.SessionID, m.ID) {
 			return
 		}
-		c.openSession(ctx, ref.SessionID, startRestore, nil, "", "")
+		c.openSession(ctx, ref.SessionID, startRestore, nil, "", "", c.mcpServers[ref.SessionID])
 		pid, ok = c.sessions[ref.SessionID]
 	}
 	if !ok {
@@ -524,6 +555,7 @@ func (c *connection) toSession(ctx actor.Context, m *protocol.Message, method st
 		// until it is (see stopping).
 		delete(c.sessions, ref.SessionID)
 		delete(c.known, ref.SessionID)
+		delete(c.mcpServers, ref.SessionID)
 		c.stopping[ref.SessionID] = pid
 	}
 	c.sent[ref.SessionID]++
@@ -541,6 +573,7 @@ func (c *connection) retire(ctx actor.Context, m *retireRequest) {
 		delete(c.sent, m.id)
 		if m.force {
 			delete(c.known, m.id)
+			delete(c.mcpServers, m.id)
 		}
 		c.stopping[m.id] = pid
 	}

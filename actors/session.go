@@ -45,6 +45,10 @@ type (
 		reqID protocol.RawMessage
 		cwd   string
 		conn  *actor.PID
+		// servers are the MCP servers of the request; notices: the
+		// connection's client shows notices.
+		servers []protocol.McpServerConfig
+		notices bool
 	}
 	// detach: the connection is going away; its sessions stop (they are on disk).
 	detach struct{ conn *actor.PID }
@@ -145,7 +149,9 @@ type session struct {
 	startReq protocol.RawMessage
 	startCwd string
 	forkSrc  string
-	log      zerolog.Logger
+	// startServers are the MCP servers of the starting request.
+	startServers []protocol.McpServerConfig
+	log          zerolog.Logger
 
 	store   store.Session
 	meta    store.Meta
@@ -180,18 +186,24 @@ type session struct {
 	// Permission requests are asked one at a time.
 	permQueue  []*permissionAsk
 	permActive *permissionAsk
+
+	// mcp: the session's MCP servers (session_mcp.go).
+	mcp sessionMCP
 }
 
-func newSession(deps *Deps, id string, conn *actor.PID, kind startKind, reqID protocol.RawMessage, cwd, forkSrc string) *session {
+func newSession(deps *Deps, id string, conn *actor.PID, kind startKind, reqID protocol.RawMessage, cwd, forkSrc string,
+	servers []protocol.McpServerConfig, notices bool) *session {
 	return &session{
-		deps:     deps,
-		id:       id,
-		conn:     conn,
-		start:    kind,
-		startReq: reqID,
-		startCwd: cwd,
-		forkSrc:  forkSrc,
-		log:      deps.Log.With().Str("session", id).Logger(),
+		deps:         deps,
+		id:           id,
+		conn:         conn,
+		start:        kind,
+		startReq:     reqID,
+		startCwd:     cwd,
+		forkSrc:      forkSrc,
+		startServers: servers,
+		mcp:          sessionMCP{notices: notices},
+		log:          deps.Log.With().Str("session", id).Logger(),
 	}
 }
 
@@ -270,6 +282,7 @@ func (s *session) Receive(ctx actor.Context) {
 		s.attach(ctx, m)
 	case *detach:
 		if m.conn.Equal(s.conn) {
+			s.cancelHeldPrompt(ctx)
 			if s.turn != nil {
 				ctx.Send(s.turn, &cancelTurn{})
 			}
@@ -284,7 +297,15 @@ func (s *session) Receive(ctx actor.Context) {
 		s.compacted(m)
 	case *turnFinished:
 		s.endTurn(ctx, m)
+	case *mcpStatus:
+		s.onMCPStatus(ctx, m)
+	case *mcpBudget:
+		s.onMCPBudget(ctx, m)
 	case *childCrashed:
+		if m.child.Equal(s.mcp.pid) {
+			s.onMCPCrash(ctx, m)
+			return
+		}
 		if m.child.Equal(s.turn) {
 			errorID := newErrorID()
 			s.log.Error().Str("error_id", errorID).Interface("panic", m.reason.value).
@@ -302,6 +323,7 @@ func (s *session) Receive(ctx actor.Context) {
 			return
 		}
 		s.draining = true
+		s.cancelHeldPrompt(ctx)
 		if s.turn == nil {
 			ctx.Send(s.conn, &sessionIdle{sessionID: s.id})
 			return
@@ -341,7 +363,8 @@ func (s *session) open(ctx actor.Context) {
 		s.meta.Cwd = s.startCwd
 		s.saveMeta()
 	}
-	s.answerStart(ctx, s.start, s.startReq)
+	s.configureMCP(ctx, s.startServers, s.meta.Cwd)
+	s.answerWhenReady(ctx, s.start, s.startReq)
 	s.armIdle(ctx, s.deps.Config.SessionIdle)
 	s.armRelease(ctx, s.deps.Config.SessionRelease)
 }
@@ -466,6 +489,7 @@ func (s *session) answerStart(ctx actor.Context, kind startKind, reqID protocol.
 			Modes:         modeState(s.meta.Mode),
 			Models:        s.modelState(),
 			ConfigOptions: s.configOptions(),
+			Meta:          s.mcpMeta(),
 		})
 	case startLoad, startResume:
 		if kind == startLoad {
@@ -475,6 +499,7 @@ func (s *session) answerStart(ctx actor.Context, kind startKind, reqID protocol.
 			Modes:         modeState(s.meta.Mode),
 			Models:        s.modelState(),
 			ConfigOptions: s.configOptions(),
+			Meta:          s.mcpMeta(),
 		})
 	default:
 		return
@@ -500,9 +525,13 @@ func (s *session) attach(ctx actor.Context, m *attach) {
 			s.draining = false
 			ctx.Send(s.conn, &sessionIdle{sessionID: s.id})
 		}
+		// What waited for MCP servers on the old connection is answered there.
+		s.cancelHeldPrompt(ctx)
+		s.answerPendingStarts(ctx)
 		s.conn = m.conn
 		s.dropPermissionAsks()
 	}
+	s.mcp.notices = m.notices
 	// The connection counts its requests to this session afresh from the
 	// attach on (openSession resets its count), also when it is the same
 	// connection: without this an idle session loaded again is never
@@ -512,7 +541,8 @@ func (s *session) attach(ctx actor.Context, m *attach) {
 		s.meta.Cwd = m.cwd
 		s.saveMeta()
 	}
-	s.answerStart(ctx, m.kind, m.reqID)
+	s.configureMCP(ctx, m.servers, s.meta.Cwd)
+	s.answerWhenReady(ctx, m.kind, m.reqID)
 }
 
 // replay sends the whole history as session/update notifications through
@@ -621,8 +651,10 @@ func (s *session) handle(ctx actor.Context, r *sessionRequest) {
 		if s.turn != nil {
 			ctx.Send(s.turn, &cancelTurn{})
 		}
+		s.cancelHeldPrompt(ctx)
 		s.respond(ctx, r.id, struct{}{})
 	case protocol.MethodSessionClose:
+		s.cancelHeldPrompt(ctx)
 		s.closing = true
 		if s.turn == nil {
 			s.respond(ctx, r.id, struct{}{})
@@ -648,7 +680,8 @@ func (s *session) handle(ctx actor.Context, r *sessionRequest) {
 		}
 		var p protocol.SessionRef
 		_ = protocol.Unmarshal(r.params, &p)
-		s.attach(ctx, &attach{kind: kind, reqID: r.id, cwd: p.Cwd, conn: s.conn})
+		servers, _, _ := protocol.ParseMcpServers(p.McpServers)
+		s.attach(ctx, &attach{kind: kind, reqID: r.id, cwd: p.Cwd, conn: s.conn, servers: servers, notices: s.mcp.notices})
 	}
 }
 
@@ -761,7 +794,7 @@ func (s *session) prompt(ctx actor.Context, r *sessionRequest) {
 		s.respondError(ctx, r.id, protocol.ErrInvalidParams(map[string]string{"prompt": "prompt must not be empty"}))
 		return
 	}
-	if s.turn != nil {
+	if s.turn != nil || s.mcp.held != nil {
 		s.respondError(ctx, r.id, protocol.ErrInvalidParams(map[string]string{
 			"prompt": "a prompt is already running in this session; cancel it or wait for its response"}))
 		return
@@ -779,6 +812,9 @@ func (s *session) prompt(ctx actor.Context, r *sessionRequest) {
 		s.respond(ctx, r.id, protocol.PromptResponse{StopReason: protocol.StopEndTurn, Usage: promptUsage(llm.Usage{})})
 		return
 	}
+	if command == "" && s.holdPrompt(r) {
+		return // answered once the MCP servers are up (session_mcp.go)
+	}
 	if command == "" {
 		s.record(ctx, user)
 	}
@@ -789,6 +825,7 @@ func (s *session) prompt(ctx actor.Context, r *sessionRequest) {
 		history: store.Context(s.entries), tools: s.toolsForMode(),
 		compactOnly: command == "compact",
 	}
+	opts.mcp, opts.mcpKeep = s.mcpTurnTools()
 	props := actor.PropsFromProducer(func() actor.Actor { return newTurn(s.deps, opts) },
 		actor.WithReceiverMiddleware(keepStack), actor.WithSupervisor(reportAndStop{}))
 	s.turn = ctx.Spawn(props)

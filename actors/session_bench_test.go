@@ -55,20 +55,64 @@ func replayMessages(n int) []llm.Message {
 	return msgs
 }
 
-// responseOutlet signals when the response to the awaited request id is sent.
+// responseOutlet signals when the response to the awaited request id is
+// sent, and keeps that response.
 type responseOutlet struct {
 	prefix atomic.Pointer[[]byte]
 	done   chan struct{}
 	frames atomic.Int64
 	bytes  atomic.Int64
+	answer atomic.Pointer[[]byte]
 }
 
 func (o *responseOutlet) Send(f Frame) {
 	o.frames.Add(1)
 	o.bytes.Add(int64(len(f.Data)))
 	if p := o.prefix.Load(); p != nil && bytes.HasPrefix(f.Data, *p) {
+		o.answer.Store(&f.Data)
 		o.done <- struct{}{}
 	}
+}
+
+// benchClient drives a server's connection actor with requests, one at a
+// time, for benchmarks.
+type benchClient struct {
+	b    *testing.B
+	conn *Conn
+	out  *responseOutlet
+	next int
+}
+
+// newBenchClient starts a server on st with a scripted model and no tools,
+// and connects to it; both end with the benchmark.
+func newBenchClient(b *testing.B, st store.Store) *benchClient {
+	srv := NewServer(Deps{Store: st, Config: Config{Version: "bench", LLM: llm.Config{APIKey: "k", Model: "m"}},
+		Provider: &scriptedProvider{}, Tools: tools.NewRegistry(), Log: zerolog.New(io.Discard)})
+	out := &responseOutlet{done: make(chan struct{}, 1)}
+	conn := srv.Connect(out)
+	b.Cleanup(func() {
+		conn.Close(5 * time.Second)
+		srv.Shutdown()
+	})
+	return &benchClient{b: b, conn: conn, out: out}
+}
+
+// call sends a request and returns its result once it is answered.
+func (c *benchClient) call(method string, params any) map[string]any {
+	c.next++
+	raw, _ := json.Marshal(params)
+	c.out.await(c.next)
+	c.conn.Deliver(&protocol.Message{JSONRPC: "2.0", ID: protocol.RawMessage(strconv.Itoa(c.next)), Method: method, Params: raw})
+	select {
+	case <-c.out.done:
+	case <-time.After(time.Minute):
+		c.b.Fatalf("no answer to %s", method)
+	}
+	var m struct {
+		Result map[string]any `json:"result"`
+	}
+	_ = json.Unmarshal(*c.out.answer.Load(), &m)
+	return m.Result
 }
 
 // await makes the next frame answering id signal done.
@@ -106,24 +150,9 @@ func BenchmarkLoadReplay5000(b *testing.B) {
 	if err := s.Close(); err != nil {
 		b.Fatal(err)
 	}
-	srv := NewServer(Deps{Store: st, Config: Config{Version: "bench", LLM: llm.Config{APIKey: "k", Model: "m"}},
-		Provider: &scriptedProvider{}, Tools: tools.NewRegistry(), Log: zerolog.New(io.Discard)})
-	defer srv.Shutdown()
-	out := &responseOutlet{done: make(chan struct{}, 1)}
-	conn := srv.Connect(out)
-	defer conn.Close(5 * time.Second)
-	nextID := 0
-	call := func(method string, params any) {
-		nextID++
-		raw, _ := json.Marshal(params)
-		out.await(nextID)
-		conn.Deliver(&protocol.Message{JSONRPC: "2.0", ID: protocol.RawMessage(strconv.Itoa(nextID)), Method: method, Params: raw})
-		select {
-		case <-out.done:
-		case <-time.After(time.Minute):
-			b.Fatalf("no answer to %s", method)
-		}
-	}
+	c := newBenchClient(b, st)
+	call := func(method string, params any) { c.call(method, params) }
+	out := c.out
 	call("initialize", map[string]any{"protocolVersion": 1})
 	load := map[string]any{"sessionId": id, "cwd": cwd, "mcpServers": []any{}}
 	closeReq := map[string]any{"sessionId": id}

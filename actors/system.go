@@ -43,12 +43,20 @@ type Config struct {
 	// CompactThreshold is the share of the context window that triggers
 	// compaction (default 0.93).
 	CompactThreshold float64
+	// MCPStartupTimeout bounds how long session/new (load, resume, fork)
+	// waits for the session's MCP servers before it answers (default 10 s);
+	// a server still starting then keeps starting in the background.
+	MCPStartupTimeout time.Duration
+	// MCPToolTimeout bounds one MCP tool call (default 600 s).
+	MCPToolTimeout time.Duration
 }
 
 // Defaults of Config.
 const (
-	DefaultSessionRelease = 30 * time.Second
-	DefaultMaxSessions    = 1000
+	DefaultSessionRelease    = 30 * time.Second
+	DefaultMaxSessions       = 1000
+	DefaultMCPStartupTimeout = 10 * time.Second
+	DefaultMCPToolTimeout    = 600 * time.Second
 )
 
 // Deps is what every actor of the tree shares. It is read-only after start.
@@ -95,6 +103,12 @@ func NewServer(deps Deps) *Server {
 	}
 	if deps.Config.MaxSessions <= 0 {
 		deps.Config.MaxSessions = DefaultMaxSessions
+	}
+	if deps.Config.MCPStartupTimeout <= 0 {
+		deps.Config.MCPStartupTimeout = DefaultMCPStartupTimeout
+	}
+	if deps.Config.MCPToolTimeout <= 0 {
+		deps.Config.MCPToolTimeout = DefaultMCPToolTimeout
 	}
 	if deps.Metrics == nil {
 		deps.Metrics = &Metrics{}

@@ -108,6 +108,8 @@ type toolActor struct {
 	// with this call's result so session/load replays them.
 	subUpdates []protocol.RawMessage
 	subUsage   llm.Usage
+	// mcp is the session's MCP tool list, for a sub-agent's turn.
+	mcp *mcpToolSet
 }
 
 // subagentMaxCalls bounds the model calls of one sub-agent run.
@@ -124,8 +126,10 @@ func (a *toolActor) startSubagent(ctx actor.Context, in tools.AgentInput) {
 		a.complete(ctx, tools.Errorf(err.Error()))
 		return
 	}
+	keep, _ := tools.SubagentKeep(in.SubagentType)
 	opts := turnOptions{
 		sessionID: a.sessionID, cwd: a.cwd, model: a.model, tools: reg, session: ctx.Self(),
+		mcp: a.mcp, mcpKeep: keep,
 		history:  []llm.Message{{Role: llm.RoleUser, Content: []llm.Block{{Type: llm.BlockText, Text: in.Prompt}}}},
 		subagent: in.SubagentType, maxCalls: subagentMaxCalls,
 	}
@@ -157,8 +161,8 @@ func (a *toolActor) subagentFinished(ctx actor.Context, m *turnFinished) {
 	}
 }
 
-func newToolActor(deps *Deps, sessionID, cwd, model string, session *actor.PID, call toolCall, parentCtx context.Context) *toolActor {
-	return &toolActor{deps: deps, sessionID: sessionID, cwd: cwd, model: model, session: session, call: call, parentCtx: parentCtx}
+func newToolActor(deps *Deps, sessionID, cwd, model string, session *actor.PID, call toolCall, parentCtx context.Context, mcp *mcpToolSet) *toolActor {
+	return &toolActor{deps: deps, sessionID: sessionID, cwd: cwd, model: model, session: session, call: call, parentCtx: parentCtx, mcp: mcp}
 }
 
 func (a *toolActor) Receive(ctx actor.Context) {
@@ -264,15 +268,13 @@ func (a *toolActor) complete(ctx actor.Context, res tools.Result) {
 	a.done = true
 	// The model and the client get the same bounded text; the whole output
 	// is spilled to a file under the state root.
+	full := res.Output
 	res = tools.Bound(res, a.deps.Config.Home, 0)
 	u := protocol.ToolCallUpdate{Status: protocol.ToolCompleted, RawOutput: res.Raw}
 	if res.IsError {
 		u.Status = protocol.ToolFailed
 	}
-	if res.Output != "" {
-		text := protocol.Text(res.Output)
-		u.Content = append(u.Content, protocol.ToolCallContent{Type: "content", Content: &text})
-	}
+	u.Content = resultContent(res, res.Output != full)
 	if res.Diff != nil {
 		newText := res.Diff.NewText
 		u.Content = append(u.Content, protocol.ToolCallContent{Type: "diff", Path: res.Diff.Path, OldText: res.Diff.OldText, NewText: &newText})
@@ -287,6 +289,41 @@ func (a *toolActor) complete(ctx actor.Context, res tools.Result) {
 	}
 	ctx.Send(ctx.Parent(), &toolDone{index: a.call.index, result: res, display: display, usage: a.subUsage})
 	ctx.Stop(ctx.Self())
+}
+
+// resultContent is what the client is shown of a result: its rich blocks
+// one to one (MCP) or its text. When the text was cut (bounded), the text
+// blocks give way to the bounded text, the others stay.
+func resultContent(res tools.Result, cut bool) []protocol.ToolCallContent {
+	var out []protocol.ToolCallContent
+	add := func(block any) { out = append(out, protocol.ToolCallContent{Type: "content", Content: block}) }
+	if res.Content == nil || cut {
+		if res.Output != "" {
+			text := protocol.Text(res.Output)
+			add(&text)
+		}
+	}
+	for _, b := range res.Content {
+		switch b.Type {
+		case "text":
+			if !cut {
+				text := protocol.Text(b.Text)
+				add(&text)
+			}
+		case "image", "audio":
+			add(protocol.ImageContent{Type: b.Type, Data: b.Data, MimeType: b.MimeType})
+		case "resource_link":
+			add(protocol.ResourceLink{Type: b.Type, URI: b.URI, Name: b.Name, Title: b.Title,
+				Description: b.Description, MimeType: b.MimeType, Size: b.Size})
+		case "resource":
+			if r := b.Resource; r != nil && r.IsBlob {
+				add(protocol.EmbeddedResourceOut{Type: b.Type, Resource: protocol.BlobResourceContents{URI: r.URI, Blob: r.Blob, MimeType: r.MimeType}})
+			} else if r != nil {
+				add(protocol.EmbeddedResourceOut{Type: b.Type, Resource: protocol.TextResourceContents{URI: r.URI, Text: r.Text, MimeType: r.MimeType}})
+			}
+		}
+	}
+	return out
 }
 
 // keepSubUpdate records the update of a sub-agent frame for replay.

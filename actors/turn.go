@@ -56,6 +56,10 @@ type turnOptions struct {
 	subagent string
 	// maxCalls overrides Config.MaxTurnRequests when > 0.
 	maxCalls int
+	// mcp is the session's MCP tool list, read at every model request;
+	// mcpKeep (nil = all) filters it (plan mode, sub-agent types).
+	mcp     *mcpToolSet
+	mcpKeep func(tools.Tool) bool
 }
 
 func (*streamEvent) IgnoreDeadLetterLogging()    {}
@@ -114,6 +118,12 @@ type turn struct {
 	// Tool phase.
 	toolPIDs  map[string]int // tool actor id -> call index
 	remaining int
+
+	// tools are those of the model request being made: base plus the MCP
+	// tools of that moment (see currentTools).
+	base    *tools.Registry
+	mcp     *mcpToolSet
+	mcpKeep func(tools.Tool) bool
 }
 
 func newTurn(deps *Deps, o turnOptions) *turn {
@@ -126,6 +136,9 @@ func newTurn(deps *Deps, o turnOptions) *turn {
 		cwd:         o.cwd,
 		model:       o.model,
 		tools:       o.tools,
+		base:        o.tools,
+		mcp:         o.mcp,
+		mcpKeep:     o.mcpKeep,
 		log:         deps.Log.With().Str("session", o.sessionID).Logger(),
 		messages:    o.history,
 		compactOnly: o.compactOnly,
@@ -212,6 +225,7 @@ func (t *turn) callModel(ctx actor.Context) {
 	if t.needsCompaction() && t.startCompaction(ctx, 3) {
 		return
 	}
+	t.tools = t.currentTools()
 	t.stream(ctx, &llm.Request{
 		Model:     t.model,
 		System:    t.systemPrompt(),
@@ -243,6 +257,19 @@ func (t *turn) stream(ctx actor.Context, req *llm.Request) {
 		})
 		root.Send(self, &streamEnd{gen: gen, err: err})
 	}()
+}
+
+// currentTools are the turn's own tools plus the MCP tools available now
+// (a server that became ready or changed its tools since the last request
+// is seen here).
+func (t *turn) currentTools() *tools.Registry {
+	var extra []tools.Tool
+	for _, tl := range t.mcp.list() {
+		if t.mcpKeep == nil || t.mcpKeep(tl) {
+			extra = append(extra, tl)
+		}
+	}
+	return t.base.With(extra...)
 }
 
 func toolSpecs(r *tools.Registry) []llm.ToolSpec {
@@ -369,7 +396,7 @@ func (t *turn) runTools(ctx actor.Context, msg llm.Message, calls []toolCall) {
 		t.pending = append(t.pending, &pendingCall{id: b.ToolCallID, name: b.Name})
 		t.emit(ctx, b.Display)
 		props := actor.PropsFromProducer(func() actor.Actor {
-			return newToolActor(t.deps, t.sessionID, t.cwd, t.model, session, call, t.ctx)
+			return newToolActor(t.deps, t.sessionID, t.cwd, t.model, session, call, t.ctx, t.mcp)
 		}, actor.WithReceiverMiddleware(keepStack))
 		pid := ctx.Spawn(props)
 		t.toolPIDs[pid.Id] = call.index

@@ -52,7 +52,13 @@ var _ = SynchronizedAfterSuite(func() {}, func() { gexec.CleanupBuildArtifacts()
 func ensureNodeModules() {
 	wd, _ := os.Getwd()
 	dir := filepath.Join(wd, "node")
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", "@agentclientprotocol", "sdk", "package.json")); err == nil {
+	installed := true
+	for _, pkg := range []string{"@agentclientprotocol/sdk", "@modelcontextprotocol/server-everything"} {
+		if _, err := os.Stat(filepath.Join(dir, "node_modules", pkg, "package.json")); err != nil {
+			installed = false
+		}
+	}
+	if installed {
 		return
 	}
 	cmd := exec.Command("npm", "ci", "--no-audit", "--no-fund")

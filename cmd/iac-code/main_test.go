@@ -52,13 +52,16 @@ func TestConfigFromEnvironment(t *testing.T) {
 		"IAC_CODE_HTTP_MAX_UNUSED":      "99",
 		"IAC_CODE_HTTP_REPLAY_MAX_AGE":  "3s",
 		"IAC_CODE_HTTP_MAX_CONNECTIONS": "500",
+		"IAC_CODE_MCP_STARTUP_TIMEOUT":  "2s",
+		"IAC_CODE_MCP_TOOL_TIMEOUT":     "90s",
 	}
 	s, err := loadConfig(func(k string) string { return env[k] })
 	if err != nil {
 		t.Fatal(err)
 	}
 	a, h := s.actors, s.http
-	if a.Home != "/tmp/h" || a.SessionRelease != 5*time.Second || a.MaxSessions != 7 || a.SessionIdle != time.Hour {
+	if a.Home != "/tmp/h" || a.SessionRelease != 5*time.Second || a.MaxSessions != 7 || a.SessionIdle != time.Hour ||
+		a.MCPStartupTimeout != 2*time.Second || a.MCPToolTimeout != 90*time.Second {
 		t.Errorf("actors config %+v", a)
 	}
 	if h.IdleTimeout != 2*time.Minute || h.UnusedTimeout != 10*time.Second || h.MaxUnused != 99 ||

@@ -217,6 +217,18 @@ export const scenarios = {
     return { list, aliasList, load, replayed, prompt };
   },
 
+  /**
+   * MCP servers (--mcp-servers) in session/new, with a client that shows
+   * notices: initialize → new → prompt(--text). Result: {session, prompt}
+   * where session is the NewSessionResponse (its _meta has the servers' state).
+   */
+  async mcp(h) {
+    await h.initialize({ clientCapabilities: { session: { notices: {} } } });
+    const session = await h.newSession();
+    const prompt = await h.prompt(session.sessionId, h.text(0));
+    return { session, prompt };
+  },
+
   /** A prompt for a session id that does not exist is rejected; the connection stays usable. */
   async "unknown-session"(h) {
     await h.initialize();
@@ -245,6 +257,7 @@ function parseOptions(argv) {
       permission: { type: "string", default: "allow_once" },
       prompts: { type: "string", default: "1" },
       "session-id": { type: "string" },
+      "mcp-servers": { type: "string", default: "[]" },
       "timeout-ms": { type: "string", default: "60000" },
       "eof-grace-ms": { type: "string", default: "1000" },
       "list-scenarios": { type: "boolean", default: false },
@@ -260,6 +273,7 @@ function parseOptions(argv) {
     permission: values.permission,
     prompts: Number(values.prompts),
     sessionId: values["session-id"],
+    mcpServers: JSON.parse(values["mcp-servers"]),
     timeoutMs: Number(values["timeout-ms"]),
     eofGraceMs: Number(values["eof-grace-ms"]),
     listScenarios: values["list-scenarios"],
@@ -563,7 +577,7 @@ function makeHelpers(opts, ctx, record, checker) {
     },
 
     newSession(params = {}) {
-      return h.request(acp.methods.agent.session.new, { cwd: opts.cwd, mcpServers: [], ...params });
+      return h.request(acp.methods.agent.session.new, { cwd: opts.cwd, mcpServers: opts.mcpServers, ...params });
     },
 
     /** Sends session/prompt and returns the promise without awaiting it. */

@@ -1,11 +1,9 @@
 package mcp_test
 
 import (
-	"bufio"
 	"bytes"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -165,22 +163,15 @@ func expectGroupGone(pgid int, within time.Duration) {
 func startHTTPServer(transport string) string {
 	cmd := exec.Command(serverBin, "-transport", transport, "-addr", "127.0.0.1:0")
 	cmd.Stderr = GinkgoWriter
-	out, err := cmd.StdoutPipe()
-	Expect(err).NotTo(HaveOccurred())
-	Expect(cmd.Start()).To(Succeed())
 	DeferCleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
+		if cmd.Process != nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
 	})
-	line, err := bufio.NewReader(out).ReadString('\n')
+	url, err := mcptest.Listen(cmd)
 	Expect(err).NotTo(HaveOccurred())
-	url, ok := strings.CutPrefix(strings.TrimSpace(line), "listening ")
-	Expect(ok).To(BeTrue(), line)
 	return url
 }
-
-func inDir(dir, name string) string { return filepath.Join(dir, name) }
-
-func procgroup_Registered() []int { return procgroup.Registered() }
 
 func itoa(n int) string { return strconv.Itoa(n) }

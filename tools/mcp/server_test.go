@@ -14,6 +14,7 @@ import (
 
 	"github.com/iac-code/iac-code/tools"
 	"github.com/iac-code/iac-code/tools/mcp"
+	"github.com/iac-code/iac-code/tools/procgroup"
 )
 
 // callText runs a tool through its tools.Tool adapter, as the tool actor does.
@@ -43,7 +44,7 @@ var _ = Describe("stdio MCP servers", func() {
 		Expect(res.Output).To(ContainSubstring("cwd=" + st.cwd))
 		pgid := readPGID(pidfile)
 		Expect(pgid).NotTo(Equal(syscall.Getpgrp()))
-		Expect(procgroup_Registered()).To(ContainElement(pgid), "registered with the watchdog")
+		Expect(procgroup.Registered()).To(ContainElement(pgid), "registered with the watchdog")
 		Expect(res.Output).To(ContainSubstring("pgid=" + itoa(pgid)))
 		// its stderr is in our log, tagged with its name
 		Expect(st.logs.String()).To(And(ContainSubstring(`"mcp_server":"test"`), ContainSubstring("mcptestserver: starting (stdio)")))
