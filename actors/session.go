@@ -149,9 +149,7 @@ type session struct {
 	startReq protocol.RawMessage
 	startCwd string
 	forkSrc  string
-	// startServers are the MCP servers of the starting request.
-	startServers []protocol.McpServerConfig
-	log          zerolog.Logger
+	log      zerolog.Logger
 
 	store   store.Session
 	meta    store.Meta
@@ -193,18 +191,18 @@ type session struct {
 
 func newSession(deps *Deps, id string, conn *actor.PID, kind startKind, reqID protocol.RawMessage, cwd, forkSrc string,
 	servers []protocol.McpServerConfig, notices bool) *session {
-	return &session{
-		deps:         deps,
-		id:           id,
-		conn:         conn,
-		start:        kind,
-		startReq:     reqID,
-		startCwd:     cwd,
-		forkSrc:      forkSrc,
-		startServers: servers,
-		mcp:          sessionMCP{notices: notices},
-		log:          deps.Log.With().Str("session", id).Logger(),
+	s := &session{
+		deps:     deps,
+		id:       id,
+		conn:     conn,
+		start:    kind,
+		startReq: reqID,
+		startCwd: cwd,
+		forkSrc:  forkSrc,
+		log:      deps.Log.With().Str("session", id).Logger(),
 	}
+	s.mcp.start, s.mcp.notices = servers, notices
+	return s
 }
 
 func (s *session) Receive(ctx actor.Context) {
@@ -241,7 +239,7 @@ func (s *session) Receive(ctx actor.Context) {
 		// Checked again later if the session stays: busy with a turn, or the
 		// connection refused the retire.
 		s.armIdle(ctx, idle)
-		if s.turn == nil && !s.retiring && !s.failed {
+		if s.turn == nil && !s.retiring && !s.failed && !s.mcpWaiting() {
 			s.retiring = true
 			ctx.Send(s.conn, &retireRequest{id: s.id, pid: ctx.Self(), seen: s.seen})
 		}
@@ -252,6 +250,10 @@ func (s *session) Receive(ctx actor.Context) {
 		if s.turn != nil && m.conn.Equal(s.promptConn) &&
 			(m.requestID == nil || bytes.Equal(m.requestID, protocol.CanonicalID(s.promptID))) {
 			ctx.Send(s.turn, &cancelTurn{})
+		}
+		if h := s.mcp.held; h != nil && m.conn.Equal(h.conn) &&
+			(m.requestID == nil || bytes.Equal(m.requestID, protocol.CanonicalID(h.id))) {
+			s.cancelHeldPrompt(ctx)
 		}
 	case *retireAnswer:
 		s.retiring = false
@@ -363,7 +365,7 @@ func (s *session) open(ctx actor.Context) {
 		s.meta.Cwd = s.startCwd
 		s.saveMeta()
 	}
-	s.configureMCP(ctx, s.startServers, s.meta.Cwd)
+	s.configureMCP(ctx, s.mcp.start, s.meta.Cwd)
 	s.answerWhenReady(ctx, s.start, s.startReq)
 	s.armIdle(ctx, s.deps.Config.SessionIdle)
 	s.armRelease(ctx, s.deps.Config.SessionRelease)
@@ -412,7 +414,7 @@ func (s *session) releaseIfIdle(ctx actor.Context) {
 		return
 	}
 	period := s.deps.Config.SessionRelease
-	if s.turn != nil {
+	if s.turn != nil || s.mcp.held != nil {
 		s.armRelease(ctx, period)
 		return
 	}
@@ -655,6 +657,7 @@ func (s *session) handle(ctx actor.Context, r *sessionRequest) {
 		s.respond(ctx, r.id, struct{}{})
 	case protocol.MethodSessionClose:
 		s.cancelHeldPrompt(ctx)
+		s.answerPendingStarts(ctx)
 		s.closing = true
 		if s.turn == nil {
 			s.respond(ctx, r.id, struct{}{})

@@ -23,8 +23,10 @@ import (
 
 // sessionMCP is the session's view of its MCP servers.
 type sessionMCP struct {
-	set *mcpToolSet
-	pid *actor.PID
+	// start are the servers of the request that started the session.
+	start []protocol.McpServerConfig
+	set   *mcpToolSet
+	pid   *actor.PID
 	// configured is the last configuration sent to the actor (with cwd).
 	configured []protocol.McpServerConfig
 	cwd        string
@@ -89,6 +91,10 @@ func (s *session) configureMCP(ctx actor.Context, servers []protocol.McpServerCo
 	gen, self, root := m.gen, ctx.Self(), ctx.ActorSystem().Root
 	time.AfterFunc(budget, func() { root.Send(self, &mcpBudget{gen: gen}) })
 }
+
+// mcpWaiting: a start request or a prompt waits for the servers (the
+// session is not idle).
+func (s *session) mcpWaiting() bool { return len(s.mcp.pending) > 0 || s.mcp.held != nil }
 
 // mcpStarting: servers are still connecting within their startup budget.
 func (s *session) mcpStarting() bool {
@@ -166,8 +172,8 @@ func (s *session) onMCPBudget(ctx actor.Context, m *mcpBudget) {
 // mcpMeta is the _meta of responses and session_info_update (nil when the
 // session has no MCP server).
 func (s *session) mcpMeta() map[string]any {
-	if len(s.mcp.configured) == 0 && len(s.mcp.status) == 0 {
-		return nil
+	if s.mcp.pid == nil && len(s.mcp.status) == 0 {
+		return nil // never had a server
 	}
 	status := s.mcp.status
 	if status == nil {

@@ -297,7 +297,7 @@ func (a *toolActor) complete(ctx actor.Context, res tools.Result) {
 func resultContent(res tools.Result, cut bool) []protocol.ToolCallContent {
 	var out []protocol.ToolCallContent
 	add := func(block any) { out = append(out, protocol.ToolCallContent{Type: "content", Content: block}) }
-	if res.Content == nil || cut {
+	if len(res.Content) == 0 || cut {
 		if res.Output != "" {
 			text := protocol.Text(res.Output)
 			add(&text)

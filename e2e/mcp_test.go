@@ -515,8 +515,11 @@ var _ = Describe("MCP servers from session/new", Label("e2e", "mcp"), func() {
 		Expect(a.result(a.prompt(sid, "one"))["stopReason"]).To(Equal("end_turn"))
 		load := a.result(a.request("session/load", map[string]any{"sessionId": sid, "cwd": cwd, "mcpServers": []any{server}}))
 		Expect(stateOf(mcpStates(load), "t")["status"]).To(Equal("connected"))
-		again, _ := mcpGroup(pidfile)
+		again, pgid := mcpGroup(pidfile)
 		Expect(again).To(Equal(pid), "the live session kept its server")
+		load = a.result(a.request("session/load", map[string]any{"sessionId": sid, "cwd": cwd, "mcpServers": []any{}}))
+		Expect(mcpStates(load)).To(BeEmpty(), "a load without the server closes it")
+		groupGoneWithin(pgid, 5*time.Second)
 		a.finish()
 
 		b := start("IAC_CODE_HOME=" + home)
@@ -562,6 +565,20 @@ var _ = Describe("MCP servers from session/new", Label("e2e", "mcp"), func() {
 		Expect(toolNamesOf(lastRequest(fake))).To(ContainElement("mcp__t__echo_env"), "the prompt waited for the restarted server")
 		secondPID, _ := mcpGroup(pidfile)
 		Expect(secondPID).NotTo(Equal(firstPID))
+		a.finish()
+	})
+
+	It("answers a prompt held for starting servers cancelled when the client cancels it", func() {
+		fake.Script(llmtest.Reply{Text: "after"})
+		a := start("IAC_CODE_SESSION_IDLE=300ms", "IAC_CODE_MCP_STARTUP_TIMEOUT=1s")
+		a.initialize()
+		sid, _ := a.newMCPSession(cwd, testServer("hung", "-hang"))
+		Eventually(a.stderr.String, 20*time.Second, 50*time.Millisecond).Should(ContainSubstring("idle session evicted from memory"))
+		id := a.prompt(sid, "brought back, its server hangs") // held for the startup budget
+		a.notify("session/cancel", map[string]any{"sessionId": sid})
+		Expect(a.result(id)["stopReason"]).To(Equal("cancelled"))
+		Expect(fake.Requests()).To(BeEmpty(), "the held prompt never reached the model")
+		Expect(a.result(a.prompt(sid, "again"))["stopReason"]).To(Equal("end_turn"))
 		a.finish()
 	})
 
