@@ -435,6 +435,20 @@ var _ = Describe("MCP servers from session/new", Label("e2e", "mcp"), func() {
 		a.finish()
 	})
 
+	It("adds the tools of a server that connects after the answer at the next model request", func() {
+		fake.Script(llmtest.Reply{Text: "with the late tools"})
+		a := start("IAC_CODE_MCP_STARTUP_TIMEOUT=300ms")
+		a.initialize()
+		sid, states := a.newMCPSession(cwd, testServer("late", "-delay", "1s"))
+		Expect(stateOf(states, "late")["status"]).To(Equal("connecting"))
+		from := a.mark()
+		late := a.waitMCPInfo(from, func(s []map[string]any) bool { return stateOf(s, "late")["status"] == "connected" })
+		Expect(stateOf(late, "late")["tools"]).To(BeNumerically(">", 5))
+		Expect(a.result(a.prompt(sid, "now"))["stopReason"]).To(Equal("end_turn"))
+		Expect(toolNamesOf(fake.Requests()[0])).To(ContainElement("mcp__late__echo_env"))
+		a.finish()
+	})
+
 	DescribeTable("leaves no process of a server started through sh -c",
 		func(end func(a *agent, sid string)) {
 			pidfile := filepath.Join(GinkgoT().TempDir(), "pid")

@@ -1,11 +1,12 @@
 // Command mcptestserver runs the test MCP server of package mcptest.
 //
-//	mcptestserver [-transport stdio|http|sse] [-addr 127.0.0.1:0] [-pidfile F] [-hang] [-child]
+//	mcptestserver [-transport stdio|http|sse] [-addr 127.0.0.1:0] [-pidfile F] [-hang] [-delay D] [-child]
 //
 // Over HTTP and SSE it prints "listening <url>" on stdout once it accepts
 // connections. -pidfile writes "<pid> <pgid>"; -child starts a `sleep`
 // child in its process group (an orphan to be, if the group is not
-// killed); -hang never answers (a server stuck at startup).
+// killed); -hang never answers (a server stuck at startup); -delay waits
+// that long before serving (a slow start).
 package main
 
 import (
@@ -18,6 +19,7 @@ import (
 	"os"
 	"os/exec"
 	"syscall"
+	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -29,6 +31,7 @@ func main() {
 	addr := flag.String("addr", "127.0.0.1:0", "listen address (http, sse)")
 	pidfile := flag.String("pidfile", "", "write '<pid> <pgid>' here")
 	hang := flag.Bool("hang", false, "never answer")
+	delay := flag.Duration("delay", 0, "wait this long before serving")
 	child := flag.Bool("child", false, "start a sleeping child process")
 	name := flag.String("name", "mcptest", "implementation name")
 	flag.Parse()
@@ -48,6 +51,7 @@ func main() {
 	if *hang {
 		select {}
 	}
+	time.Sleep(*delay)
 	srv := mcptest.New(*name)
 	switch *transport {
 	case "stdio":
