@@ -155,7 +155,8 @@ func expectGroupGone(pgid int, within time.Duration) {
 			}
 			return "process group " + strconv.Itoa(pgid) + " outlived its server\n" + strings.Join(keep, "\n")
 		})
-	ExpectWithOffset(1, procgroup.Registered()).NotTo(ContainElement(pgid))
+	EventuallyWithOffset(1, procgroup.Registered, time.Second, 5*time.Millisecond).ShouldNot(ContainElement(pgid),
+		"the group stays registered with the watchdog")
 }
 
 // startHTTPServer runs the test server over http or sse on loopback and

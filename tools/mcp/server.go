@@ -218,7 +218,11 @@ func (s *Server) run() {
 		if err == nil {
 			err = errors.New("the server closed the connection")
 		}
-		s.fail(s.describe(err, "server exited"))
+		what := "server exited"
+		if s.cfg.Transport == HTTP || s.cfg.Transport == SSE {
+			what = "connection lost"
+		}
+		s.fail(s.describe(err, what))
 	}
 }
 
