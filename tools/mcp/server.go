@@ -111,7 +111,7 @@ type Server struct {
 	cs      *sdk.ClientSession
 	pgid    int
 	httpTr  *http.Transport
-	calls   map[string]func(Progress)
+	calls   map[string]*callProgress
 	emitted sync.Mutex
 }
 
@@ -135,7 +135,7 @@ func Start(cfg Config, opts Options) *Server {
 		closedDone: make(chan struct{}),
 		stderr:     &stderrTail{},
 		state:      Connecting,
-		calls:      map[string]func(Progress){},
+		calls:      map[string]*callProgress{},
 	}
 	go s.run()
 	return s
@@ -348,13 +348,15 @@ func (s *Server) Call(ctx context.Context, tool string, args json.RawMessage, pr
 	if progress != nil {
 		token := "iac-" + strconv.FormatUint(progressTokens.Add(1), 10)
 		params.SetProgressToken(token)
+		cp := &callProgress{f: progress}
 		s.mu.Lock()
-		s.calls[token] = progress
+		s.calls[token] = cp
 		s.mu.Unlock()
 		defer func() {
 			s.mu.Lock()
 			delete(s.calls, token)
 			s.mu.Unlock()
+			cp.stop() // no progress after Call returns
 		}()
 	}
 	res, err := cs.CallTool(ctx, params)
@@ -372,9 +374,31 @@ func (s *Server) onProgress(_ context.Context, req *sdk.ProgressNotificationClie
 	}
 	token := fmt.Sprint(req.Params.ProgressToken)
 	s.mu.Lock()
-	f := s.calls[token]
+	cp := s.calls[token]
 	s.mu.Unlock()
-	if f != nil {
-		f(Progress{Progress: req.Params.Progress, Total: req.Params.Total, Message: req.Params.Message})
+	if cp != nil {
+		cp.send(Progress{Progress: req.Params.Progress, Total: req.Params.Total, Message: req.Params.Message})
 	}
+}
+
+// callProgress hands a call's progress to its callback until the call
+// returns.
+type callProgress struct {
+	mu   sync.Mutex
+	done bool
+	f    func(Progress)
+}
+
+func (c *callProgress) send(p Progress) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.done {
+		c.f(p)
+	}
+}
+
+func (c *callProgress) stop() {
+	c.mu.Lock()
+	c.done = true
+	c.mu.Unlock()
 }

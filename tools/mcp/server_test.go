@@ -149,6 +149,21 @@ var _ = Describe("stdio MCP servers", func() {
 		Eventually(st.logs.String, 5*time.Second).Should(ContainSubstring("slow call cancelled"))
 	})
 
+	It("passes at most one progress update per 100 ms", func() {
+		st := startServer(mcp.Config{Transport: mcp.Stdio, Command: serverBin})
+		ev := st.connected()
+		for _, t := range ev.Tools {
+			if t.Name == "slow" {
+				var updates []string
+				res := tools.Execute(context.Background(), mcp.NewTool("s", st.srv, t, 0), &tools.Env{},
+					json.RawMessage(`{"seconds":0.5,"steps":50}`), func(s string) { updates = append(updates, s) })
+				Expect(res.Output).To(Equal("slept 0.5s in 50 steps"))
+				Expect(len(updates)).To(And(BeNumerically(">=", 2), BeNumerically("<=", 8)), "%v", updates)
+				Expect(updates[0]).To(HavePrefix("Progress: 1/50"))
+			}
+		}
+	})
+
 	It("times a call out after the per-call timeout", func() {
 		st := startServer(mcp.Config{Transport: mcp.Stdio, Command: serverBin})
 		ev := st.connected()

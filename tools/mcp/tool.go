@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"sync"
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
@@ -29,6 +30,10 @@ type Tool struct {
 	readOnly bool
 	timeout  time.Duration
 }
+
+// ProgressInterval is the shortest time between two progress updates of a
+// call shown to the client.
+const ProgressInterval = 100 * time.Millisecond
 
 // DefaultCallTimeout bounds one tool call (IAC_CODE_MCP_TOOL_TIMEOUT).
 const DefaultCallTimeout = 600 * time.Second
@@ -116,7 +121,21 @@ func (t *Tool) run(ctx context.Context, args json.RawMessage, progress func(stri
 	defer cancel()
 	var onProgress func(Progress)
 	if progress != nil {
-		onProgress = func(p Progress) { progress(progressText(p)) }
+		// At most one update per ProgressInterval reaches the client (as
+		// for bash output); the final result follows anyway.
+		var mu sync.Mutex
+		var last time.Time
+		onProgress = func(p Progress) {
+			mu.Lock()
+			due := time.Since(last) >= ProgressInterval
+			if due {
+				last = time.Now()
+			}
+			mu.Unlock()
+			if due {
+				progress(progressText(p))
+			}
+		}
 	}
 	res, err := t.server.Call(ctx, t.remote, args, onProgress)
 	switch {
