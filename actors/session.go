@@ -201,7 +201,7 @@ func newSession(deps *Deps, id string, conn *actor.PID, kind startKind, reqID pr
 		forkSrc:  forkSrc,
 		log:      deps.Log.With().Str("session", id).Logger(),
 	}
-	s.mcp.start, s.mcp.notices = servers, notices
+	s.mcp.start, s.mcp.notices, s.mcp.set = servers, notices, &mcpToolSet{}
 	return s
 }
 

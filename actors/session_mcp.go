@@ -69,9 +69,6 @@ func (s *session) configureMCP(ctx actor.Context, servers []protocol.McpServerCo
 		func(a, b protocol.McpServerConfig) bool { return a.Equal(&b) }) {
 		return
 	}
-	if m.set == nil {
-		m.set = &mcpToolSet{}
-	}
 	if m.pid == nil {
 		set, log := m.set, s.log
 		props := actor.PropsFromProducer(func() actor.Actor { return newMCPActor(s.deps, set, log) },
