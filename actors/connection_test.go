@@ -28,7 +28,8 @@ var _ = Describe("the connection actor", func() {
 		caps := res["agentCapabilities"].(map[string]any)
 		Expect(caps["loadSession"]).To(BeTrue())
 		Expect(caps["promptCapabilities"]).To(Equal(map[string]any{"image": false, "audio": false, "embeddedContext": true}))
-		Expect(caps["sessionCapabilities"]).To(Equal(map[string]any{"list": map[string]any{}, "close": map[string]any{}}))
+		Expect(caps["sessionCapabilities"]).To(Equal(map[string]any{"list": map[string]any{}, "close": map[string]any{},
+			"resume": map[string]any{}, "fork": map[string]any{}}))
 		Expect(res["authMethods"]).To(BeEmpty())
 	})
 

@@ -45,6 +45,7 @@ type (
 		reqID protocol.RawMessage
 		cwd   string
 		conn  *actor.PID
+		caps  tools.ClientCaps
 	}
 	// detach: the connection is going away; its sessions stop (they are on disk).
 	detach struct{ conn *actor.PID }
@@ -79,9 +80,12 @@ type (
 		toolCall    protocol.ToolCallUpdate
 		replyTo     *actor.PID
 	}
-	// permissionDecision answers a permissionAsk.
+	// permissionDecision answers a permissionAsk. caps are the capabilities
+	// of the client that owns the session now, for a call that may run
+	// through it.
 	permissionDecision struct {
 		allow bool
+		caps  tools.ClientCaps
 		// cancelled: the client cancelled the request; the turn ends cancelled.
 		cancelled bool
 		// reason is the tool error the model gets when not allowed.
@@ -137,9 +141,11 @@ var slashCommands = []protocol.AvailableCommand{
 // settings and at most one running turn. It is the only writer of its store
 // entry.
 type session struct {
-	deps  *Deps
-	id    string
-	conn  *actor.PID
+	deps *Deps
+	id   string
+	conn *actor.PID
+	// caps are the capabilities of conn's client (set with conn).
+	caps  tools.ClientCaps
 	start startKind
 	// startReq is the JSON-RPC id answered once the session is up.
 	startReq protocol.RawMessage
@@ -154,7 +160,10 @@ type session struct {
 	failErr *protocol.Error // the answer to requests of a failed session
 	seen    int
 
-	turn     *actor.PID
+	turn *actor.PID
+	// turnID numbers the turns; a tool's request to the client is sent only
+	// while its turn runs.
+	turnID   int64
 	promptID protocol.RawMessage
 	// promptConn and closeConn asked promptID and closeID: their answers
 	// go there even when the session moved to another connection meanwhile.
@@ -182,11 +191,12 @@ type session struct {
 	permActive *permissionAsk
 }
 
-func newSession(deps *Deps, id string, conn *actor.PID, kind startKind, reqID protocol.RawMessage, cwd, forkSrc string) *session {
+func newSession(deps *Deps, id string, conn *actor.PID, caps tools.ClientCaps, kind startKind, reqID protocol.RawMessage, cwd, forkSrc string) *session {
 	return &session{
 		deps:     deps,
 		id:       id,
 		conn:     conn,
+		caps:     caps,
 		start:    kind,
 		startReq: reqID,
 		startCwd: cwd,
@@ -293,6 +303,8 @@ func (s *session) Receive(ctx actor.Context) {
 		}
 	case *permissionAsk:
 		s.decidePermission(ctx, m)
+	case *outboundRequest:
+		s.forwardRequest(ctx, m)
 	case *clientAnswer:
 		s.permissionAnswered(ctx, m)
 	case *drain:
@@ -503,6 +515,7 @@ func (s *session) attach(ctx actor.Context, m *attach) {
 		s.conn = m.conn
 		s.dropPermissionAsks()
 	}
+	s.caps = m.caps
 	// The connection counts its requests to this session afresh from the
 	// attach on (openSession resets its count), also when it is the same
 	// connection: without this an idle session loaded again is never
@@ -513,6 +526,18 @@ func (s *session) attach(ctx actor.Context, m *attach) {
 		s.saveMeta()
 	}
 	s.answerStart(ctx, m.kind, m.reqID)
+}
+
+// forwardRequest sends a tool's request to the connection that owns the
+// session now, if the tool's turn still runs: after a prompt's answer no
+// request of its turn reaches the client. A refused request is answered at
+// once, so the tool does not wait for nothing.
+func (s *session) forwardRequest(ctx actor.Context, m *outboundRequest) {
+	if s.turn == nil || m.turn != s.turnID {
+		ctx.Send(m.replyTo, &clientAnswer{tag: m.tag, err: protocol.NewError(protocol.CodeRequestCancelled, "the turn has ended", nil)})
+		return
+	}
+	ctx.Send(s.conn, m)
 }
 
 // replay sends the whole history as session/update notifications through
@@ -648,7 +673,7 @@ func (s *session) handle(ctx actor.Context, r *sessionRequest) {
 		}
 		var p protocol.SessionRef
 		_ = protocol.Unmarshal(r.params, &p)
-		s.attach(ctx, &attach{kind: kind, reqID: r.id, cwd: p.Cwd, conn: s.conn})
+		s.attach(ctx, &attach{kind: kind, reqID: r.id, cwd: p.Cwd, conn: s.conn, caps: s.caps})
 	}
 }
 
@@ -784,8 +809,9 @@ func (s *session) prompt(ctx actor.Context, r *sessionRequest) {
 	}
 	s.promptID, s.promptConn = r.id, r.conn
 	s.turnUsage = llm.Usage{}
+	s.turnID++
 	opts := turnOptions{
-		sessionID: s.id, cwd: s.meta.Cwd, model: s.meta.Model,
+		sessionID: s.id, cwd: s.meta.Cwd, model: s.meta.Model, turnID: s.turnID,
 		history: store.Context(s.entries), tools: s.toolsForMode(),
 		compactOnly: command == "compact",
 	}

@@ -43,6 +43,10 @@ type Config struct {
 	// CompactThreshold is the share of the context window that triggers
 	// compaction (default 0.93).
 	CompactThreshold float64
+	// ClientTimeout bounds each request a tool sends the client (fs/*,
+	// terminal/*; default 60 s). Waiting for a terminal's command is
+	// bounded by the command's timeout instead.
+	ClientTimeout time.Duration
 }
 
 // Defaults of Config.
@@ -95,6 +99,9 @@ func NewServer(deps Deps) *Server {
 	}
 	if deps.Config.MaxSessions <= 0 {
 		deps.Config.MaxSessions = DefaultMaxSessions
+	}
+	if deps.Config.ClientTimeout <= 0 {
+		deps.Config.ClientTimeout = DefaultClientTimeout
 	}
 	if deps.Metrics == nil {
 		deps.Metrics = &Metrics{}
