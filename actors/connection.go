@@ -300,7 +300,7 @@ func (c *connection) initialize(m *protocol.Message) {
 		ProtocolVersion: protocol.ProtocolVersion,
 		AgentCapabilities: protocol.AgentCapabilities{
 			LoadSession:        true,
-			PromptCapabilities: protocol.PromptCapabilities{EmbeddedContext: true},
+			PromptCapabilities: protocol.PromptCapabilities{Image: true, EmbeddedContext: true},
 			SessionCapabilities: protocol.SessionCapabilities{
 				List:   &protocol.Empty{},
 				Close:  &protocol.Empty{},

@@ -2,8 +2,10 @@ package actors
 
 import (
 	"bytes"
+	"encoding/base64"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -571,6 +573,9 @@ func replayUpdates(m *llm.Message) []any {
 			}
 		case b.Display != nil:
 			out = append(out, b.Display)
+		case b.Type == llm.BlockImage:
+			out = append(out, protocol.ChunkUpdate{SessionUpdate: protocol.UpdateUserMessageChunk,
+				Content: protocol.ImageContent{Type: "image", Data: b.Data, MimeType: b.MediaType}})
 		case b.Type == llm.BlockText && b.Text != "":
 			kind := protocol.UpdateAgentMessageChunk
 			if m.Role == llm.RoleUser {
@@ -795,7 +800,12 @@ func (s *session) prompt(ctx actor.Context, r *sessionRequest) {
 		s.respondError(ctx, r.id, s.deps.errAuthRequired())
 		return
 	}
-	user := llm.Message{Role: llm.RoleUser, Content: promptBlocks(p.Prompt)}
+	blocks, bad := promptBlocks(p.Prompt, s.deps.Config.MaxImageBytes)
+	if bad != nil {
+		s.respondError(ctx, r.id, bad)
+		return
+	}
+	user := llm.Message{Role: llm.RoleUser, Content: blocks}
 	command := slashCommand(&user)
 	if command == "clear" {
 		s.append(store.CompactionEntry("(The user cleared the conversation; nothing before this point is relevant.)", s.store.LastSeq()))
@@ -930,10 +940,14 @@ func (s *session) endTurn(ctx actor.Context, m *turnFinished) {
 	}
 }
 
-// promptBlocks turns ACP prompt content into model input. Images and audio
-// are not supported by the spec'd capabilities and become text markers.
-func promptBlocks(prompt []protocol.ContentBlock) []llm.Block {
+// promptBlocks turns ACP prompt content into model input. Images go to the
+// model as images (a model that takes none gets a text marker, see
+// turn.forModel); audio becomes a text marker. An image that is not
+// base64, of a type the providers do not take, or larger than maxImage
+// bytes is refused with -32602.
+func promptBlocks(prompt []protocol.ContentBlock, maxImage int) ([]llm.Block, *protocol.Error) {
 	out := make([]llm.Block, 0, len(prompt))
+	images := 0
 	for _, b := range prompt {
 		var text string
 		switch b.Type {
@@ -951,7 +965,12 @@ func promptBlocks(prompt []protocol.ContentBlock) []llm.Block {
 		case "resource_link":
 			text = fmt.Sprintf("[resource_link: %s <%s>]", b.Name, b.URI)
 		case "image":
-			text = "[image: " + b.MimeType + "]"
+			images++
+			if bad := checkImage(b, images, maxImage); bad != "" {
+				return nil, protocol.ErrInvalidParams(map[string]string{"prompt": bad})
+			}
+			out = append(out, llm.Block{Type: llm.BlockImage, MediaType: b.MimeType, Data: b.Data})
+			continue
 		case "audio":
 			text = "[audio: " + b.MimeType + "]"
 		default:
@@ -959,7 +978,33 @@ func promptBlocks(prompt []protocol.ContentBlock) []llm.Block {
 		}
 		out = append(out, llm.Block{Type: llm.BlockText, Text: text})
 	}
-	return out
+	return out, nil
+}
+
+// imageTypes are the image types both providers take.
+var imageTypes = []string{"image/png", "image/jpeg", "image/gif", "image/webp"}
+
+// DefaultMaxImageBytes caps one prompt image (Config.MaxImageBytes).
+const DefaultMaxImageBytes = 5 << 20
+
+// checkImage says what is wrong with the n-th image of a prompt ("" if
+// nothing).
+func checkImage(b protocol.ContentBlock, n, maxBytes int) string {
+	if !slices.Contains(imageTypes, b.MimeType) {
+		return fmt.Sprintf("image %d: mimeType %q is not supported (use %s)", n, b.MimeType, strings.Join(imageTypes, ", "))
+	}
+	size := base64.StdEncoding.DecodedLen(len(b.Data))
+	if size > maxBytes+2 { // DecodedLen counts padding as bytes
+		return fmt.Sprintf("image %d is about %d bytes; the limit is %d bytes (IAC_CODE_MAX_IMAGE_BYTES)", n, size, maxBytes)
+	}
+	data, err := base64.StdEncoding.DecodeString(b.Data)
+	if err != nil || len(data) == 0 {
+		return fmt.Sprintf("image %d: data is not base64", n)
+	}
+	if len(data) > maxBytes {
+		return fmt.Sprintf("image %d is %d bytes; the limit is %d bytes (IAC_CODE_MAX_IMAGE_BYTES)", n, len(data), maxBytes)
+	}
+	return ""
 }
 
 func promptUsage(u llm.Usage) *protocol.Usage {

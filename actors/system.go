@@ -47,6 +47,9 @@ type Config struct {
 	// terminal/*; default 60 s). Waiting for a terminal's command is
 	// bounded by the command's timeout instead.
 	ClientTimeout time.Duration
+	// MaxImageBytes caps one image of a prompt (default 5 MiB); a larger
+	// one is refused with -32602.
+	MaxImageBytes int
 }
 
 // Defaults of Config.
@@ -99,6 +102,9 @@ func NewServer(deps Deps) *Server {
 	}
 	if deps.Config.MaxSessions <= 0 {
 		deps.Config.MaxSessions = DefaultMaxSessions
+	}
+	if deps.Config.MaxImageBytes <= 0 {
+		deps.Config.MaxImageBytes = DefaultMaxImageBytes
 	}
 	if deps.Config.ClientTimeout <= 0 {
 		deps.Config.ClientTimeout = DefaultClientTimeout

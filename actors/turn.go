@@ -239,10 +239,19 @@ func (t *turn) callModel(ctx actor.Context) {
 	t.stream(ctx, &llm.Request{
 		Model:     t.model,
 		System:    t.systemPrompt(),
-		Messages:  t.messages,
+		Messages:  t.forModel(t.messages),
 		Tools:     toolSpecs(t.tools),
 		MaxTokens: t.deps.llmConfig().MaxTokens,
 	})
+}
+
+// forModel is msgs as the model takes them: images become text markers
+// for a model that takes none (the history keeps them).
+func (t *turn) forModel(msgs []llm.Message) []llm.Message {
+	if t.deps.llmConfig().AcceptsImages(t.model) {
+		return msgs
+	}
+	return llm.ImagesAsText(msgs)
 }
 
 // stream starts one model call in a goroutine that feeds the actor.
