@@ -266,11 +266,25 @@ func (a *toolActor) Receive(ctx actor.Context) {
 
 // emit sends a tool_call_update and returns its encoded update object.
 func (a *toolActor) emit(ctx actor.Context, u protocol.ToolCallUpdate) protocol.RawMessage {
-	update := a.encode(u)
+	return a.emitUpdate(ctx, a.encode(u))
+}
+
+// emitUpdate sends a session/update and returns its encoded update object.
+func (a *toolActor) emitUpdate(ctx actor.Context, u any) protocol.RawMessage {
+	update := protocol.RawMessage(protocol.MustMarshal(u))
 	data := protocol.EncodeNotification(protocol.MethodSessionUpdate,
 		protocol.SessionNotification{SessionID: a.sessionID, Update: update})
 	ctx.Send(a.session, &outbound{frame: Frame{Data: data, SessionID: a.sessionID}})
 	return update
+}
+
+// planUpdate is the ACP plan update of a task list.
+func planUpdate(p *tools.Plan) protocol.PlanUpdate {
+	u := protocol.PlanUpdate{SessionUpdate: protocol.UpdatePlan, Entries: make([]protocol.PlanEntry, len(p.Entries))}
+	for i, e := range p.Entries {
+		u.Entries[i] = protocol.PlanEntry{Content: e.Content, Priority: e.Priority, Status: e.Status}
+	}
+	return u
 }
 
 // encode is the update object of a tool_call_update of this call.
@@ -424,6 +438,12 @@ func (a *toolActor) complete(ctx actor.Context, res tools.Result) {
 		// The text is already in content; rawOutput stays small.
 		u.RawOutput = map[string]any{"isError": res.IsError, "outputChars": len(res.Output)}
 	}
+	var plan protocol.RawMessage
+	if res.Plan != nil {
+		// The whole list, which replaces the client's: sent before the
+		// call completes and kept with its result for replay.
+		plan = a.emitUpdate(ctx, planUpdate(res.Plan))
+	}
 	var display protocol.RawMessage
 	if a.terminalID != "" {
 		// The client keeps showing its terminal; a replay (another client,
@@ -434,6 +454,9 @@ func (a *toolActor) complete(ctx actor.Context, res tools.Result) {
 		display = a.encode(u)
 	} else {
 		display = a.emit(ctx, u)
+	}
+	if plan != nil {
+		display = protocol.RawMessage(protocol.MustMarshal([]protocol.RawMessage{plan, display}))
 	}
 	if len(a.subUpdates) > 0 {
 		display = protocol.RawMessage(protocol.MustMarshal(append(a.subUpdates, display)))
