@@ -52,13 +52,16 @@ func TestConfigFromEnvironment(t *testing.T) {
 		"IAC_CODE_HTTP_MAX_UNUSED":      "99",
 		"IAC_CODE_HTTP_REPLAY_MAX_AGE":  "3s",
 		"IAC_CODE_HTTP_MAX_CONNECTIONS": "500",
+		"IAC_CODE_CLIENT_TIMEOUT":       "9s",
+		"IAC_CODE_MAX_IMAGE_BYTES":      "1000",
 	}
 	s, err := loadConfig(func(k string) string { return env[k] })
 	if err != nil {
 		t.Fatal(err)
 	}
 	a, h := s.actors, s.http
-	if a.Home != "/tmp/h" || a.SessionRelease != 5*time.Second || a.MaxSessions != 7 || a.SessionIdle != time.Hour {
+	if a.Home != "/tmp/h" || a.SessionRelease != 5*time.Second || a.MaxSessions != 7 || a.SessionIdle != time.Hour ||
+		a.ClientTimeout != 9*time.Second || a.MaxImageBytes != 1000 {
 		t.Errorf("actors config %+v", a)
 	}
 	if h.IdleTimeout != 2*time.Minute || h.UnusedTimeout != 10*time.Second || h.MaxUnused != 99 ||
