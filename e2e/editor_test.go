@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -33,12 +34,17 @@ type editorReport struct {
 	} `json:"terminals"`
 }
 
-// runEditor runs the harness's editor scenario and decodes its editor report.
+// runEditor runs the harness's editor scenario over stdio and decodes its
+// editor report.
 func runEditor(env []string, cwd string, extra ...string) (tsRun, editorReport) {
+	return runEditorArgs(env, stdioArgs("editor", cwd, extra...))
+}
+
+func runEditorArgs(env []string, args []string) (tsRun, editorReport) {
 	var raw struct {
 		Editor editorReport `json:"editor"`
 	}
-	run := runTSClient(env, stdioArgs("editor", cwd, extra...)...)
+	run := runTSClient(env, args...)
 	b, err := json.Marshal(run.Raw)
 	Expect(err).NotTo(HaveOccurred())
 	Expect(json.Unmarshal(b, &raw)).To(Succeed())
@@ -225,6 +231,20 @@ var _ = Describe("an editor client's files and terminal (TypeScript SDK)", Label
 		Entry("OpenAI: a data URL content part", llmtest.FormatOpenAI),
 		Entry("Anthropic: a base64 image block", llmtest.FormatAnthropic),
 	)
+
+	It("over HTTP+SSE too: the requests reach the client on the session's stream", Label("http"), func() {
+		fake.Script(toolCallReply("r1", "read_file", map[string]any{"path": "a.txt", "end_line": 1}),
+			toolCallReply("b1", "bash", map[string]any{"command": "echo via http"}), llmtest.Reply{Text: "done"})
+		a := startHTTPAgent(agentEnv(fake), "")
+		run, ed := runEditorArgs(agentEnv(fake), []string{"--transport", "http", "--http-url", a.base + "/acp",
+			"--scenario", "editor", "--cwd", cwd, "--client-fs", "read,write", "--client-terminal", "--overlay", overlay})
+		Expect(run.Result["prompts"]).To(ConsistOf(HaveKeyWithValue("stopReason", "end_turn")))
+		Expect(toolResultFor(fake, "r1")).To(Equal("     1\tbuf 1\n"))
+		Expect(toolResultFor(fake, "b1")).To(Equal("[output]\nvia http\n[exit code: 0]"))
+		Expect(ed.methods()).To(Equal([]string{"fs/read_text_file", "terminal/create", "terminal/wait_for_exit",
+			"terminal/output", "terminal/release"}))
+		a.sigterm(10 * time.Second)
+	})
 
 	It("sends the plan as schema-valid plan updates and replays it on load", func() {
 		fake.Script(toolCallReply("t1", "todo_write", map[string]any{"todos": []any{
