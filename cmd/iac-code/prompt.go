@@ -35,6 +35,9 @@ func runPrompt(args []string) int {
 	}
 	text := strings.Join(fs.Args(), " ")
 	if text == "" || text == "-" {
+		if term.IsTerminal(int(os.Stdin.Fd())) {
+			fmt.Fprintln(os.Stderr, "Type the prompt, then Ctrl-D:")
+		}
 		in, err := io.ReadAll(os.Stdin)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "iac-code: reading the prompt from stdin:", err)
