@@ -32,10 +32,18 @@ func (d *Deps) contextWindow(model string) int {
 }
 
 // estimateTokens is a cheap size estimate (about four bytes per token).
+// imageTokens is what an image is counted as in the estimate.
+const imageTokens = 1600
+
 func estimateTokens(msgs []llm.Message) int {
 	n := 0
 	for i := range msgs {
 		for _, b := range msgs[i].Content {
+			if b.Type == llm.BlockImage {
+				// Priced by pixels, not bytes: ~1,600 tokens for a large one.
+				n += imageTokens * 4
+				continue
+			}
 			n += len(b.Text) + len(b.Input) + len(b.Data) + 16
 		}
 	}
@@ -80,7 +88,7 @@ func (t *turn) startCompaction(ctx actor.Context, keepTurns int) bool {
 	t.stream(ctx, &llm.Request{
 		Model:     t.model,
 		System:    "You write precise summaries of coding sessions.",
-		Messages:  toSummarise,
+		Messages:  t.forModel(toSummarise),
 		MaxTokens: t.deps.llmConfig().MaxTokens,
 	})
 	return true

@@ -14,6 +14,7 @@ import (
 	"github.com/iac-code/iac-code/llm"
 	"github.com/iac-code/iac-code/protocol"
 	"github.com/iac-code/iac-code/store"
+	"github.com/iac-code/iac-code/tools"
 )
 
 // Messages of the connection actor.
@@ -27,13 +28,15 @@ type (
 	// outbound is a frame to write, in order, to the client.
 	outbound struct{ frame Frame }
 	// outboundRequest asks the client something; the answer goes to replyTo
-	// as a *clientAnswer carrying tag.
+	// as a *clientAnswer carrying tag. A tool's request names its turn
+	// (turn > 0): its session sends it only while that turn runs.
 	outboundRequest struct {
 		sessionID string
 		method    string
 		params    any
 		replyTo   *actor.PID
 		tag       any
+		turn      int64
 	}
 	// clientAnswer is the client's answer to an outboundRequest.
 	clientAnswer struct {
@@ -71,7 +74,10 @@ type connection struct {
 	out         Outlet
 	log         zerolog.Logger
 	initialized bool
-	sessions    map[string]*actor.PID
+	// caps are what the client advertised in initialize; its sessions use
+	// them (see session.caps).
+	caps     tools.ClientCaps
+	sessions map[string]*actor.PID
 	// sent counts requests forwarded per live session (see retireRequest).
 	sent map[string]int
 	// known are sessions this connection opened and did not close; evicted
@@ -293,6 +299,7 @@ func (c *connection) initialize(m *protocol.Message) {
 	if caps := req.ClientCapabilities; caps != nil && caps.Session != nil && caps.Session.Notices != nil {
 		c.notices = true
 	}
+	c.caps = capsOf(req.ClientCapabilities)
 	authMethods := []protocol.AuthMethod{}
 	if !c.deps.hasCredentials() {
 		authMethods = append(authMethods, protocol.AuthMethod{
@@ -303,11 +310,13 @@ func (c *connection) initialize(m *protocol.Message) {
 		ProtocolVersion: protocol.ProtocolVersion,
 		AgentCapabilities: protocol.AgentCapabilities{
 			LoadSession:        true,
-			PromptCapabilities: protocol.PromptCapabilities{EmbeddedContext: true},
+			PromptCapabilities: protocol.PromptCapabilities{Image: true, EmbeddedContext: true},
 			McpCapabilities:    &protocol.McpCapabilities{HTTP: true, SSE: true},
 			SessionCapabilities: protocol.SessionCapabilities{
-				List:  &protocol.Empty{},
-				Close: &protocol.Empty{},
+				List:   &protocol.Empty{},
+				Close:  &protocol.Empty{},
+				Resume: &protocol.Empty{},
+				Fork:   &protocol.Empty{},
 			},
 		},
 		AgentInfo:   protocol.Implementation{Name: "iac-code", Version: c.deps.Config.Version},
@@ -417,7 +426,7 @@ func (c *connection) openSession(ctx actor.Context, id string, kind startKind, r
 	servers []protocol.McpServerConfig) {
 	notices := c.notices
 	props := actor.PropsFromProducer(func() actor.Actor {
-		return newSession(c.deps, id, ctx.Self(), kind, reqID, cwd, forkSrc, servers, notices)
+		return newSession(c.deps, id, ctx.Self(), c.caps, kind, reqID, cwd, forkSrc, servers, notices)
 	}, actor.WithSupervisor(reportAndStop{}), actor.WithGuardian(&stopOnCrash{log: c.log}),
 		actor.WithReceiverMiddleware(keepStack))
 	name := "session-" + id
@@ -428,7 +437,7 @@ func (c *connection) openSession(ctx actor.Context, id string, kind startKind, r
 			c.attaching = map[string]attachRequest{}
 		}
 		c.attaching[pid.Id] = attachRequest{id: id, kind: kind, reqID: reqID, cwd: cwd, servers: servers}
-		ctx.Request(pid, &attach{kind: kind, reqID: reqID, cwd: cwd, conn: ctx.Self(), servers: servers, notices: notices})
+		ctx.Request(pid, &attach{kind: kind, reqID: reqID, cwd: cwd, conn: ctx.Self(), servers: servers, notices: notices, caps: c.caps})
 	} else if err != nil {
 		c.log.Error().Err(err).Str("session", id).Msg("spawn session")
 		c.fail(reqID, protocol.ErrInternal("could not start the session", newErrorID()))

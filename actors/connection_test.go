@@ -27,8 +27,9 @@ var _ = Describe("the connection actor", func() {
 		Expect(res["agentInfo"]).To(HaveKeyWithValue("name", "iac-code"))
 		caps := res["agentCapabilities"].(map[string]any)
 		Expect(caps["loadSession"]).To(BeTrue())
-		Expect(caps["promptCapabilities"]).To(Equal(map[string]any{"image": false, "audio": false, "embeddedContext": true}))
-		Expect(caps["sessionCapabilities"]).To(Equal(map[string]any{"list": map[string]any{}, "close": map[string]any{}}))
+		Expect(caps["promptCapabilities"]).To(Equal(map[string]any{"image": true, "audio": false, "embeddedContext": true}))
+		Expect(caps["sessionCapabilities"]).To(Equal(map[string]any{"list": map[string]any{}, "close": map[string]any{},
+			"resume": map[string]any{}, "fork": map[string]any{}}))
 		Expect(res["authMethods"]).To(BeEmpty())
 	})
 

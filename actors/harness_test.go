@@ -179,6 +179,11 @@ func (h *harness) answer(id any, result any) {
 	h.conn.Deliver(&protocol.Message{JSONRPC: "2.0", ID: idRaw, Result: raw})
 }
 
+func (h *harness) answerError(id any, code int, message string) {
+	idRaw, _ := json.Marshal(id)
+	h.conn.Deliver(&protocol.Message{JSONRPC: "2.0", ID: idRaw, Error: &protocol.Error{Code: code, Message: message}})
+}
+
 func (h *harness) await(id float64) map[string]any {
 	var resp map[string]any
 	Eventually(func() map[string]any { resp = h.out.response(id); return resp }, 5*time.Second, 2*time.Millisecond).ShouldNot(BeNil())

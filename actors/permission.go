@@ -48,7 +48,7 @@ func (a *permissionAsk) options() []protocol.PermissionOption {
 // once; bypass never asks; accept_edits lets edits inside the cwd through.
 // Everything else asks.
 func (s *session) decidePermission(ctx actor.Context, a *permissionAsk) {
-	allow := func() { ctx.Send(a.replyTo, &permissionDecision{allow: true}) }
+	allow := func() { ctx.Send(a.replyTo, &permissionDecision{allow: true, caps: s.caps}) }
 	deny := func(reason string) { ctx.Send(a.replyTo, &permissionDecision{reason: reason}) }
 	switch {
 	case s.meta.Mode == "plan" && !a.readOnly:
@@ -141,7 +141,7 @@ func (s *session) permissionAnswered(ctx actor.Context, m *clientAnswer) {
 		return // an answer for a turn that has ended
 	}
 	s.permActive = nil
-	d := permissionDecision{reason: permissionDenied}
+	d := permissionDecision{reason: permissionDenied, caps: s.caps}
 	if m.err != nil {
 		s.log.Warn().Int("code", m.err.Code).Str("message", m.err.Message).Msg("permission request failed; treating as reject")
 	} else {

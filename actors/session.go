@@ -2,8 +2,10 @@ package actors
 
 import (
 	"bytes"
+	"encoding/base64"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -49,6 +51,7 @@ type (
 		// connection's client shows notices.
 		servers []protocol.McpServerConfig
 		notices bool
+		caps    tools.ClientCaps
 	}
 	// detach: the connection is going away; its sessions stop (they are on disk).
 	detach struct{ conn *actor.PID }
@@ -83,9 +86,12 @@ type (
 		toolCall    protocol.ToolCallUpdate
 		replyTo     *actor.PID
 	}
-	// permissionDecision answers a permissionAsk.
+	// permissionDecision answers a permissionAsk. caps are the capabilities
+	// of the client that owns the session now, for a call that may run
+	// through it.
 	permissionDecision struct {
 		allow bool
+		caps  tools.ClientCaps
 		// cancelled: the client cancelled the request; the turn ends cancelled.
 		cancelled bool
 		// reason is the tool error the model gets when not allowed.
@@ -141,9 +147,11 @@ var slashCommands = []protocol.AvailableCommand{
 // settings and at most one running turn. It is the only writer of its store
 // entry.
 type session struct {
-	deps  *Deps
-	id    string
-	conn  *actor.PID
+	deps *Deps
+	id   string
+	conn *actor.PID
+	// caps are the capabilities of conn's client (set with conn).
+	caps  tools.ClientCaps
 	start startKind
 	// startReq is the JSON-RPC id answered once the session is up.
 	startReq protocol.RawMessage
@@ -158,7 +166,10 @@ type session struct {
 	failErr *protocol.Error // the answer to requests of a failed session
 	seen    int
 
-	turn     *actor.PID
+	turn *actor.PID
+	// turnID numbers the turns; a tool's request to the client is sent only
+	// while its turn runs.
+	turnID   int64
 	promptID protocol.RawMessage
 	// promptConn and closeConn asked promptID and closeID: their answers
 	// go there even when the session moved to another connection meanwhile.
@@ -189,12 +200,13 @@ type session struct {
 	mcp sessionMCP
 }
 
-func newSession(deps *Deps, id string, conn *actor.PID, kind startKind, reqID protocol.RawMessage, cwd, forkSrc string,
+func newSession(deps *Deps, id string, conn *actor.PID, caps tools.ClientCaps, kind startKind, reqID protocol.RawMessage, cwd, forkSrc string,
 	servers []protocol.McpServerConfig, notices bool) *session {
 	s := &session{
 		deps:     deps,
 		id:       id,
 		conn:     conn,
+		caps:     caps,
 		start:    kind,
 		startReq: reqID,
 		startCwd: cwd,
@@ -316,6 +328,8 @@ func (s *session) Receive(ctx actor.Context) {
 		}
 	case *permissionAsk:
 		s.decidePermission(ctx, m)
+	case *outboundRequest:
+		s.forwardRequest(ctx, m)
 	case *clientAnswer:
 		s.permissionAnswered(ctx, m)
 	case *drain:
@@ -534,6 +548,7 @@ func (s *session) attach(ctx actor.Context, m *attach) {
 		s.dropPermissionAsks()
 	}
 	s.mcp.notices = m.notices
+	s.caps = m.caps
 	// The connection counts its requests to this session afresh from the
 	// attach on (openSession resets its count), also when it is the same
 	// connection: without this an idle session loaded again is never
@@ -545,6 +560,18 @@ func (s *session) attach(ctx actor.Context, m *attach) {
 	}
 	s.configureMCP(ctx, m.servers, s.meta.Cwd)
 	s.answerWhenReady(ctx, m.kind, m.reqID)
+}
+
+// forwardRequest sends a tool's request to the connection that owns the
+// session now, if the tool's turn still runs: after a prompt's answer no
+// request of its turn reaches the client. A refused request is answered at
+// once, so the tool does not wait for nothing.
+func (s *session) forwardRequest(ctx actor.Context, m *outboundRequest) {
+	if s.turn == nil || m.turn != s.turnID {
+		ctx.Send(m.replyTo, &clientAnswer{tag: m.tag, err: protocol.NewError(protocol.CodeRequestCancelled, "the turn has ended", nil)})
+		return
+	}
+	ctx.Send(s.conn, m)
 }
 
 // replay sends the whole history as session/update notifications through
@@ -578,6 +605,9 @@ func replayUpdates(m *llm.Message) []any {
 			}
 		case b.Display != nil:
 			out = append(out, b.Display)
+		case b.Type == llm.BlockImage:
+			out = append(out, protocol.ChunkUpdate{SessionUpdate: protocol.UpdateUserMessageChunk,
+				Content: protocol.ImageContent{Type: "image", Data: b.Data, MimeType: b.MediaType}})
 		case b.Type == llm.BlockText && b.Text != "":
 			kind := protocol.UpdateAgentMessageChunk
 			if m.Role == llm.RoleUser {
@@ -684,7 +714,7 @@ func (s *session) handle(ctx actor.Context, r *sessionRequest) {
 		var p protocol.SessionRef
 		_ = protocol.Unmarshal(r.params, &p)
 		servers, _, _ := protocol.ParseMcpServers(p.McpServers)
-		s.attach(ctx, &attach{kind: kind, reqID: r.id, cwd: p.Cwd, conn: s.conn, servers: servers, notices: s.mcp.notices})
+		s.attach(ctx, &attach{kind: kind, reqID: r.id, cwd: p.Cwd, conn: s.conn, servers: servers, notices: s.mcp.notices, caps: s.caps})
 	}
 }
 
@@ -806,7 +836,12 @@ func (s *session) prompt(ctx actor.Context, r *sessionRequest) {
 		s.respondError(ctx, r.id, s.deps.errAuthRequired())
 		return
 	}
-	user := llm.Message{Role: llm.RoleUser, Content: promptBlocks(p.Prompt)}
+	blocks, bad := promptBlocks(p.Prompt, s.deps.Config.MaxImageBytes)
+	if bad != nil {
+		s.respondError(ctx, r.id, bad)
+		return
+	}
+	user := llm.Message{Role: llm.RoleUser, Content: blocks}
 	command := slashCommand(&user)
 	if command == "clear" {
 		s.append(store.CompactionEntry("(The user cleared the conversation; nothing before this point is relevant.)", s.store.LastSeq()))
@@ -823,8 +858,9 @@ func (s *session) prompt(ctx actor.Context, r *sessionRequest) {
 	}
 	s.promptID, s.promptConn = r.id, r.conn
 	s.turnUsage = llm.Usage{}
+	s.turnID++
 	opts := turnOptions{
-		sessionID: s.id, cwd: s.meta.Cwd, model: s.meta.Model,
+		sessionID: s.id, cwd: s.meta.Cwd, model: s.meta.Model, turnID: s.turnID,
 		history: store.Context(s.entries), tools: s.toolsForMode(),
 		compactOnly: command == "compact",
 	}
@@ -944,10 +980,14 @@ func (s *session) endTurn(ctx actor.Context, m *turnFinished) {
 	}
 }
 
-// promptBlocks turns ACP prompt content into model input. Images and audio
-// are not supported by the spec'd capabilities and become text markers.
-func promptBlocks(prompt []protocol.ContentBlock) []llm.Block {
+// promptBlocks turns ACP prompt content into model input. Images go to the
+// model as images (a model that takes none gets a text marker, see
+// turn.forModel); audio becomes a text marker. An image that is not
+// base64, of a type the providers do not take, or larger than maxImage
+// bytes is refused with -32602.
+func promptBlocks(prompt []protocol.ContentBlock, maxImage int) ([]llm.Block, *protocol.Error) {
 	out := make([]llm.Block, 0, len(prompt))
+	images := 0
 	for _, b := range prompt {
 		var text string
 		switch b.Type {
@@ -965,7 +1005,12 @@ func promptBlocks(prompt []protocol.ContentBlock) []llm.Block {
 		case "resource_link":
 			text = fmt.Sprintf("[resource_link: %s <%s>]", b.Name, b.URI)
 		case "image":
-			text = "[image: " + b.MimeType + "]"
+			images++
+			if bad := checkImage(b, images, maxImage); bad != "" {
+				return nil, protocol.ErrInvalidParams(map[string]string{"prompt": bad})
+			}
+			out = append(out, llm.Block{Type: llm.BlockImage, MediaType: b.MimeType, Data: b.Data})
+			continue
 		case "audio":
 			text = "[audio: " + b.MimeType + "]"
 		default:
@@ -973,7 +1018,33 @@ func promptBlocks(prompt []protocol.ContentBlock) []llm.Block {
 		}
 		out = append(out, llm.Block{Type: llm.BlockText, Text: text})
 	}
-	return out
+	return out, nil
+}
+
+// imageTypes are the image types both providers take.
+var imageTypes = []string{"image/png", "image/jpeg", "image/gif", "image/webp"}
+
+// DefaultMaxImageBytes caps one prompt image (Config.MaxImageBytes).
+const DefaultMaxImageBytes = 5 << 20
+
+// checkImage says what is wrong with the n-th image of a prompt ("" if
+// nothing).
+func checkImage(b protocol.ContentBlock, n, maxBytes int) string {
+	if !slices.Contains(imageTypes, b.MimeType) {
+		return fmt.Sprintf("image %d: mimeType %q is not supported (use %s)", n, b.MimeType, strings.Join(imageTypes, ", "))
+	}
+	size := base64.StdEncoding.DecodedLen(len(b.Data))
+	if size > maxBytes+2 { // DecodedLen counts padding as bytes
+		return fmt.Sprintf("image %d is about %d bytes; the limit is %d bytes (IAC_CODE_MAX_IMAGE_BYTES)", n, size, maxBytes)
+	}
+	data, err := base64.StdEncoding.DecodeString(b.Data)
+	if err != nil || len(data) == 0 {
+		return fmt.Sprintf("image %d: data is not base64", n)
+	}
+	if len(data) > maxBytes {
+		return fmt.Sprintf("image %d is %d bytes; the limit is %d bytes (IAC_CODE_MAX_IMAGE_BYTES)", n, len(data), maxBytes)
+	}
+	return ""
 }
 
 func promptUsage(u llm.Usage) *protocol.Usage {

@@ -49,6 +49,13 @@ type Config struct {
 	MCPStartupTimeout time.Duration
 	// MCPToolTimeout bounds one MCP tool call (default 600 s).
 	MCPToolTimeout time.Duration
+	// ClientTimeout bounds each request a tool sends the client (fs/*,
+	// terminal/*; default 60 s). Waiting for a terminal's command is
+	// bounded by the command's timeout instead.
+	ClientTimeout time.Duration
+	// MaxImageBytes caps one image of a prompt (default 5 MiB); a larger
+	// one is refused with -32602.
+	MaxImageBytes int
 }
 
 // Defaults of Config.
@@ -109,6 +116,12 @@ func NewServer(deps Deps) *Server {
 	}
 	if deps.Config.MCPToolTimeout <= 0 {
 		deps.Config.MCPToolTimeout = DefaultMCPToolTimeout
+	}
+	if deps.Config.MaxImageBytes <= 0 {
+		deps.Config.MaxImageBytes = DefaultMaxImageBytes
+	}
+	if deps.Config.ClientTimeout <= 0 {
+		deps.Config.ClientTimeout = DefaultClientTimeout
 	}
 	if deps.Metrics == nil {
 		deps.Metrics = &Metrics{}

@@ -18,10 +18,16 @@ type (
 	toolRan struct{ result tools.Result }
 	// toolProgress is new output of a running tool (bash), already rate-limited.
 	toolProgress struct{ text string }
+	// stopTool: the turn has ended; the tool actor answers toolStopped once
+	// nothing of it is left on the client (a terminal is released).
+	stopTool    struct{}
+	toolStopped struct{ index int }
 )
 
 func (*toolRan) IgnoreDeadLetterLogging()      {}
 func (*toolProgress) IgnoreDeadLetterLogging() {}
+func (*stopTool) IgnoreDeadLetterLogging()     {}
+func (*toolStopped) IgnoreDeadLetterLogging()  {}
 
 // toolCall is one tool invocation requested by the model, prepared once:
 // the tool_call update, the permission request, the policy decision and the
@@ -110,6 +116,25 @@ type toolActor struct {
 	subUsage   llm.Usage
 	// mcp is the session's MCP tool list, for a sub-agent's turn.
 	mcp *mcpToolSet
+
+	// Requests to the client (see client.go). turnID tags them so the
+	// session sends none for a turn that has ended; caps are the client's,
+	// given with the permission decision; calls are those awaiting an
+	// answer; issued counts them all.
+	turnID int64
+	caps   tools.ClientCaps
+	gone   chan struct{}
+	calls  map[int]*clientCall
+	tags   int
+	issued int
+	// running: the tool's goroutine has not returned yet. stopping: the
+	// turn ended (stopTool); nothing is reported but toolStopped.
+	running      bool
+	stopping     bool
+	stopReported bool
+	// terminalID is the client terminal running this call, embedded in
+	// its live updates.
+	terminalID string
 }
 
 // subagentMaxCalls bounds the model calls of one sub-agent run.
@@ -131,7 +156,7 @@ func (a *toolActor) startSubagent(ctx actor.Context, in tools.AgentInput) {
 		sessionID: a.sessionID, cwd: a.cwd, model: a.model, tools: reg, session: ctx.Self(),
 		mcp: a.mcp, mcpKeep: keep,
 		history:  []llm.Message{{Role: llm.RoleUser, Content: []llm.Block{{Type: llm.BlockText, Text: in.Prompt}}}},
-		subagent: in.SubagentType, maxCalls: subagentMaxCalls,
+		subagent: in.SubagentType, maxCalls: subagentMaxCalls, turnID: a.turnID,
 	}
 	props := actor.PropsFromProducer(func() actor.Actor { return newTurn(a.deps, opts) },
 		actor.WithReceiverMiddleware(keepStack), actor.WithSupervisor(reportAndStop{}))
@@ -161,8 +186,9 @@ func (a *toolActor) subagentFinished(ctx actor.Context, m *turnFinished) {
 	}
 }
 
-func newToolActor(deps *Deps, sessionID, cwd, model string, session *actor.PID, call toolCall, parentCtx context.Context, mcp *mcpToolSet) *toolActor {
-	return &toolActor{deps: deps, sessionID: sessionID, cwd: cwd, model: model, session: session, call: call, parentCtx: parentCtx, mcp: mcp}
+func newToolActor(deps *Deps, sessionID, cwd, model string, session *actor.PID, call toolCall, parentCtx context.Context, turnID int64, mcp *mcpToolSet) *toolActor {
+	return &toolActor{deps: deps, sessionID: sessionID, cwd: cwd, model: model, session: session, call: call,
+		parentCtx: parentCtx, turnID: turnID, gone: make(chan struct{}), calls: map[int]*clientCall{}, mcp: mcp}
 }
 
 func (a *toolActor) Receive(ctx actor.Context) {
@@ -172,25 +198,46 @@ func (a *toolActor) Receive(ctx actor.Context) {
 		a.start(ctx)
 	case *actor.Stopped:
 		a.deps.Metrics.RunningTools.Add(-1)
+		close(a.gone)
 	case *permissionDecision:
 		switch {
+		case a.stopping:
 		case m.cancelled:
 			a.done = true
 			ctx.Send(ctx.Parent(), &toolDone{index: a.call.index, cancelled: true})
 			ctx.Stop(ctx.Self())
 		case m.allow:
+			a.caps = m.caps
 			a.run(ctx)
 		default:
 			a.complete(ctx, tools.Errorf(m.reason))
 		}
 	case *toolRan:
+		a.running = false
+		if a.stopping {
+			a.reportStopped(ctx)
+			return
+		}
 		a.complete(ctx, m.result)
+	case *clientCall:
+		a.askClient(ctx, m)
+	case *clientAnswer:
+		a.clientAnswered(ctx, m)
+	case *stopTool:
+		a.stop(ctx)
+	case *outboundRequest:
+		ctx.Send(a.session, m) // a sub-agent's tool asks the client like any other
 	case *toolProgress:
 		if !a.done {
 			text := protocol.Text(m.text)
 			a.emit(ctx, protocol.ToolCallUpdate{Content: []protocol.ToolCallContent{{Type: "content", Content: &text}}})
 		}
 	case *goroutinePanic:
+		a.running = false
+		if a.stopping {
+			a.reportStopped(ctx)
+			return
+		}
 		a.complete(ctx, tools.Errorf(fmt.Sprintf("Tool %s crashed: %v", a.call.name, m.p.value)))
 	// A sub-agent's turn reports to this actor as a turn reports to its session.
 	case *outbound:
@@ -203,8 +250,16 @@ func (a *toolActor) Receive(ctx actor.Context) {
 	case *messageDone:
 		a.subMessages = append(a.subMessages, m.msg)
 	case *turnFinished:
+		if a.stopping {
+			a.reportStopped(ctx)
+			return
+		}
 		a.subagentFinished(ctx, m)
 	case *childCrashed:
+		if a.stopping {
+			a.reportStopped(ctx)
+			return
+		}
 		a.complete(ctx, tools.Errorf(fmt.Sprintf("Sub-agent crashed: %v", m.reason.value)))
 	case *actor.Stopping:
 		if a.cancel != nil {
@@ -215,13 +270,32 @@ func (a *toolActor) Receive(ctx actor.Context) {
 
 // emit sends a tool_call_update and returns its encoded update object.
 func (a *toolActor) emit(ctx actor.Context, u protocol.ToolCallUpdate) protocol.RawMessage {
-	u.SessionUpdate = protocol.UpdateToolCallUpdate
-	u.ToolCallID = a.call.id
+	return a.emitUpdate(ctx, a.encode(u))
+}
+
+// emitUpdate sends a session/update and returns its encoded update object.
+func (a *toolActor) emitUpdate(ctx actor.Context, u any) protocol.RawMessage {
 	update := protocol.RawMessage(protocol.MustMarshal(u))
 	data := protocol.EncodeNotification(protocol.MethodSessionUpdate,
 		protocol.SessionNotification{SessionID: a.sessionID, Update: update})
 	ctx.Send(a.session, &outbound{frame: Frame{Data: data, SessionID: a.sessionID}})
 	return update
+}
+
+// planUpdate is the ACP plan update of a task list.
+func planUpdate(p *tools.Plan) protocol.PlanUpdate {
+	u := protocol.PlanUpdate{SessionUpdate: protocol.UpdatePlan, Entries: make([]protocol.PlanEntry, len(p.Entries))}
+	for i, e := range p.Entries {
+		u.Entries[i] = protocol.PlanEntry{Content: e.Content, Priority: e.Priority, Status: e.Status}
+	}
+	return u
+}
+
+// encode is the update object of a tool_call_update of this call.
+func (a *toolActor) encode(u protocol.ToolCallUpdate) protocol.RawMessage {
+	u.SessionUpdate = protocol.UpdateToolCallUpdate
+	u.ToolCallID = a.call.id
+	return protocol.RawMessage(protocol.MustMarshal(u))
 }
 
 func (a *toolActor) start(ctx actor.Context) {
@@ -250,6 +324,13 @@ func (a *toolActor) run(ctx actor.Context) {
 	a.cancel = cancel
 	self, root, call := ctx.Self(), ctx.ActorSystem().Root, a.call.call
 	progress := func(text string) { root.Send(self, &toolProgress{text: text}) }
+	var client *toolClient
+	if cc, ok := call.(tools.ClientCall); ok && a.caps.Any() {
+		client = &toolClient{caps: a.caps, sessionID: a.sessionID, self: self, root: root, gone: a.gone,
+			timeout: a.deps.Config.ClientTimeout}
+		call = &viaClient{cc, client}
+	}
+	a.running = true
 	go func() {
 		defer func() {
 			if r := recover(); r != nil {
@@ -258,6 +339,82 @@ func (a *toolActor) run(ctx actor.Context) {
 		}()
 		root.Send(self, &toolRan{result: call.Run(runCtx, progress)})
 	}()
+}
+
+// viaClient runs a ClientCall through the session's client.
+type viaClient struct {
+	tools.ClientCall
+	client *toolClient
+}
+
+func (v *viaClient) Run(ctx context.Context, progress func(string)) tools.Result {
+	return v.RunVia(ctx, v.client, progress)
+}
+
+// askClient issues a request of the tool's goroutine. Once the turn has
+// ended only a call that already talks to the client (to release its
+// terminal) may go on.
+func (a *toolActor) askClient(ctx actor.Context, m *clientCall) {
+	if a.done || (a.stopping && a.issued == 0) {
+		m.reply <- clientReply{err: protocol.NewError(protocol.CodeRequestCancelled, "the turn has ended", nil)}
+		return
+	}
+	a.tags++
+	a.issued++
+	a.calls[a.tags] = m
+	ctx.Send(a.session, &outboundRequest{sessionID: a.sessionID, method: m.method, params: m.params,
+		replyTo: ctx.Self(), tag: a.tags, turn: a.turnID})
+}
+
+// clientAnswered hands an answer to the goroutine. A terminal the client
+// created is shown in the tool call at once, so the user watches it run.
+func (a *toolActor) clientAnswered(ctx actor.Context, m *clientAnswer) {
+	tag, _ := m.tag.(int)
+	c, ok := a.calls[tag]
+	if !ok {
+		return
+	}
+	delete(a.calls, tag)
+	if c.method == protocol.MethodTerminalCreate && m.err == nil && !a.done && !a.stopping {
+		var r protocol.CreateTerminalResponse
+		if protocol.Unmarshal(m.result, &r) == nil && r.TerminalID != "" {
+			a.terminalID = r.TerminalID
+			a.emit(ctx, protocol.ToolCallUpdate{Content: []protocol.ToolCallContent{{Type: "terminal", TerminalID: r.TerminalID}}})
+		}
+	}
+	c.reply <- clientReply{result: m.result, err: m.err}
+}
+
+// stop: the turn has ended. A call that talks to the client is let finish
+// its cleanup (its context is cancelled; it kills and releases its
+// terminal); a sub-agent's turn is cancelled and awaited; anything else is
+// done at once (a local bash group is killed by the goroutine in the
+// background, as its context is cancelled).
+func (a *toolActor) stop(ctx actor.Context) {
+	if a.stopping {
+		return
+	}
+	a.stopping = true
+	if a.cancel != nil {
+		a.cancel()
+	}
+	switch {
+	case a.done:
+		a.reportStopped(ctx)
+	case a.subTurn != nil:
+		ctx.Send(a.subTurn, &cancelTurn{})
+	case a.running && a.issued > 0:
+	default:
+		a.reportStopped(ctx)
+	}
+}
+
+func (a *toolActor) reportStopped(ctx actor.Context) {
+	if a.stopReported {
+		return
+	}
+	a.stopReported = true
+	ctx.Send(ctx.Parent(), &toolStopped{index: a.call.index})
 }
 
 // complete reports the final tool_call_update and hands the result to the turn.
@@ -283,7 +440,26 @@ func (a *toolActor) complete(ctx actor.Context, res tools.Result) {
 		// The text is already in content; rawOutput stays small.
 		u.RawOutput = map[string]any{"isError": res.IsError, "outputChars": len(res.Output)}
 	}
-	display := a.emit(ctx, u)
+	var plan protocol.RawMessage
+	if res.Plan != nil {
+		// The whole list, which replaces the client's: sent before the
+		// call completes and kept with its result for replay.
+		plan = a.emitUpdate(ctx, planUpdate(res.Plan))
+	}
+	var display protocol.RawMessage
+	if a.terminalID != "" {
+		// The client keeps showing its terminal; a replay (another client,
+		// the terminal long released) shows the text.
+		live := u
+		live.Content = append([]protocol.ToolCallContent{{Type: "terminal", TerminalID: a.terminalID}}, u.Content...)
+		a.emit(ctx, live)
+		display = a.encode(u)
+	} else {
+		display = a.emit(ctx, u)
+	}
+	if plan != nil {
+		display = protocol.RawMessage(protocol.MustMarshal([]protocol.RawMessage{plan, display}))
+	}
 	if len(a.subUpdates) > 0 {
 		display = protocol.RawMessage(protocol.MustMarshal(append(a.subUpdates, display)))
 	}

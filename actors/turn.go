@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/rs/zerolog"
@@ -28,6 +29,8 @@ type (
 	// goroutinePanic is a panic recovered in a goroutine the actor owns; the
 	// actor re-raises it so supervision handles every crash the same way.
 	goroutinePanic struct{ p *panicError }
+	// stopGrace: the tools of an ended turn took too long to stop.
+	stopGrace struct{}
 	// toolDone is the result of the tool call at index; display is the
 	// final tool_call_update the client saw, kept for replay.
 	toolDone struct {
@@ -60,12 +63,20 @@ type turnOptions struct {
 	// mcpKeep (nil = all) filters it (plan mode, sub-agent types).
 	mcp     *mcpToolSet
 	mcpKeep func(tools.Tool) bool
+	// turnID is the session's number of the prompt turn (a sub-agent's is
+	// its parent's), carried by the tools' requests to the client.
+	turnID int64
 }
 
 func (*streamEvent) IgnoreDeadLetterLogging()    {}
 func (*streamEnd) IgnoreDeadLetterLogging()      {}
 func (*goroutinePanic) IgnoreDeadLetterLogging() {}
 func (*toolDone) IgnoreDeadLetterLogging()       {}
+func (*stopGrace) IgnoreDeadLetterLogging()      {}
+
+// toolStopGrace bounds how long an ended turn waits for its tools to clean
+// up on the client (kill and release a terminal) before it reports its end.
+const toolStopGrace = 15 * time.Second
 
 // pendingCall is a tool call being streamed or run.
 type pendingCall struct {
@@ -94,6 +105,7 @@ type turn struct {
 	session     *actor.PID
 	subagent    string
 	maxCalls    int
+	turnID      int64
 	// compactedOnce: auto-compaction runs at most once per turn.
 	compactedOnce bool
 	// lastContext is the context size the last model call reported.
@@ -117,6 +129,7 @@ type turn struct {
 
 	// Tool phase.
 	toolPIDs  map[string]int // tool actor id -> call index
+	toolActs  []*actor.PID   // by call index
 	remaining int
 
 	// tools are those of the model request being made: base plus the MCP
@@ -124,6 +137,11 @@ type turn struct {
 	base    *tools.Registry
 	mcp     *mcpToolSet
 	mcpKeep func(tools.Tool) bool
+	// End: the report waits until every running tool has stopped (stopWait
+	// holds their indexes) or toolStopGrace has passed.
+	report   *turnFinished
+	stopWait map[int]bool
+	reported bool
 }
 
 func newTurn(deps *Deps, o turnOptions) *turn {
@@ -145,6 +163,7 @@ func newTurn(deps *Deps, o turnOptions) *turn {
 		session:     o.session,
 		subagent:    o.subagent,
 		maxCalls:    o.maxCalls,
+		turnID:      o.turnID,
 	}
 }
 
@@ -175,6 +194,10 @@ func (t *turn) Receive(ctx actor.Context) {
 		t.finish(ctx, protocol.StopCancelled, nil)
 	case *toolDone:
 		t.onToolDone(ctx, m)
+	case *toolStopped:
+		t.toolStopped(ctx, m.index)
+	case *stopGrace:
+		t.reportEnd(ctx)
 	case *childCrashed:
 		if i, ok := t.toolPIDs[m.child.Id]; ok {
 			t.log.Error().Interface("panic", m.reason.value).Bytes("stack", m.reason.stack).Msg("tool actor crashed")
@@ -229,10 +252,19 @@ func (t *turn) callModel(ctx actor.Context) {
 	t.stream(ctx, &llm.Request{
 		Model:     t.model,
 		System:    t.systemPrompt(),
-		Messages:  t.messages,
+		Messages:  t.forModel(t.messages),
 		Tools:     toolSpecs(t.tools),
 		MaxTokens: t.deps.llmConfig().MaxTokens,
 	})
+}
+
+// forModel is msgs as the model takes them: images become text markers
+// for a model that takes none (the history keeps them).
+func (t *turn) forModel(msgs []llm.Message) []llm.Message {
+	if t.deps.llmConfig().AcceptsImages(t.model) {
+		return msgs
+	}
+	return llm.ImagesAsText(msgs)
 }
 
 // stream starts one model call in a goroutine that feeds the actor.
@@ -384,6 +416,7 @@ func (t *turn) failModel(ctx actor.Context, err error) {
 func (t *turn) runTools(ctx actor.Context, msg llm.Message, calls []toolCall) {
 	t.pending = t.pending[:0]
 	t.toolPIDs = map[string]int{}
+	t.toolActs = t.toolActs[:0]
 	session := t.session
 	if session == nil {
 		session = ctx.Parent()
@@ -396,23 +429,29 @@ func (t *turn) runTools(ctx actor.Context, msg llm.Message, calls []toolCall) {
 		t.pending = append(t.pending, &pendingCall{id: b.ToolCallID, name: b.Name})
 		t.emit(ctx, b.Display)
 		props := actor.PropsFromProducer(func() actor.Actor {
-			return newToolActor(t.deps, t.sessionID, t.cwd, t.model, session, call, t.ctx, t.mcp)
+			return newToolActor(t.deps, t.sessionID, t.cwd, t.model, session, call, t.ctx, t.turnID, t.mcp)
 		}, actor.WithReceiverMiddleware(keepStack))
 		pid := ctx.Spawn(props)
 		t.toolPIDs[pid.Id] = call.index
+		t.toolActs = append(t.toolActs, pid)
 	}
 	t.remaining = len(t.pending)
 }
 
 func (t *turn) onToolDone(ctx actor.Context, m *toolDone) {
-	if t.ended || m.index >= len(t.pending) || t.pending[m.index].done {
+	if m.index >= len(t.pending) || t.pending[m.index].done {
 		return
 	}
-	if m.cancelled {
-		t.finish(ctx, protocol.StopCancelled, nil)
+	if t.ended {
+		t.toolStopped(ctx, m.index)
 		return
 	}
 	c := t.pending[m.index]
+	if m.cancelled {
+		c.done = true // it stopped itself
+		t.finish(ctx, protocol.StopCancelled, nil)
+		return
+	}
 	c.done, c.res, c.display = true, m.result, m.display
 	t.usage = t.usage.Add(m.usage)
 	t.remaining--
@@ -428,8 +467,11 @@ func (t *turn) onToolDone(ctx actor.Context, m *toolDone) {
 	t.callModel(ctx)
 }
 
-// finish reports the end of the turn to the session and stops the actor.
-// Tool calls still running are cancelled with it (children stop first).
+// finish ends the turn: tool calls still running are cancelled, and the
+// end is reported to the session once they have stopped — at once for
+// local ones; a call that talks to the client first releases what it holds
+// there, so that no request of the turn follows the prompt's answer (see
+// toolActor.stop; bounded by toolStopGrace). Then the actor stops.
 func (t *turn) finish(ctx actor.Context, stopReason string, err *protocol.Error) {
 	if t.ended {
 		return
@@ -443,6 +485,38 @@ func (t *turn) finish(ctx actor.Context, stopReason string, err *protocol.Error)
 		// being written is not an answer and is never shown).
 		t.record(ctx, t.assistantMessage())
 	}
-	ctx.Send(ctx.Parent(), &turnFinished{stopReason: stopReason, usage: t.usage, err: err})
+	t.report = &turnFinished{stopReason: stopReason, usage: t.usage, err: err}
+	t.stopWait = map[int]bool{}
+	for i, c := range t.pending {
+		if !c.done && i < len(t.toolActs) {
+			t.stopWait[i] = true
+			ctx.Send(t.toolActs[i], &stopTool{})
+		}
+	}
+	if len(t.stopWait) == 0 {
+		t.reportEnd(ctx)
+		return
+	}
+	self, root := ctx.Self(), ctx.ActorSystem().Root
+	time.AfterFunc(toolStopGrace, func() { root.Send(self, &stopGrace{}) })
+}
+
+// toolStopped: a tool of the ended turn has nothing left on the client.
+func (t *turn) toolStopped(ctx actor.Context, index int) {
+	if !t.ended || !t.stopWait[index] {
+		return
+	}
+	delete(t.stopWait, index)
+	if len(t.stopWait) == 0 {
+		t.reportEnd(ctx)
+	}
+}
+
+func (t *turn) reportEnd(ctx actor.Context) {
+	if t.reported {
+		return
+	}
+	t.reported = true
+	ctx.Send(ctx.Parent(), t.report)
 	ctx.Stop(ctx.Self())
 }

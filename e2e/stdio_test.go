@@ -44,9 +44,9 @@ func stdioSpecs(format string) {
 		Expect(res["agentInfo"]).To(HaveKey("version"))
 		caps := res["agentCapabilities"].(map[string]any)
 		Expect(caps["loadSession"]).To(BeTrue())
-		Expect(caps["promptCapabilities"]).To(Equal(map[string]any{"image": false, "audio": false, "embeddedContext": true}))
-		Expect(caps["sessionCapabilities"]).To(HaveKey("list"))
-		Expect(caps["sessionCapabilities"]).To(HaveKey("close"))
+		Expect(caps["promptCapabilities"]).To(Equal(map[string]any{"image": true, "audio": false, "embeddedContext": true}))
+		Expect(caps["sessionCapabilities"]).To(Equal(map[string]any{"list": map[string]any{}, "close": map[string]any{},
+			"resume": map[string]any{}, "fork": map[string]any{}}))
 		Expect(res["authMethods"]).To(Equal([]any{}))
 		a.finish()
 	})
@@ -82,24 +82,35 @@ func stdioSpecs(format string) {
 		a.finish()
 	})
 
-	It("degrades rich prompt content to text for the model", func() {
-		start()
-		a.initialize()
-		sid := a.newSession(cwd)
-		id := a.request("session/prompt", map[string]any{"sessionId": sid, "prompt": []any{
-			map[string]any{"type": "text", "text": "look"},
-			map[string]any{"type": "resource", "resource": map[string]any{"uri": "file:///x/a.txt", "mimeType": "text/plain", "text": "file body"}},
-			map[string]any{"type": "resource_link", "uri": "file:///x/b.txt", "name": "b.txt"},
-			map[string]any{"type": "image", "mimeType": "image/png", "data": "AAAA"},
-			map[string]any{"type": "audio", "mimeType": "audio/wav", "data": "AAAA"},
-		}})
-		Expect(a.result(id)["stopReason"]).To(Equal("end_turn"))
-		body := string(fake.Requests()[0].Body)
-		for _, want := range []string{"look", "file body", "file:///x/b.txt", "[image: image/png]", "[audio: audio/wav]"} {
-			Expect(body).To(ContainSubstring(want))
-		}
-		a.finish()
-	})
+	DescribeTable("sends images as images (a text marker for text-only models) and other rich content as text",
+		func(imageInput string, asImage bool) {
+			start("IAC_CODE_IMAGE_INPUT=" + imageInput)
+			a.initialize()
+			sid := a.newSession(cwd)
+			id := a.request("session/prompt", map[string]any{"sessionId": sid, "prompt": []any{
+				map[string]any{"type": "text", "text": "look"},
+				map[string]any{"type": "resource", "resource": map[string]any{"uri": "file:///x/a.txt", "mimeType": "text/plain", "text": "file body"}},
+				map[string]any{"type": "resource_link", "uri": "file:///x/b.txt", "name": "b.txt"},
+				map[string]any{"type": "image", "mimeType": "image/png", "data": "AAAA"},
+				map[string]any{"type": "audio", "mimeType": "audio/wav", "data": "AAAA"},
+			}})
+			Expect(a.result(id)["stopReason"]).To(Equal("end_turn"))
+			req := fake.Requests()[0]
+			for _, want := range []string{"look", "file body", "file:///x/b.txt", "[audio: audio/wav]"} {
+				Expect(string(req.Body)).To(ContainSubstring(want))
+			}
+			if asImage {
+				Expect(req.Images()).To(ConsistOf(And(HaveField("Role", "user"), HaveField("MediaType", "image/png"), HaveField("Data", "AAAA"))))
+				Expect(string(req.Body)).NotTo(ContainSubstring("[image: image/png]"))
+			} else {
+				Expect(req.Images()).To(BeEmpty())
+				Expect(string(req.Body)).To(ContainSubstring("[image: image/png]"))
+			}
+			a.finish()
+		},
+		Entry("auto, a model not known to be text only", "auto", true),
+		Entry("off", "off", false),
+	)
 
 	It("maps finish_reason length to max_tokens and content_filter to refusal", func() {
 		fake.Script(llmtest.Reply{Text: "cut", FinishReason: "length"}, llmtest.Reply{Text: "no", FinishReason: "content_filter"})

@@ -27,6 +27,8 @@ type tsRun struct {
 	} `json:"schema"`
 	SDKErrors []any  `json:"sdkErrors"`
 	Error     string `json:"error"`
+	// Raw is the whole report, for scenario-specific parts.
+	Raw map[string]any `json:"-"`
 }
 
 // runTSClient drives the server with the official TypeScript SDK
@@ -42,6 +44,7 @@ func runTSClient(env []string, args ...string) tsRun {
 	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
 	var run tsRun
 	Expect(json.Unmarshal([]byte(lines[len(lines)-1]), &run)).To(Succeed(), "harness output: %s", stdout.String())
+	Expect(json.Unmarshal([]byte(lines[len(lines)-1]), &run.Raw)).To(Succeed())
 	Expect(run.Schema.Violations).To(BeEmpty(), "schema violations")
 	Expect(run.Schema.Failed).To(BeZero())
 	Expect(run.Schema.Passed).To(BeNumerically(">", 0))

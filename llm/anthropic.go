@@ -205,6 +205,8 @@ func anthropicMessages(msgs []Message) []anthropic.MessageParam {
 			last.OfText.CacheControl = anthropic.NewCacheControlEphemeralParam()
 		case last.OfToolResult != nil:
 			last.OfToolResult.CacheControl = anthropic.NewCacheControlEphemeralParam()
+		case last.OfImage != nil:
+			last.OfImage.CacheControl = anthropic.NewCacheControlEphemeralParam()
 		}
 	}
 	out := make([]anthropic.MessageParam, len(turns))
@@ -266,8 +268,11 @@ func anthropicUser(m *Message) []anthropic.ContentBlockParamUnion {
 		blocks = append(blocks, anthropic.ContentBlockParamUnion{OfToolResult: &r})
 	}
 	for _, b := range m.Content {
-		if (b.Type == BlockText || b.Type == BlockSummary) && strings.TrimSpace(b.Text) != "" {
+		switch {
+		case (b.Type == BlockText || b.Type == BlockSummary) && strings.TrimSpace(b.Text) != "":
 			blocks = append(blocks, anthropic.NewTextBlock(b.Text))
+		case b.Type == BlockImage:
+			blocks = append(blocks, anthropic.NewImageBlockBase64(b.MediaType, b.Data))
 		}
 	}
 	return blocks

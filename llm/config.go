@@ -37,6 +37,9 @@ type Config struct {
 	// ThinkingBudget > 0 asks for reasoning on every call whose
 	// Request.ThinkingBudget is 0.
 	ThinkingBudget int
+	// ImageInput is ImagesAuto (images for models not known to be text
+	// only, see TextOnlyModel), ImagesOn or ImagesOff; "" is auto.
+	ImageInput string
 	// Retry configures WithRetry, which New applies, and the stream idle
 	// timeout the providers enforce. The zero value is DefaultRetryPolicy.
 	Retry RetryPolicy
@@ -129,6 +132,25 @@ func (c Config) ContextWindowFor(model string) int {
 		return p.ContextWindow
 	}
 	return DefaultContextWindow
+}
+
+// Image input settings (IAC_CODE_IMAGE_INPUT).
+const (
+	ImagesAuto = "auto"
+	ImagesOn   = "on"
+	ImagesOff  = "off"
+)
+
+// AcceptsImages reports whether images go to model as images; otherwise
+// they become ImageMarker text.
+func (c Config) AcceptsImages(model string) bool {
+	switch c.ImageInput {
+	case ImagesOn:
+		return true
+	case ImagesOff:
+		return false
+	}
+	return !TextOnlyModel(model)
 }
 
 // String describes the configuration without the API key.
@@ -243,6 +265,7 @@ func ConfigFromEnv() Config {
 //     (e.g. ANTHROPIC_API_KEY), then "<key>: …" in .credentials.yml;
 //   - contextWindow, maxTokens, thinkingBudget: IAC_CODE_CONTEXT_WINDOW,
 //     IAC_CODE_MAX_TOKENS, IAC_CODE_THINKING_BUDGET, then providers.<key>.*;
+//   - image input: IAC_CODE_IMAGE_INPUT (auto, on, off);
 //   - retries: IAC_CODE_RETRY_ATTEMPTS, IAC_CODE_RETRY_BASE_DELAY and
 //     IAC_CODE_IDLE_TIMEOUT (Go durations), else DefaultRetryPolicy.
 //
@@ -349,6 +372,12 @@ func LoadConfig(home string, getenv func(string) string) (Config, error) {
 		} else if n.file.set {
 			*n.dst, cfg.Sources[n.name] = n.file.value, n.file.where
 		}
+	}
+	switch v := strings.ToLower(env("IAC_CODE_IMAGE_INPUT")); v {
+	case "", ImagesAuto, ImagesOn, ImagesOff:
+		cfg.ImageInput = v
+	default:
+		return Config{}, fmt.Errorf("IAC_CODE_IMAGE_INPUT: want auto, on or off, got %q", v)
 	}
 	if v := env("IAC_CODE_RETRY_ATTEMPTS"); v != "" {
 		i, err := strconv.Atoi(v)

@@ -250,16 +250,32 @@ func openAIMessages(req *Request) []openai.ChatCompletionMessageParamUnion {
 			}
 		}
 		var text []string
+		var parts []openai.ChatCompletionContentPartUnionParam
 		flush := func() {
-			if len(text) > 0 {
+			switch {
+			case parts != nil:
+				if len(text) > 0 {
+					parts = append(parts, openai.TextContentPart(strings.Join(text, "\n")))
+				}
+				out = append(out, openai.UserMessage(parts))
+			case len(text) > 0:
 				out = append(out, openai.UserMessage(strings.Join(text, "\n")))
-				text = text[:0]
 			}
+			text, parts = text[:0], nil
 		}
 		for _, b := range m.Content {
 			switch b.Type {
 			case BlockText:
 				text = append(text, b.Text)
+			case BlockImage:
+				// Images ride in the same user message as content parts,
+				// in order, as data URLs.
+				if len(text) > 0 {
+					parts = append(parts, openai.TextContentPart(strings.Join(text, "\n")))
+					text = text[:0]
+				}
+				parts = append(parts, openai.ImageContentPart(openai.ChatCompletionContentPartImageImageURLParam{
+					URL: "data:" + b.MediaType + ";base64," + b.Data}))
 			case BlockSummary:
 				flush()
 				out = append(out, openai.UserMessage(b.Text))

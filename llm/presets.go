@@ -208,3 +208,52 @@ func ContextWindow(model string) int {
 	}
 	return size
 }
+
+// textOnlyModels says which models are known to take no image input (by
+// name prefix, longest match wins; a vision variant of a text-only family
+// is listed as taking images). A model not listed is sent images.
+var textOnlyModels = []struct {
+	prefix   string
+	textOnly bool
+}{
+	{"deepseek-", true},
+	{"deepseek/", true},
+	{"qwen3-coder", true},
+	{"qwen/qwen3-coder", true},
+	{"qwen2.5-coder", true},
+	{"qwen-plus", true},
+	{"qwen-max", true},
+	{"qwen-flash", true},
+	{"qwen-turbo", true},
+	{"qwen3-max", true},
+	{"qwen-vl", false},
+	{"qwen2.5-vl", false},
+	{"qwen3-vl", false},
+	{"kimi-k2", true},
+	{"moonshotai/kimi-k2", true},
+	{"glm-4.5", true},
+	{"glm-4.6", true},
+	{"z-ai/glm-4.6", true},
+	{"glm-4v", false},
+	{"glm-4.5v", false},
+	{"glm-4.6v", false},
+	{"gpt-oss", true},
+	{"openai/gpt-oss", true},
+	{"gpt-3.5", true},
+	{"o1-mini", true},
+	{"o3-mini", true},
+	{"llama3", true},
+	{"codellama", true},
+}
+
+// TextOnlyModel reports whether model is known to take no images.
+func TextOnlyModel(model string) bool {
+	m := strings.ToLower(strings.TrimSpace(model))
+	best, textOnly := 0, false
+	for _, t := range textOnlyModels {
+		if strings.HasPrefix(m, t.prefix) && len(t.prefix) > best {
+			best, textOnly = len(t.prefix), t.textOnly
+		}
+	}
+	return textOnly
+}

@@ -49,6 +49,8 @@ const (
 	BlockToolResult       BlockType = "tool_result"
 	// BlockSummary is a compaction summary standing in for older messages.
 	BlockSummary BlockType = "summary"
+	// BlockImage is an image of a user message: MediaType and base64 Data.
+	BlockImage BlockType = "image"
 )
 
 // Block is one piece of a message. Only the fields of its type are set.
@@ -57,8 +59,10 @@ type Block struct {
 	Text string    `json:"text,omitempty"`
 	// Signature authenticates a thinking block (Anthropic); Data holds a
 	// redacted thinking payload. Both are sent back verbatim on the next call.
+	// For an image Data is its base64 bytes and MediaType their type.
 	Signature string `json:"signature,omitempty"`
 	Data      string `json:"data,omitempty"`
+	MediaType string `json:"mediaType,omitempty"`
 	// ToolCallID links a tool_use to its tool_result.
 	ToolCallID string          `json:"toolCallId,omitempty"`
 	Name       string          `json:"name,omitempty"`
@@ -85,6 +89,43 @@ func (m *Message) TextOf() string {
 		}
 	}
 	return s
+}
+
+// ImageMarker is the text an image becomes for a model that does not take
+// images.
+func ImageMarker(mediaType string) string { return "[image: " + mediaType + "]" }
+
+// ImagesAsText returns msgs with every image replaced by its text marker
+// (msgs itself when there is none), for models that take text only.
+func ImagesAsText(msgs []Message) []Message {
+	out := msgs
+	for i := range msgs {
+		if !msgs[i].HasImage() {
+			continue
+		}
+		if &out[0] == &msgs[0] {
+			out = append([]Message(nil), msgs...)
+		}
+		content := make([]Block, len(msgs[i].Content))
+		for j, b := range msgs[i].Content {
+			if b.Type == BlockImage {
+				b = Block{Type: BlockText, Text: ImageMarker(b.MediaType)}
+			}
+			content[j] = b
+		}
+		out[i].Content = content
+	}
+	return out
+}
+
+// HasImage reports whether the message holds an image.
+func (m *Message) HasImage() bool {
+	for i := range m.Content {
+		if m.Content[i].Type == BlockImage {
+			return true
+		}
+	}
+	return false
 }
 
 // ToolSpec describes a tool to the model.

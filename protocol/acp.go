@@ -250,11 +250,13 @@ type TextContent struct {
 func Text(s string) TextContent { return TextContent{Type: "text", Text: s} }
 
 // ImageContent is an `image` (Type "image") or `audio` (Type "audio") block
-// as the server writes it: base64 data and its MIME type.
+// as the server writes it: base64 data and its MIME type (a replayed user
+// image, an MCP result block).
 type ImageContent struct {
 	Type     string `json:"type"`
 	Data     string `json:"data"`
 	MimeType string `json:"mimeType"`
+	URI      string `json:"uri,omitempty"`
 }
 
 // ResourceLink is a `resource_link` block as the server writes it.
@@ -307,13 +309,15 @@ const (
 	UpdateSessionInfo       = "session_info_update"
 	UpdateUsage             = "usage_update"
 	UpdateNotice            = "notice"
+	UpdatePlan              = "plan"
 )
 
 // ChunkUpdate is user_message_chunk, agent_message_chunk or agent_thought_chunk.
+// Content is a TextContent or an ImageContent (a replayed user image).
 type ChunkUpdate struct {
-	SessionUpdate string      `json:"sessionUpdate"`
-	Content       TextContent `json:"content"`
-	MessageID     string      `json:"messageId,omitempty"`
+	SessionUpdate string `json:"sessionUpdate"`
+	Content       any    `json:"content"`
+	MessageID     string `json:"messageId,omitempty"`
 }
 
 // ToolCallUpdate is both `tool_call` (title required) and `tool_call_update`
@@ -342,11 +346,12 @@ const (
 // Content is a *TextContent or another content block as the server writes
 // it (ImageContent, AudioContent, ResourceLink, EmbeddedResource).
 type ToolCallContent struct {
-	Type    string  `json:"type"`
-	Content any     `json:"content,omitempty"`
-	Path    string  `json:"path,omitempty"`
-	OldText *string `json:"oldText,omitempty"`
-	NewText *string `json:"newText,omitempty"`
+	Type       string  `json:"type"`
+	Content    any     `json:"content,omitempty"`
+	Path       string  `json:"path,omitempty"`
+	OldText    *string `json:"oldText,omitempty"`
+	NewText    *string `json:"newText,omitempty"`
+	TerminalID string  `json:"terminalId,omitempty"`
 }
 
 type ToolCallLocation struct {
@@ -395,6 +400,21 @@ type NoticeUpdate struct {
 	Description   string `json:"description,omitempty"`
 }
 
+// PlanUpdate is the `plan` update: the complete list, which replaces the
+// client's copy.
+type PlanUpdate struct {
+	SessionUpdate string      `json:"sessionUpdate"`
+	Entries       []PlanEntry `json:"entries"`
+}
+
+// PlanEntry is one task of a plan; Priority is high, medium or low and
+// Status pending, in_progress or completed.
+type PlanEntry struct {
+	Content  string `json:"content"`
+	Priority string `json:"priority"`
+	Status   string `json:"status"`
+}
+
 type UsageUpdate struct {
 	SessionUpdate string `json:"sessionUpdate"`
 	Used          int64  `json:"used"`
@@ -421,3 +441,60 @@ const (
 	RejectOnce   = "reject_once"
 	RejectAlways = "reject_always"
 )
+
+// Client-side methods the agent calls (fs/*, terminal/*), each allowed only
+// when the client advertised it in initialize.
+
+type ReadTextFileRequest struct {
+	SessionID string `json:"sessionId"`
+	Path      string `json:"path"`
+	Line      *int   `json:"line,omitempty"`
+	Limit     *int   `json:"limit,omitempty"`
+}
+
+type ReadTextFileResponse struct {
+	Content string `json:"content"`
+}
+
+type WriteTextFileRequest struct {
+	SessionID string `json:"sessionId"`
+	Path      string `json:"path"`
+	Content   string `json:"content"`
+}
+
+type EnvVariable struct {
+	Name  string `json:"name"`
+	Value string `json:"value"`
+}
+
+type CreateTerminalRequest struct {
+	SessionID       string        `json:"sessionId"`
+	Command         string        `json:"command"`
+	Args            []string      `json:"args"`
+	Env             []EnvVariable `json:"env"`
+	Cwd             string        `json:"cwd,omitempty"`
+	OutputByteLimit int64         `json:"outputByteLimit,omitempty"`
+}
+
+type CreateTerminalResponse struct {
+	TerminalID string `json:"terminalId"`
+}
+
+// TerminalRequest is the params of terminal/output, wait_for_exit, kill and release.
+type TerminalRequest struct {
+	SessionID  string `json:"sessionId"`
+	TerminalID string `json:"terminalId"`
+}
+
+// TerminalExitStatus is the result of terminal/wait_for_exit and the
+// exitStatus of terminal/output.
+type TerminalExitStatus struct {
+	ExitCode *int    `json:"exitCode,omitempty"`
+	Signal   *string `json:"signal,omitempty"`
+}
+
+type TerminalOutputResponse struct {
+	Output     string              `json:"output"`
+	Truncated  bool                `json:"truncated"`
+	ExitStatus *TerminalExitStatus `json:"exitStatus,omitempty"`
+}

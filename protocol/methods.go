@@ -19,6 +19,14 @@ const (
 	MethodSessionUpdate     = "session/update"
 	MethodRequestPermission = "session/request_permission"
 	MethodCancelRequest     = "$/cancel_request"
+
+	MethodReadTextFile    = "fs/read_text_file"
+	MethodWriteTextFile   = "fs/write_text_file"
+	MethodTerminalCreate  = "terminal/create"
+	MethodTerminalOutput  = "terminal/output"
+	MethodTerminalWait    = "terminal/wait_for_exit"
+	MethodTerminalKill    = "terminal/kill"
+	MethodTerminalRelease = "terminal/release"
 )
 
 // aliases maps the names used by the iac-code specification document to the

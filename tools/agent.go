@@ -102,7 +102,8 @@ func validSubagentType(s string) bool {
 // SubagentTools returns the tools a sub-agent of the given type may use,
 // taken from reg: explore = the read-only tools plus bash; plan = the
 // read-only tools; general-purpose = every tool but agent (sub-agents do not
-// start sub-agents). ReadOnly() decides what is read-only, so registered
+// start sub-agents). None has todo_write: the plan the user sees is the
+// main agent's. ReadOnly() decides what is read-only, so registered
 // extras are sorted the same way.
 func SubagentTools(reg *Registry, subagentType string) (*Registry, error) {
 	keep, err := SubagentKeep(subagentType)
@@ -111,7 +112,7 @@ func SubagentTools(reg *Registry, subagentType string) (*Registry, error) {
 	}
 	var out []Tool
 	for _, t := range reg.List() {
-		if t.Name() != NameAgent && keep(t) {
+		if t.Name() != NameAgent && t.Name() != NameTodoWrite && keep(t) {
 			out = append(out, t)
 		}
 	}

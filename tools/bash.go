@@ -125,34 +125,48 @@ type shellOutcome struct {
 }
 
 func formatShellResult(r shellRun, o shellOutcome, stdout, stderr string) Result {
+	res := shellResult(r.timeout, o, [][2]string{{"stdout", stdout}, {"stderr", stderr}}, "", "the command and its process group were killed")
+	res.Raw.(map[string]any)["pid"] = o.pid
+	return res
+}
+
+// shellResult is the result of a command run locally or in a client
+// terminal: its output sections, a note (truncation), how it ended; killed
+// says what a timeout or cancel did. Raw is a map with "exitCode",
+// "timedOut", "cancelled" and "signal".
+func shellResult(timeout time.Duration, o shellOutcome, sections [][2]string, note, killed string) Result {
 	var b strings.Builder
-	section := func(name, text string) {
+	empty := true
+	for _, s := range sections {
+		name, text := s[0], s[1]
 		if text == "" {
-			return
+			continue
 		}
+		empty = false
 		b.WriteString("[" + name + "]\n")
 		b.WriteString(text)
 		if !strings.HasSuffix(text, "\n") {
 			b.WriteByte('\n')
 		}
 	}
-	section("stdout", stdout)
-	section("stderr", stderr)
-	if stdout == "" && stderr == "" {
+	if empty {
 		b.WriteString("[no output]\n")
+	}
+	if note != "" {
+		b.WriteString(note + "\n")
 	}
 	switch {
 	case o.timedOut:
-		fmt.Fprintf(&b, "[timed out after %s: the command and its process group were killed]\n", formatSeconds(r.timeout))
+		fmt.Fprintf(&b, "[timed out after %s: %s]\n", formatSeconds(timeout), killed)
 	case o.cancelled:
-		b.WriteString("[cancelled: the command and its process group were killed]\n")
+		fmt.Fprintf(&b, "[cancelled: %s]\n", killed)
 	}
 	if o.signal != "" {
 		fmt.Fprintf(&b, "[exit code: %d (killed by %s)]", o.exitCode, o.signal)
 	} else {
 		fmt.Fprintf(&b, "[exit code: %d]", o.exitCode)
 	}
-	raw := map[string]any{"pid": o.pid, "exitCode": o.exitCode, "timedOut": o.timedOut, "cancelled": o.cancelled}
+	raw := map[string]any{"exitCode": o.exitCode, "timedOut": o.timedOut, "cancelled": o.cancelled}
 	if o.signal != "" {
 		raw["signal"] = o.signal
 	}

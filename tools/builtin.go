@@ -1,9 +1,9 @@
 package tools
 
-// Builtin returns the nine built-in tools with the default limits.
+// Builtin returns the built-in tools with the default limits.
 func Builtin() []Tool { return BuiltinWith(DefaultLimits()) }
 
-// BuiltinWith returns the nine built-in tools using the given limits (zero
+// BuiltinWith returns the built-in tools using the given limits (zero
 // fields take their defaults).
 func BuiltinWith(l Limits) []Tool {
 	l = l.WithDefaults()
@@ -17,6 +17,7 @@ func BuiltinWith(l Limits) []Tool {
 		Bash{Limits: l},
 		WebFetch{Limits: l},
 		Agent{},
+		TodoWrite{},
 	}
 }
 

@@ -93,24 +93,67 @@ func (c *editFileCall) Run(ctx context.Context, _ func(string)) Result {
 		return Errorf(fmt.Sprintf("Cannot read %s: %v", shown, err))
 	}
 	old := string(data)
-	if strings.IndexByte(old, 0) >= 0 || !utf8.ValidString(old) {
-		return Errorf(fmt.Sprintf("Cannot edit %s: it is a binary file", shown))
+	updated, fail := c.apply(old)
+	if fail != nil {
+		return *fail
 	}
-	switch n := strings.Count(old, c.old); n {
-	case 1:
-	case 0:
-		return Errorf(fmt.Sprintf("old_string not found in %s (it must match the file's text exactly, including whitespace)", shown))
-	default:
-		return Errorf(fmt.Sprintf("old_string matches %d times in %s; provide more context to make it unique", n, shown))
-	}
-	updated := strings.Replace(old, c.old, c.new, 1)
 	if err := writeTarget(c.target, []byte(updated), fi.Mode().Perm()); err != nil {
 		return Errorf(fmt.Sprintf("Cannot write %s: %v", shown, err))
 	}
+	return c.edited(old, updated)
+}
+
+// RunVia edits through the client only when it can both read and write:
+// the edit applies to its buffer and goes through its review. With one of
+// the two the edit is wholly local, so that what is replaced and what is
+// written are one version of the file.
+func (c *editFileCall) RunVia(ctx context.Context, cl Client, progress func(string)) Result {
+	if cl == nil || !cl.Caps().ReadTextFile || !cl.Caps().WriteTextFile {
+		return c.Run(ctx, progress)
+	}
+	if ctx.Err() != nil {
+		return Errorf("edit_file cancelled")
+	}
+	shown, path := c.target.Shown(), c.target.Location()
+	old, err := cl.ReadTextFile(ctx, path, 0, 0)
+	if err != nil {
+		return Errorf(fmt.Sprintf("Cannot read %s through the editor: %v", shown, err))
+	}
+	updated, fail := c.apply(old)
+	if fail != nil {
+		return *fail
+	}
+	if ctx.Err() != nil {
+		return Errorf("edit_file cancelled")
+	}
+	if err := cl.WriteTextFile(ctx, path, updated); err != nil {
+		return Errorf(fmt.Sprintf("Cannot write %s through the editor: %v", shown, err))
+	}
+	return c.edited(old, updated)
+}
+
+// apply replaces the one occurrence of c.old in text, or says why not.
+func (c *editFileCall) apply(text string) (string, *Result) {
+	shown := c.target.Shown()
+	fail := func(msg string) (string, *Result) { r := Errorf(msg); return "", &r }
+	if strings.IndexByte(text, 0) >= 0 || !utf8.ValidString(text) {
+		return fail(fmt.Sprintf("Cannot edit %s: it is a binary file", shown))
+	}
+	switch n := strings.Count(text, c.old); n {
+	case 1:
+	case 0:
+		return fail(fmt.Sprintf("old_string not found in %s (it must match the file's text exactly, including whitespace)", shown))
+	default:
+		return fail(fmt.Sprintf("old_string matches %d times in %s; provide more context to make it unique", n, shown))
+	}
+	return strings.Replace(text, c.old, c.new, 1), nil
+}
+
+func (c *editFileCall) edited(old, updated string) Result {
 	line := strings.Count(old[:strings.Index(old, c.old)], "\n") + 1
 	return Result{
 		Output: fmt.Sprintf("Edited %s: replaced %s with %s at line %d (the file now has %d lines)",
-			shown, nLines(c.old), nLines(c.new), line, countLines(updated)),
+			c.target.Shown(), nLines(c.old), nLines(c.new), line, countLines(updated)),
 		Diff: &Diff{Path: c.target.Location(), OldText: &old, NewText: updated},
 	}
 }

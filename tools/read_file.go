@@ -11,6 +11,7 @@ import (
 	"io/fs"
 	"os"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -94,22 +95,50 @@ func (c *readFileCall) Locations() []Location {
 func (c *readFileCall) Access() Access { return Access{Paths: []PathAccess{c.target.access(false)}} }
 
 func (c *readFileCall) Run(ctx context.Context, _ func(string)) Result {
-	start, end := c.start, c.end
-	l := c.t.Limits.WithDefaults()
-	shown := c.target.Shown()
-
 	f, err := openRegular(c.target)
 	if err != nil {
 		return Errorf(err.Error())
 	}
 	defer f.Close()
-	br := bufio.NewReaderSize(f, 64<<10)
+	return c.render(ctx, bufio.NewReaderSize(f, 64<<10), 0)
+}
+
+// RunVia reads through the client (its unsaved buffers included) when it
+// can read, asking for the line range; numbering and limits are applied
+// here as for a local read. A spilled tool output is a file of this server
+// and is always read locally.
+func (c *readFileCall) RunVia(ctx context.Context, cl Client, progress func(string)) Result {
+	if cl == nil || !cl.Caps().ReadTextFile || c.target.Place == PlaceToolOutputs {
+		return c.Run(ctx, progress)
+	}
+	line, limit := 0, 0
+	if c.start > 1 || c.end > 0 {
+		line = c.start
+	}
+	if c.end > 0 {
+		limit = c.end - c.start + 1
+	}
+	content, err := cl.ReadTextFile(ctx, c.target.Location(), line, limit)
+	if err != nil {
+		return Errorf(fmt.Sprintf("Cannot read %s through the editor: %v", c.target.Shown(), err))
+	}
+	// The client's first line is line `start` of the file.
+	return c.render(ctx, bufio.NewReader(strings.NewReader(content)), c.start-1)
+}
+
+// render numbers the lines of br from line c.start to c.end; the first line
+// br holds is line before+1 of the file (0 for a whole file, start-1 for
+// the range a client returned).
+func (c *readFileCall) render(ctx context.Context, br *bufio.Reader, before int) Result {
+	start, end := c.start, c.end
+	l := c.t.Limits.WithDefaults()
+	shown := c.target.Shown()
 	if head, _ := br.Peek(8000); bytes.IndexByte(head, 0) >= 0 {
 		return Errorf(fmt.Sprintf("Cannot read %s: it is a binary file", shown))
 	}
 
 	var out bytes.Buffer
-	lineNo := 0
+	lineNo := before
 	var budget = l.MaxReadBytes
 	truncated := "" // why the output stopped early
 	lastShown := 0
@@ -159,8 +188,12 @@ func (c *readFileCall) Run(ctx context.Context, _ func(string)) Result {
 		}
 	}
 	if lastShown == 0 {
-		if lineNo == 0 {
+		switch {
+		case lineNo == 0:
 			return Result{Output: fmt.Sprintf("(%s is empty)", shown)}
+		case before > 0:
+			// A client's range came back empty: the total is unknown here.
+			return Errorf(fmt.Sprintf("start_line %d is past the end of %s", start, shown))
 		}
 		return Errorf(fmt.Sprintf("start_line %d is past the end of %s (%d lines)", start, shown, lineNo))
 	}

@@ -44,7 +44,7 @@ func names(r *tools.Registry) []string {
 }
 
 var _ = Describe("Registry", func() {
-	It("has the nine built-in tools with the spec's kinds and permission categories", func() {
+	It("has the built-in tools with the spec's kinds and permission categories", func() {
 		kinds := map[string]tools.Kind{}
 		readOnly := map[string]bool{}
 		for _, t := range tools.Builtin() {
@@ -56,10 +56,10 @@ var _ = Describe("Registry", func() {
 			"glob": tools.KindSearch, "grep": tools.KindSearch,
 			"write_file": tools.KindEdit, "edit_file": tools.KindEdit,
 			"bash": tools.KindExecute, "agent": tools.KindExecute,
-			"web_fetch": tools.KindFetch,
+			"web_fetch": tools.KindFetch, "todo_write": tools.KindThink,
 		}))
 		Expect(readOnly).To(Equal(map[string]bool{
-			"read_file": true, "list_files": true, "glob": true, "grep": true, "web_fetch": true,
+			"read_file": true, "list_files": true, "glob": true, "grep": true, "web_fetch": true, "todo_write": true,
 			"write_file": false, "edit_file": false, "bash": false, "agent": false,
 		}))
 	})
@@ -102,7 +102,7 @@ var _ = Describe("Registry", func() {
 			Expect(err).NotTo(HaveOccurred())
 			Expect(names(r)).To(ConsistOf("read_file", "list_files", "glob", "grep", "web_fetch", "ro_extra"))
 		})
-		It("general-purpose = everything but agent", func() {
+		It("general-purpose = everything but agent and todo_write (the plan is the main agent's)", func() {
 			r, err := tools.SubagentTools(reg, "general-purpose")
 			Expect(err).NotTo(HaveOccurred())
 			Expect(names(r)).To(ConsistOf("read_file", "list_files", "glob", "grep", "web_fetch", "ro_extra",

@@ -203,6 +203,7 @@ var _ = Describe("tool input is read once, exactly", Label("security"), func() {
 		"bash":       `{"command":"echo harmless"}`,
 		"web_fetch":  `{"url":"https://example.com/"}`,
 		"agent":      `{"prompt":"p","description":"d","subagent_type":"plan"}`,
+		"todo_write": `{"todos":[{"content":"c","status":"pending"}]}`,
 	}
 	It("covers every built-in tool", func() {
 		var names []string

@@ -17,6 +17,7 @@ const (
 	KindSearch  Kind = "search"
 	KindExecute Kind = "execute"
 	KindFetch   Kind = "fetch"
+	KindThink   Kind = "think"
 	KindOther   Kind = "other"
 )
 
@@ -151,6 +152,8 @@ type Result struct {
 	IsError bool
 	// Diff is set by file-editing tools so clients can review the change.
 	Diff *Diff
+	// Plan is set by todo_write: the whole task list, shown as a plan.
+	Plan *Plan
 	// Raw is reported to the client as rawOutput (may be nil).
 	Raw any
 	// Content, when set, is what the client is shown instead of Output:

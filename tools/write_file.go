@@ -67,29 +67,9 @@ func (c *writeFileCall) Run(ctx context.Context, _ func(string)) Result {
 		return Errorf("write_file cancelled")
 	}
 	shown := c.target.Shown()
-	var old *string
-	mode := fs.FileMode(0o644)
-	if fi, err := c.target.Stat(); err == nil {
-		if fi.IsDir() {
-			return Errorf(fmt.Sprintf("%s is a directory", shown))
-		}
-		if !fi.Mode().IsRegular() {
-			return Errorf(fmt.Sprintf("%s is not a regular file", shown))
-		}
-		f, err := openRegular(c.target)
-		if err != nil {
-			return Errorf(err.Error())
-		}
-		data, err := io.ReadAll(f)
-		f.Close()
-		if err != nil {
-			return Errorf(fmt.Sprintf("Cannot read %s: %v", shown, err))
-		}
-		s := string(data)
-		old = &s
-		mode = fi.Mode().Perm()
-	} else if !errors.Is(err, fs.ErrNotExist) {
-		return Errorf(fmt.Sprintf("Cannot write %s: %v", shown, err))
+	old, mode, err := c.localOld()
+	if err != nil {
+		return Errorf(err.Error())
 	}
 	if err := c.target.MkdirParents(); err != nil {
 		return Errorf(fmt.Sprintf("Cannot create the directory of %s: %v", shown, err))
@@ -97,13 +77,95 @@ func (c *writeFileCall) Run(ctx context.Context, _ func(string)) Result {
 	if err := writeTarget(c.target, []byte(c.content), mode); err != nil {
 		return Errorf(fmt.Sprintf("Cannot write %s: %v", shown, err))
 	}
+	return c.written(old)
+}
+
+// RunVia writes through the client when it can write (it creates missing
+// files; its buffer and review see the change). The diff's old text is
+// read through the client when it can also read, so it is the editor's
+// buffer; else from the disk. With only the read capability the write is
+// local, and so is its old text: the diff shows what is replaced.
+func (c *writeFileCall) RunVia(ctx context.Context, cl Client, progress func(string)) Result {
+	if cl == nil || !cl.Caps().WriteTextFile {
+		return c.Run(ctx, progress)
+	}
+	if ctx.Err() != nil {
+		return Errorf("write_file cancelled")
+	}
+	shown, path := c.target.Shown(), c.target.Location()
+	var old *string
+	if cl.Caps().ReadTextFile {
+		text, err := cl.ReadTextFile(ctx, path, 0, 0)
+		switch {
+		case err == nil:
+			old = &text
+		case ctx.Err() != nil:
+			return Errorf("write_file cancelled")
+		case isClientNotFound(err) || !c.existsLocally():
+			// A new file: nothing to show as old text.
+		default:
+			return Errorf(fmt.Sprintf("Cannot read %s through the editor: %v", shown, err))
+		}
+	} else {
+		var err error
+		if old, _, err = c.localOld(); err != nil {
+			return Errorf(err.Error())
+		}
+	}
+	if ctx.Err() != nil {
+		return Errorf("write_file cancelled")
+	}
+	if err := cl.WriteTextFile(ctx, path, c.content); err != nil {
+		return Errorf(fmt.Sprintf("Cannot write %s through the editor: %v", shown, err))
+	}
+	return c.written(old)
+}
+
+// localOld reads the file's current content from the disk (nil when it
+// does not exist) and its permissions.
+func (c *writeFileCall) localOld() (*string, fs.FileMode, error) {
+	shown := c.target.Shown()
+	mode := fs.FileMode(0o644)
+	fi, err := c.target.Stat()
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, mode, nil
+	}
+	if err != nil {
+		return nil, mode, fmt.Errorf("Cannot write %s: %v", shown, err)
+	}
+	if fi.IsDir() {
+		return nil, mode, fmt.Errorf("%s is a directory", shown)
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, mode, fmt.Errorf("%s is not a regular file", shown)
+	}
+	f, err := openRegular(c.target)
+	if err != nil {
+		return nil, mode, err
+	}
+	data, err := io.ReadAll(f)
+	f.Close()
+	if err != nil {
+		return nil, mode, fmt.Errorf("Cannot read %s: %v", shown, err)
+	}
+	s := string(data)
+	return &s, fi.Mode().Perm(), nil
+}
+
+func (c *writeFileCall) existsLocally() bool {
+	_, err := c.target.Stat()
+	return !errors.Is(err, fs.ErrNotExist)
+}
+
+// written is the result of a write that replaced old (nil: a new file).
+func (c *writeFileCall) written(old *string) Result {
 	verb := "Created"
 	if old != nil {
 		verb = "Overwrote"
 	}
 	n := countLines(c.content)
 	return Result{
-		Output: fmt.Sprintf("%s %s: wrote %d %s (%d bytes)", verb, shown, n, plural(n, "line", "lines"), len(c.content)),
+		Output: fmt.Sprintf("%s %s: wrote %d %s (%d bytes)", verb, c.target.Shown(), n, plural(n, "line", "lines"), len(c.content)),
 		Diff:   &Diff{Path: c.target.Location(), OldText: old, NewText: c.content},
 	}
 }

@@ -41,6 +41,8 @@ func loadConfig(getenv func(string) string) (settings, error) {
 	e.positive("IAC_CODE_MAX_SESSIONS", &s.actors.MaxSessions)
 	e.duration("IAC_CODE_MCP_STARTUP_TIMEOUT", &s.actors.MCPStartupTimeout)
 	e.duration("IAC_CODE_MCP_TOOL_TIMEOUT", &s.actors.MCPToolTimeout)
+	e.duration("IAC_CODE_CLIENT_TIMEOUT", &s.actors.ClientTimeout)
+	e.positive("IAC_CODE_MAX_IMAGE_BYTES", &s.actors.MaxImageBytes)
 	e.duration("IAC_CODE_HTTP_IDLE_TIMEOUT", &s.http.IdleTimeout)
 	e.duration("IAC_CODE_HTTP_UNUSED_TIMEOUT", &s.http.UnusedTimeout)
 	e.positive("IAC_CODE_HTTP_MAX_UNUSED", &s.http.MaxUnused)

@@ -30,9 +30,10 @@ func startWatchdog(log zerolog.Logger) *procgroup.Watchdog {
 		return nil
 	}
 	cmd := exec.Command(exe, watchdogCommand)
-	// Nothing of ours (keys, tokens) in its environment: the log level,
-	// and the race detector's options in a -race build.
-	cmd.Env = []string{"IAC_CODE_LOG_LEVEL=" + os.Getenv("IAC_CODE_LOG_LEVEL"), "GORACE=" + os.Getenv("GORACE")}
+	// Nothing of ours (keys, tokens) in its environment: the server's log
+	// level (quiet in stdio mode too), and the race detector's options in a
+	// -race build.
+	cmd.Env = []string{"IAC_CODE_LOG_LEVEL=" + log.GetLevel().String(), "GORACE=" + os.Getenv("GORACE")}
 	wd, err := procgroup.StartWatchdog(cmd, os.Stderr, func(err error) {
 		log.Warn().Err(err).Msg("process-group watchdog gone: tool processes may outlive a crash")
 	})
@@ -46,7 +47,7 @@ func startWatchdog(log zerolog.Logger) *procgroup.Watchdog {
 
 // runWatchdog is the watchdog process: registrations arrive on fd 3.
 func runWatchdog() int {
-	log := newLogger().With().Str("svc", "iac-code-watchdog").Logger()
+	log := newLogger(zerolog.InfoLevel).With().Str("svc", "iac-code-watchdog").Logger()
 	procgroup.RunWatchdog(os.NewFile(3, "registrations"), procgroup.WatchdogGrace, log)
 	return 0
 }

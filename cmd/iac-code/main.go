@@ -6,6 +6,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"time"
@@ -19,11 +20,21 @@ import (
 // version is set at build time with -ldflags "-X main.version=…".
 var version = "0.1.0-dev"
 
-const usage = "usage: iac-code acp [--transport stdio|http] [--host 127.0.0.1] [--port 8765] [--allowed-hosts a,b] [--allowed-origins https://x,…]"
+const usage = `usage: iac-code acp [--transport stdio|http] [--host 127.0.0.1] [--port 8765] [--allowed-hosts a,b] [--allowed-origins https://x,…]
+       iac-code prompt [--cwd DIR] [--session ID] [--mode MODE] [--yes] [--json] "text"   (text on stdin without it)
+       iac-code --version`
 
 func main() {
-	if len(os.Args) > 1 && os.Args[1] == watchdogCommand {
-		os.Exit(runWatchdog())
+	if len(os.Args) > 1 {
+		switch os.Args[1] {
+		case watchdogCommand:
+			os.Exit(runWatchdog())
+		case "--version", "-version", "version":
+			fmt.Println("iac-code", version)
+			return
+		case "prompt":
+			os.Exit(runPrompt(os.Args[2:]))
+		}
 	}
 	if err := run(os.Args[1:]); err != nil {
 		fmt.Fprintln(os.Stderr, "iac-code:", err)
@@ -52,7 +63,13 @@ func run(args []string) error {
 		return fmt.Errorf("unknown transport %q", *transport)
 	}
 
-	log := newLogger()
+	// stdout is the protocol in stdio mode and clients often show the
+	// agent's stderr to the user: only warnings and errors by default.
+	level := zerolog.WarnLevel
+	if *transport == "http" {
+		level = zerolog.InfoLevel
+	}
+	log := newLogger(level)
 	cfg, err := loadConfig(os.Getenv)
 	if err != nil {
 		return err
@@ -89,11 +106,16 @@ func splitList(s string) []string {
 	return out
 }
 
-// newLogger logs JSON to stderr: in stdio mode stdout is the protocol.
-func newLogger() zerolog.Logger {
+// newLogger logs JSON to stderr (in stdio mode stdout is the protocol) at
+// IAC_CODE_LOG_LEVEL, else at def.
+func newLogger(def zerolog.Level) zerolog.Logger {
+	return newLoggerTo(os.Stderr, def)
+}
+
+func newLoggerTo(w io.Writer, def zerolog.Level) zerolog.Logger {
 	lvl, err := zerolog.ParseLevel(strings.ToLower(os.Getenv("IAC_CODE_LOG_LEVEL")))
 	if err != nil || lvl == zerolog.NoLevel {
-		lvl = zerolog.InfoLevel
+		lvl = def
 	}
-	return zerolog.New(os.Stderr).Level(lvl).With().Timestamp().Str("svc", "iac-code").Logger()
+	return zerolog.New(w).Level(lvl).With().Timestamp().Str("svc", "iac-code").Logger()
 }

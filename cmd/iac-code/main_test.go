@@ -54,6 +54,8 @@ func TestConfigFromEnvironment(t *testing.T) {
 		"IAC_CODE_HTTP_MAX_CONNECTIONS": "500",
 		"IAC_CODE_MCP_STARTUP_TIMEOUT":  "2s",
 		"IAC_CODE_MCP_TOOL_TIMEOUT":     "90s",
+		"IAC_CODE_CLIENT_TIMEOUT":       "9s",
+		"IAC_CODE_MAX_IMAGE_BYTES":      "1000",
 	}
 	s, err := loadConfig(func(k string) string { return env[k] })
 	if err != nil {
@@ -61,7 +63,8 @@ func TestConfigFromEnvironment(t *testing.T) {
 	}
 	a, h := s.actors, s.http
 	if a.Home != "/tmp/h" || a.SessionRelease != 5*time.Second || a.MaxSessions != 7 || a.SessionIdle != time.Hour ||
-		a.MCPStartupTimeout != 2*time.Second || a.MCPToolTimeout != 90*time.Second {
+		a.MCPStartupTimeout != 2*time.Second || a.MCPToolTimeout != 90*time.Second ||
+		a.ClientTimeout != 9*time.Second || a.MaxImageBytes != 1000 {
 		t.Errorf("actors config %+v", a)
 	}
 	if h.IdleTimeout != 2*time.Minute || h.UnusedTimeout != 10*time.Second || h.MaxUnused != 99 ||

@@ -16,6 +16,7 @@
 // the agent's stderr) goes to stderr. See README.md.
 
 import { spawn } from "node:child_process";
+import fs from "node:fs";
 import path from "node:path";
 import { Readable, Writable } from "node:stream";
 import { format, parseArgs } from "node:util";
@@ -229,6 +230,36 @@ export const scenarios = {
     return { session, prompt };
   },
 
+  /**
+   * An editor client: advertises --client-fs / --client-terminal and serves
+   * them over --cwd with the --overlay unsaved buffers (see makeEditor).
+   * Sends --prompts prompts (the first may be --prompt-json); with
+   * --cancel-on-terminal the first prompt is cancelled as soon as a tool call
+   * shows a terminal. Result: {sessionId, prompts:[PromptResponse...]}; the
+   * report's "editor" has the client requests, buffers and terminals.
+   */
+  async editor(h) {
+    await h.initialize({ clientCapabilities: h.editor.capabilities });
+    const { sessionId } = await h.newSession();
+    const prompts = [];
+    for (let i = 0; i < h.opts.prompts; i++) {
+      const text = i === 0 && h.opts.promptJson ? JSON.parse(h.opts.promptJson) : h.text(i);
+      if (i === 0 && h.opts.cancelOnTerminal) {
+        const from = h.updates.length;
+        const turn = h.startPrompt(sessionId, text);
+        await h.waitFor("a tool call showing a terminal", () =>
+          h.updates.slice(from).some((u) => (u.content ?? []).some((c) => c.type === "terminal")),
+          { race: turn },
+        );
+        await h.cancel(sessionId);
+        prompts.push(await h.expectResolve(turn, "prompt cancelled while a terminal runs"));
+        continue;
+      }
+      prompts.push(await h.prompt(sessionId, text));
+    }
+    return { sessionId, prompts };
+  },
+
   /** A prompt for a session id that does not exist is rejected; the connection stays usable. */
   async "unknown-session"(h) {
     await h.initialize();
@@ -261,6 +292,12 @@ function parseOptions(argv) {
       "timeout-ms": { type: "string", default: "60000" },
       "eof-grace-ms": { type: "string", default: "1000" },
       "list-scenarios": { type: "boolean", default: false },
+      "client-fs": { type: "string", default: "" },
+      "client-terminal": { type: "boolean", default: false },
+      overlay: { type: "string", default: "{}" },
+      "client-fail": { type: "string", multiple: true },
+      "prompt-json": { type: "string" },
+      "cancel-on-terminal": { type: "boolean", default: false },
     },
   });
   const opts = {
@@ -277,6 +314,12 @@ function parseOptions(argv) {
     timeoutMs: Number(values["timeout-ms"]),
     eofGraceMs: Number(values["eof-grace-ms"]),
     listScenarios: values["list-scenarios"],
+    clientFs: values["client-fs"].split(",").filter(Boolean),
+    clientTerminal: values["client-terminal"],
+    overlay: JSON.parse(values.overlay),
+    clientFail: values["client-fail"] ?? [],
+    promptJson: values["prompt-json"],
+    cancelOnTerminal: values["cancel-on-terminal"],
   };
   if (opts.listScenarios) return opts;
   if (!opts.scenario) throw new Error("--scenario is required");
@@ -503,6 +546,157 @@ function httpTransport(opts, checker) {
 }
 
 // ---------------------------------------------------------------------------
+// The editor: fs/* and terminal/* handlers of a client that advertises them.
+// Files are the --cwd directory with an in-memory overlay of "unsaved
+// buffers" (--overlay, relative path -> content): reads see the overlay
+// first, writes go to the overlay only, the disk is never written. Terminals
+// run the real command. Every request is recorded in arrival order, and one
+// arriving when no prompt of its session is running is a failure (no client
+// request of a turn may follow its prompt's answer). --client-fail METHOD
+// answers that method with an error.
+
+function makeEditor(opts, record) {
+  const read = opts.clientFs.includes("read");
+  const write = opts.clientFs.includes("write");
+  const capabilities = {};
+  if (read || write) capabilities.fs = { readTextFile: read, writeTextFile: write };
+  if (opts.clientTerminal) capabilities.terminal = true;
+  const buffers = { ...opts.overlay };
+  const requests = [];
+  const terminals = new Map(); // id -> {child, output, exit, exited, creates, releases, kills, outputs}
+  let nextTerminal = 0;
+
+  const rel = (p) => path.relative(opts.cwd, p).split(path.sep).join("/");
+  const seen = (method, params) => {
+    const active = record.activeTurns.has(params.sessionId);
+    requests.push({ method, params, active });
+    if (!active) record.failures.push(`${method} arrived after the answer to its session's prompt`);
+    if (opts.clientFail.includes(method)) throw new acp.RequestError(-32603, `editor refused ${method}`);
+  };
+  const absolute = (method, p) => {
+    if (!path.isAbsolute(p)) {
+      record.failures.push(`${method} with a relative path ${p}`);
+      throw acp.RequestError.invalidParams({ path: p }, "path must be absolute");
+    }
+  };
+
+  const handlers = {
+    [acp.methods.client.fs.readTextFile]: ({ params }) => {
+      seen("fs/read_text_file", params);
+      absolute("fs/read_text_file", params.path);
+      let text = buffers[rel(params.path)];
+      if (text === undefined) {
+        try {
+          text = fs.readFileSync(params.path, "utf8");
+        } catch {
+          throw acp.RequestError.resourceNotFound(params.path);
+        }
+      }
+      if (params.line != null || params.limit != null) {
+        const lines = text.split(/(?<=\n)/);
+        const from = Math.max((params.line ?? 1) - 1, 0);
+        text = lines.slice(from, params.limit != null ? from + params.limit : undefined).join("");
+      }
+      return { content: text };
+    },
+    [acp.methods.client.fs.writeTextFile]: ({ params }) => {
+      seen("fs/write_text_file", params);
+      absolute("fs/write_text_file", params.path);
+      buffers[rel(params.path)] = params.content;
+      return {};
+    },
+    [acp.methods.client.terminal.create]: ({ params }) => {
+      seen("terminal/create", params);
+      const env = { ...process.env };
+      for (const { name, value } of params.env ?? []) env[name] = value;
+      const child = spawn(params.command, params.args ?? [], { cwd: params.cwd ?? opts.cwd, env, detached: true });
+      const id = `term-${++nextTerminal}`;
+      const t = { id, child, output: "", truncated: false, exit: null, creates: 1, releases: 0, kills: 0, outputs: 0, waits: 0 };
+      const limit = params.outputByteLimit ?? Infinity;
+      const append = (chunk) => {
+        t.output += chunk.toString("utf8");
+        while (Buffer.byteLength(t.output) > limit) {
+          t.output = t.output.slice(1);
+          t.truncated = true;
+        }
+      };
+      child.stdout.on("data", append);
+      child.stderr.on("data", append);
+      t.exited = new Promise((resolve) =>
+        child.on("exit", (code, signal) => {
+          t.exit = { exitCode: code, signal };
+          resolve(t.exit);
+        }),
+      );
+      child.on("error", (err) => append(`spawn error: ${err.message}\n`));
+      terminals.set(id, t);
+      return { terminalId: id };
+    },
+    [acp.methods.client.terminal.waitForExit]: async ({ params }) => {
+      seen("terminal/wait_for_exit", params);
+      const t = terminal(params.terminalId);
+      t.waits++;
+      return t.exited;
+    },
+    [acp.methods.client.terminal.output]: ({ params }) => {
+      seen("terminal/output", params);
+      const t = terminal(params.terminalId);
+      t.outputs++;
+      return { output: t.output, truncated: t.truncated, exitStatus: t.exit };
+    },
+    [acp.methods.client.terminal.kill]: ({ params }) => {
+      seen("terminal/kill", params);
+      const t = terminal(params.terminalId);
+      t.kills++;
+      killGroup(t, "SIGTERM");
+      return {};
+    },
+    [acp.methods.client.terminal.release]: ({ params }) => {
+      seen("terminal/release", params);
+      const t = terminal(params.terminalId);
+      t.releases++;
+      if (t.releases > 1) record.failures.push(`terminal ${t.id} released ${t.releases} times`);
+      if (!t.exit) killGroup(t, "SIGKILL");
+      return {};
+    },
+  };
+  const terminal = (id) => {
+    const t = terminals.get(id);
+    if (!t) throw acp.RequestError.invalidParams({ terminalId: id }, "unknown terminal");
+    return t;
+  };
+  const killGroup = (t, signal) => {
+    try {
+      process.kill(-t.child.pid, signal);
+    } catch {
+      // already gone
+    }
+  };
+
+  return {
+    capabilities,
+    buffers,
+    register(app) {
+      if (read) app.onRequest(acp.methods.client.fs.readTextFile, handlers[acp.methods.client.fs.readTextFile]);
+      if (write) app.onRequest(acp.methods.client.fs.writeTextFile, handlers[acp.methods.client.fs.writeTextFile]);
+      if (opts.clientTerminal) {
+        for (const m of Object.values(acp.methods.client.terminal)) app.onRequest(m, handlers[m]);
+      }
+    },
+    /** Report: requests in order, the buffers, every terminal's counts; leftovers are killed. */
+    async finish() {
+      const summary = [];
+      for (const t of terminals.values()) {
+        if (!t.exit) killGroup(t, "SIGKILL");
+        const { child, exited, ...rest } = t;
+        summary.push(rest);
+      }
+      return { capabilities, requests, buffers, terminals: summary };
+    },
+  };
+}
+
+// ---------------------------------------------------------------------------
 // The helper object handed to scenarios.
 
 function makeHelpers(opts, ctx, record, checker) {
@@ -534,6 +728,7 @@ function makeHelpers(opts, ctx, record, checker) {
     /** incremented at the start of every prompt sent through h.prompt/h.startPrompt */
     turn: 0,
     initializeResponse: undefined,
+    editor: record.editor,
 
     text(i) {
       const texts = opts.text?.length ? opts.text : ["hello"];
@@ -585,9 +780,14 @@ function makeHelpers(opts, ctx, record, checker) {
       h.turn++;
       cancelled.delete(sessionId);
       const prompt = typeof text === "string" ? [{ type: "text", text }] : text;
-      const p = h.request(acp.methods.agent.session.prompt, { sessionId, prompt }, options);
-      p.catch(() => {}); // awaited by the caller; avoid unhandled-rejection noise meanwhile
-      return p;
+      record.activeTurns.add(sessionId);
+      const p = ctx.request(acp.methods.agent.session.prompt, { sessionId, prompt }, options);
+      // Settled as soon as the answer is read: a client request of this turn
+      // handled after that arrived after the answer.
+      p.finally(() => record.activeTurns.delete(sessionId)).catch(() => {});
+      const settled = p.finally(flush);
+      settled.catch(() => {}); // awaited by the caller; avoid unhandled-rejection noise meanwhile
+      return settled;
     },
 
     prompt(sessionId, text, options) {
@@ -736,7 +936,9 @@ async function main() {
     permissionRequests: report.permissionRequests,
     failures: report.failures,
     unexpectedRequests: [],
+    activeTurns: new Set(),
   };
+  record.editor = makeEditor(opts, record);
 
   const transport = opts.transport === "stdio" ? stdioTransport(opts, checker) : httpTransport(opts, checker);
 
@@ -752,8 +954,8 @@ async function main() {
 
   let h;
   let connection;
-  const app = acp
-    .client({ name: "iac-code-e2e-node" })
+  const app = acp.client({ name: "iac-code-e2e-node" });
+  app
     .onConnect((conn) => {
       connection = conn;
     })
@@ -769,8 +971,9 @@ async function main() {
       const answer = await h.answerPermission(params);
       entry.answer = answer;
       return answer;
-    })
-    .onRequest("*", ({ method }) => {
+    });
+  record.editor.register(app);
+  app.onRequest("*", ({ method }) => {
       // The harness advertises no fs/terminal/elicitation capability.
       record.unexpectedRequests.push(method);
       if (!method.startsWith("_")) record.failures.push(`agent sent request ${method} although the client did not advertise it`);
@@ -816,6 +1019,7 @@ async function main() {
   report.schema = checker.summary();
   report.unansweredRequests = checker.pendingRequests();
   if (record.unexpectedRequests.length) report.unexpectedRequests = record.unexpectedRequests;
+  report.editor = await record.editor.finish();
   if (!report.error && report.failures.length) report.error = report.failures.join("; ");
   if (!report.error && report.schema.failed) report.error = `${report.schema.failed} schema violation(s)`;
   if (!report.error && sdkErrors.length) report.error = `SDK logged ${sdkErrors.length} error(s): ${sdkErrors[0].message}`;

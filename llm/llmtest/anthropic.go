@@ -55,17 +55,23 @@ func (m AnthropicMessage) Blocks() []AnthropicBlock {
 // AnthropicBlock is a request content block; only the fields of its type
 // are set.
 type AnthropicBlock struct {
-	Type         string          `json:"type"`
-	Text         string          `json:"text,omitempty"`
-	Thinking     string          `json:"thinking,omitempty"`
-	Signature    string          `json:"signature,omitempty"`
-	Data         string          `json:"data,omitempty"`
-	ID           string          `json:"id,omitempty"`
-	Name         string          `json:"name,omitempty"`
-	Input        json.RawMessage `json:"input,omitempty"`
-	ToolUseID    string          `json:"tool_use_id,omitempty"`
-	Content      json.RawMessage `json:"content,omitempty"`
-	IsError      bool            `json:"is_error,omitempty"`
+	Type      string          `json:"type"`
+	Text      string          `json:"text,omitempty"`
+	Thinking  string          `json:"thinking,omitempty"`
+	Signature string          `json:"signature,omitempty"`
+	Data      string          `json:"data,omitempty"`
+	ID        string          `json:"id,omitempty"`
+	Name      string          `json:"name,omitempty"`
+	Input     json.RawMessage `json:"input,omitempty"`
+	ToolUseID string          `json:"tool_use_id,omitempty"`
+	Content   json.RawMessage `json:"content,omitempty"`
+	IsError   bool            `json:"is_error,omitempty"`
+	// Source is an image block's data.
+	Source *struct {
+		Type      string `json:"type"`
+		MediaType string `json:"media_type"`
+		Data      string `json:"data"`
+	} `json:"source,omitempty"`
 	CacheControl *struct {
 		Type string `json:"type"`
 	} `json:"cache_control,omitempty"`
@@ -425,6 +431,47 @@ func (r RecordedRequest) ToolResults() []ToolResult {
 	for _, m := range r.Chat.Messages {
 		if m.Role == "tool" {
 			out = append(out, ToolResult{ID: m.ToolCallID, Content: m.Text()})
+		}
+	}
+	return out
+}
+
+// Image is an image sent to the model, in order of appearance.
+type Image struct {
+	// Role of the message holding it.
+	Role string
+	// MediaType and Data (base64): Anthropic's source; for OpenAI, parsed
+	// from the data URL (URL keeps it whole).
+	MediaType, Data string
+	URL             string
+}
+
+// Images lists the images of the request: OpenAI image_url content parts,
+// Anthropic image blocks.
+func (r RecordedRequest) Images() []Image {
+	var out []Image
+	if r.Format == FormatAnthropic {
+		for _, m := range r.Anthropic.Messages {
+			for _, b := range m.Blocks() {
+				if b.Type == "image" && b.Source != nil {
+					out = append(out, Image{Role: m.Role, MediaType: b.Source.MediaType, Data: b.Source.Data})
+				}
+			}
+		}
+		return out
+	}
+	for _, m := range r.Chat.Messages {
+		for _, p := range m.Parts() {
+			if p.Type != "image_url" || p.ImageURL == nil {
+				continue
+			}
+			img := Image{Role: m.Role, URL: p.ImageURL.URL}
+			if rest, ok := strings.CutPrefix(p.ImageURL.URL, "data:"); ok {
+				if meta, data, ok := strings.Cut(rest, ","); ok {
+					img.MediaType, img.Data = strings.TrimSuffix(meta, ";base64"), data
+				}
+			}
+			out = append(out, img)
 		}
 	}
 	return out

@@ -103,15 +103,31 @@ func (m ChatMessage) Text() string {
 	if json.Unmarshal(m.Content, &s) == nil {
 		return s
 	}
-	var parts []struct {
-		Text string `json:"text"`
-	}
-	_ = json.Unmarshal(m.Content, &parts)
 	var b strings.Builder
-	for _, p := range parts {
+	for _, p := range m.Parts() {
 		b.WriteString(p.Text)
 	}
 	return b.String()
+}
+
+// ContentPart is one part of an array content.
+type ContentPart struct {
+	Type     string `json:"type"`
+	Text     string `json:"text,omitempty"`
+	ImageURL *struct {
+		URL string `json:"url"`
+	} `json:"image_url,omitempty"`
+}
+
+// Parts returns the content parts (a string content as one text part).
+func (m ChatMessage) Parts() []ContentPart {
+	var s string
+	if json.Unmarshal(m.Content, &s) == nil {
+		return []ContentPart{{Type: "text", Text: s}}
+	}
+	var parts []ContentPart
+	_ = json.Unmarshal(m.Content, &parts)
+	return parts
 }
 
 // ChatToolCall is a tool call in an assistant request message.

@@ -31,7 +31,9 @@ const (
 
 // Config configures the HTTP+SSE edge. Zero fields take the defaults above.
 type Config struct {
-	// Host and Port are the listen address of Serve (default 127.0.0.1:8765).
+	// Host and Port are the listen address of Serve (default host
+	// 127.0.0.1; Port 0 takes a free port, which Serve logs; the command's
+	// --port flag defaults to DefaultPort).
 	Host string
 	Port int
 	// Token, when set, is required on every route as "Authorization:
@@ -92,9 +94,6 @@ type Config struct {
 func (c Config) withDefaults() Config {
 	if c.Host == "" {
 		c.Host = DefaultHost
-	}
-	if c.Port == 0 {
-		c.Port = DefaultPort
 	}
 	if c.ReplayBuffer <= 0 {
 		c.ReplayBuffer = DefaultReplayBuffer
