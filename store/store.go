@@ -15,10 +15,16 @@
 // A Store is safe for concurrent use. A Session handle belongs to exactly one
 // owner (the session actor), which performs all writes of that session; a
 // second Open of the same id in the same process fails with ErrInUse.
+//
+// That is the file store (FileStore), for one process. PGStore keeps the same
+// sessions in PostgreSQL for several processes (the pods of a cluster), with
+// a lease per open session so that one writer holds across processes; Open
+// picks one by URL (IAC_CODE_STORE_URL). Both pass one contract test suite.
 package store
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -37,8 +43,14 @@ var (
 	ErrExists = errors.New("session already exists")
 	// ErrInvalidID: an id that cannot be used as a directory name.
 	ErrInvalidID = errors.New("invalid session id")
-	// ErrInUse: the session is already open in this process (Open, Delete).
+	// ErrInUse: the session is open elsewhere: in this process, or (shared
+	// store) held by another process's lease (Open, Delete). The returned
+	// error is an *InUseError naming the holder when it is known.
 	ErrInUse = errors.New("session is open")
+	// ErrFenced: this handle lost the session's lease (it expired, or its
+	// owner was declared dead, and another process took the session over).
+	// The handle can never write again; Close it.
+	ErrFenced = errors.New("session lease lost to another owner")
 	// ErrClosed: the Session handle was closed.
 	ErrClosed = errors.New("session handle closed")
 	// ErrInvalidCursor: List got a cursor it did not produce.
@@ -47,7 +59,32 @@ var (
 	ErrBadSeq = errors.New("sequence numbers must increase")
 )
 
+// InUseError is the ErrInUse of Open and Delete: errors.Is(err, ErrInUse)
+// holds, and errors.As gives the holder.
+type InUseError struct {
+	ID string
+	// Owner is the incarnation id of the process holding the session's lease
+	// (shared store), "" when the holder is this process's file store.
+	Owner string
+}
+
+func (e *InUseError) Error() string {
+	if e.Owner == "" {
+		return fmt.Sprintf("%v: %s", ErrInUse, e.ID)
+	}
+	return fmt.Sprintf("%v: %s (held by %s)", ErrInUse, e.ID, e.Owner)
+}
+
+// Is makes errors.Is(err, ErrInUse) true.
+func (e *InUseError) Is(target error) bool { return target == ErrInUse }
+
 // Store creates, opens, forks, lists and deletes sessions.
+//
+// Exactly one writer: a Session handle is the only one that can write its
+// session. A second Open of an open session fails with ErrInUse until the
+// holder's Close; the shared store also hands the session over when the
+// holder's lease expires or its owner is declared dead, and the old handle's
+// writes then fail with ErrFenced.
 type Store interface {
 	// Create makes a new session directory from meta (meta.ID required;
 	// CreatedAt/UpdatedAt are stamped by the store). ErrExists if taken.
@@ -67,6 +104,13 @@ type Store interface {
 	Delete(id string) error
 }
 
+// Backend is a Store with resources to release at exit: Close releases them
+// (the shared store: this process's leases and its connections).
+type Backend interface {
+	Store
+	Close() error
+}
+
 // Session is the writer handle of one session, owned by one actor.
 type Session interface {
 	ID() string
@@ -79,7 +123,7 @@ type Session interface {
 	// LastSeq is the highest sequence number in the history (0 if empty).
 	LastSeq() int64
 	// Sync fsyncs the history if anything was appended since the last Sync.
-	// Call at every turn end.
+	// Call at every turn end. (The shared store commits every Append: no-op.)
 	Sync() error
 	// Meta returns a copy of the current metadata.
 	Meta() Meta
@@ -181,6 +225,30 @@ type Meta struct {
 
 // FormatVersion is the version written into meta.json.
 const FormatVersion = 1
+
+// born is a copy of m for a new session id (Create, Fork): current format
+// version, created and updated now.
+func (m Meta) born(id, forkedFrom string, now time.Time) Meta {
+	m = m.clone()
+	m.Version = FormatVersion
+	m.ID = id
+	m.ForkedFrom = forkedFrom
+	m.CreatedAt = now
+	m.UpdatedAt = now
+	return m
+}
+
+// replacing is a copy of m ready to replace stored (SaveMeta): id, creation
+// time and fork origin stay as stored; updated now.
+func (m Meta) replacing(stored Meta, now time.Time) Meta {
+	m = m.clone()
+	m.Version = FormatVersion
+	m.ID = stored.ID
+	m.CreatedAt = stored.CreatedAt
+	m.ForkedFrom = stored.ForkedFrom
+	m.UpdatedAt = now
+	return m
+}
 
 func (m Meta) clone() Meta {
 	if m.Config != nil {

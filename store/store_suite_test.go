@@ -1,13 +1,42 @@
 package store_test
 
 import (
+	"fmt"
+	"os"
+	"sync"
 	"testing"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+
+	"github.com/iac-code/iac-code/store/pgtest"
 )
 
 func TestStore(t *testing.T) {
 	RegisterFailHandler(Fail)
 	RunSpecs(t, "Store Suite")
+}
+
+// TestMain stops the package's PostgreSQL server (started on first use by
+// the specs) when every test is done.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if err := pgtest.StopShared(); err != nil {
+		fmt.Fprintln(os.Stderr, "stop PostgreSQL:", err)
+	}
+	os.Exit(code)
+}
+
+var skipLoudly sync.Once
+
+// requirePG returns the package's PostgreSQL server, started on first use,
+// and skips the spec loudly when PostgreSQL is not installed.
+func requirePG() *pgtest.Server {
+	srv, err := pgtest.Shared(pgtest.Options{})
+	if err == pgtest.ErrUnavailable {
+		skipLoudly.Do(func() { fmt.Fprintln(os.Stderr, pgtest.SkipMessage) })
+		Skip(pgtest.SkipMessage)
+	}
+	Expect(err).NotTo(HaveOccurred())
+	return srv
 }
