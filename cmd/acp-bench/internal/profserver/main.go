@@ -81,10 +81,18 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
-	sessions, err := store.New(cfg.Home, store.WithLogger(log))
+	// IAC_CODE_STORE_URL picks the store: files under the home (default) or
+	// PostgreSQL shared by several processes. Closed after the actor system
+	// stops: the shared store then releases this process's leases at once.
+	sessions, err := store.OpenFromEnv(cfg.Home, os.Getenv, store.WithLogger(log))
 	if err != nil {
 		return fmt.Errorf("session store: %w", err)
 	}
+	defer func() {
+		if err := sessions.Close(); err != nil {
+			log.Warn().Err(err).Msg("close session store")
+		}
+	}()
 	srv := actors.NewServer(actors.Deps{Config: cfg, Provider: provider, Tools: tools.Default(), Store: sessions, Log: log})
 	defer srv.Shutdown()
 	switch *transport {
