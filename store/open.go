@@ -25,11 +25,17 @@ func Open(dbURL, home string, opts ...Option) (Backend, error) {
 		}
 		return pg, nil
 	}
-	scheme, _, _ := strings.Cut(dbURL, ":")
-	if len(scheme) > 20 || strings.ContainsAny(scheme, "/@") {
-		scheme = "?" // not a scheme: never echo what may be a secret
+	return nil, fmt.Errorf("store: unsupported store URL scheme %q (want postgres:// or postgresql://, or unset for files)", schemeOf(dbURL))
+}
+
+// schemeOf is the scheme of a URL for an error message: letters, digits and
+// "+-." before "://", else "?" (the input may be a secret of another shape).
+func schemeOf(raw string) string {
+	scheme, _, ok := strings.Cut(raw, "://")
+	if !ok || scheme == "" || len(scheme) > 20 || strings.TrimLeft(strings.ToLower(scheme), "abcdefghijklmnopqrstuvwxyz0123456789+-.") != "" {
+		return "?"
 	}
-	return nil, fmt.Errorf("store: unsupported store URL scheme %q (want postgres:// or postgresql://, or unset for files)", scheme)
+	return scheme
 }
 
 // Environment variables read by OpenFromEnv.

@@ -344,12 +344,14 @@ func (s *PGStore) scanHistory(rows pgx.Rows, id string) ([]Entry, int64, error) 
 		entries []Entry
 		last    int64
 		seq     int64
-		raw     []byte
 	)
 	for rows.Next() {
-		if err := rows.Scan(&seq, &raw); err != nil {
+		if err := rows.Scan(&seq, nil); err != nil {
 			return nil, 0, err
 		}
+		// json travels as its text: the row's bytes as received, valid
+		// until Next; the decoder copies what it keeps.
+		raw := rows.RawValues()[1]
 		last = max(last, seq)
 		var e Entry
 		err := decodeEntry(raw, &e)
@@ -360,7 +362,7 @@ func (s *PGStore) scanHistory(rows pgx.Rows, id string) ([]Entry, int64, error) 
 			s.log.Warn().Str("session", id).Int64("seq", seq).Err(err).Msg("skipping corrupt history row")
 			continue
 		}
-		entries = append(entries, e) // the decoder copies what it keeps: raw is reused
+		entries = append(entries, e)
 	}
 	return entries, last, rows.Err()
 }

@@ -426,6 +426,11 @@ var _ = Describe("PGStore", func() {
 		errs = append(errs, err)
 		_, err = store.Open("root:"+pw+"@db", "", log)
 		errs = append(errs, err)
+		_, err = store.Open("password=hunter2", "", log) // a key/value DSN is not a URL
+		Expect(err).To(MatchError(ContainSubstring(`unsupported store URL scheme "?"`)))
+		Expect(err.Error()).NotTo(ContainSubstring("hunter2"))
+		_, err = store.Open("host=db password="+pw, "", log)
+		errs = append(errs, err)
 
 		// At run time: the database goes away under an open store.
 		proxy, err := pgtest.NewProxy(fmt.Sprintf("127.0.0.1:%d", db.srv.Port()))
