@@ -17,10 +17,11 @@ func TestStore(t *testing.T) {
 	RunSpecs(t, "Store Suite")
 }
 
-// TestMain stops the package's PostgreSQL server (started on first use by
-// the specs) when every test is done.
+// TestMain stops the package's PostgreSQL servers (started on first use by
+// the specs and by the benchmarks) when every test is done.
 func TestMain(m *testing.M) {
 	code := m.Run()
+	stopBenchPG()
 	if err := pgtest.StopShared(); err != nil {
 		fmt.Fprintln(os.Stderr, "stop PostgreSQL:", err)
 	}
