@@ -2,6 +2,7 @@ package actors
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"time"
@@ -45,6 +46,13 @@ type (
 	drain       struct{ from *actor.PID }
 	drained     struct{}
 	sessionIdle struct{ sessionID string }
+	// cancelTurns cancels running turns started by conn (every one, or only
+	// the prompt with requestID): sent by the transport to its connection
+	// (conn nil), and by the connection to its sessions.
+	cancelTurns struct {
+		conn      *actor.PID
+		requestID protocol.RawMessage
+	}
 )
 
 func (*outbound) IgnoreDeadLetterLogging()     {}
@@ -122,6 +130,10 @@ func (c *connection) Receive(ctx actor.Context) {
 		c.send(protocol.EncodeRequest(c.nextID, m.method, m.params), m.sessionID)
 	case *drain:
 		c.startDrain(ctx)
+	case *cancelTurns:
+		for _, pid := range c.sessions {
+			ctx.Send(pid, &cancelTurns{conn: ctx.Self(), requestID: m.requestID})
+		}
 	case *sessionIdle:
 		delete(c.waitIdle, m.sessionID)
 		c.finishDrain(ctx)
@@ -205,10 +217,46 @@ func (c *connection) dispatch(ctx actor.Context, m *protocol.Message) {
 		protocol.MethodSessionSetMode, protocol.MethodSessionSetConfig:
 		c.toSession(ctx, m, method)
 	case protocol.MethodCancelRequest:
-		// Our requests are answered by the client; nothing of ours is cancellable this way yet.
+		c.cancelRequest(ctx, m)
 	default:
 		c.fail(m.ID, protocol.ErrMethodNotFound(m.Method))
 	}
+}
+
+// cancelRequest handles $/cancel_request: a running session/prompt of this
+// connection with that id ends cancelled (its own answer, per the spec);
+// other requests are answered too fast to be worth aborting. The spec makes
+// it a notification; sent with an id it is answered {} (as session/cancel
+// is) so that no client request is left without an answer.
+func (c *connection) cancelRequest(ctx actor.Context, m *protocol.Message) {
+	var p struct {
+		RequestID protocol.RawMessage `json:"requestId"`
+	}
+	_ = protocol.Unmarshal(m.Params, &p)
+	target := protocol.CanonicalID(p.RequestID)
+	if target == nil {
+		c.fail(m.ID, protocol.ErrInvalidParams(map[string]string{"requestId": "requestId must be a number or a string"}))
+		return
+	}
+	for _, pid := range c.sessions {
+		ctx.Send(pid, &cancelTurns{conn: ctx.Self(), requestID: target})
+	}
+	if m.ID != nil {
+		c.reply(m.ID, struct{}{})
+	}
+}
+
+// full reports whether opening session id would exceed MaxSessions, and
+// answers reqID with the limit error if so (a session already live here
+// does not count twice).
+func (c *connection) full(id string, reqID protocol.RawMessage) bool {
+	if _, live := c.sessions[id]; live || len(c.sessions) < c.deps.Config.MaxSessions {
+		return false
+	}
+	c.fail(reqID, protocol.ErrLimit(fmt.Sprintf(
+		"Too many live sessions on this connection (limit %d); close some with session/close", c.deps.Config.MaxSessions),
+		"too_many_sessions", c.deps.Config.MaxSessions))
+	return true
 }
 
 func (c *connection) routeAnswer(ctx actor.Context, m *protocol.Message) {
@@ -305,6 +353,9 @@ func (c *connection) newSession(ctx actor.Context, m *protocol.Message) {
 		c.fail(m.ID, protocol.ErrInvalidParams(map[string]string{"cwd": bad}))
 		return
 	}
+	if c.full("", m.ID) {
+		return
+	}
 	// The session actor creates its store entry and answers the request.
 	c.openSession(ctx, uuid.NewString(), startNew, m.ID, req.Cwd, "")
 }
@@ -395,6 +446,13 @@ func (c *connection) reopenSession(ctx actor.Context, m *protocol.Message, metho
 			return
 		}
 	}
+	target := ref.SessionID
+	if method == protocol.MethodSessionFork {
+		target = ""
+	}
+	if c.full(target, m.ID) {
+		return
+	}
 	switch method {
 	case protocol.MethodSessionFork:
 		c.openSession(ctx, uuid.NewString(), startFork, m.ID, ref.Cwd, ref.SessionID)
@@ -451,6 +509,9 @@ func (c *connection) toSession(ctx actor.Context, m *protocol.Message, method st
 	}
 	pid, ok := c.sessions[ref.SessionID]
 	if !ok && c.known[ref.SessionID] {
+		if c.full(ref.SessionID, m.ID) {
+			return
+		}
 		c.openSession(ctx, ref.SessionID, startRestore, nil, "", "")
 		pid, ok = c.sessions[ref.SessionID]
 	}

@@ -15,31 +15,53 @@ import (
 
 const permissionDenied = "Permission denied."
 
-var permissionOptions = []protocol.PermissionOption{
-	{OptionID: protocol.AllowOnce, Name: "Allow once", Kind: protocol.AllowOnce},
-	{OptionID: protocol.AllowAlways, Name: "Always allow this tool in this session", Kind: protocol.AllowAlways},
-	{OptionID: protocol.RejectOnce, Name: "Reject", Kind: protocol.RejectOnce},
-	{OptionID: protocol.RejectAlways, Name: "Always reject this tool in this session", Kind: protocol.RejectAlways},
+// newPermissionAsk builds the question for a prepared call from what it
+// reaches (tools.Access): the policy decides on resolved values only.
+func newPermissionAsk(name string, tool tools.Tool, access tools.Access, u protocol.ToolCallUpdate, replyTo *actor.PID) *permissionAsk {
+	a := &permissionAsk{toolName: name, key: name, kind: tool.Kind(), readOnly: tool.ReadOnly(),
+		local: access.Local(), editsInside: access.WritesInsideCwd(), host: access.Host, toolCall: u, replyTo: replyTo}
+	if access.Host != "" {
+		// Network access is remembered per host.
+		a.key = name + ":" + access.Host
+	}
+	return a
 }
 
-// decidePermission applies the session policy: plan mode runs read-only tools
-// only; read-only tools inside the cwd never ask; remembered decisions
-// answer at once; bypass never asks; accept_edits lets file edits through.
+// options are the choices of a permission request; the *_always names say
+// what is remembered: the tool, or the tool for one host.
+func (a *permissionAsk) options() []protocol.PermissionOption {
+	scope := a.toolName
+	if a.host != "" {
+		scope = a.toolName + " for " + a.host
+	}
+	return []protocol.PermissionOption{
+		{OptionID: protocol.AllowOnce, Name: "Allow once", Kind: protocol.AllowOnce},
+		{OptionID: protocol.AllowAlways, Name: "Always allow " + scope + " in this session", Kind: protocol.AllowAlways},
+		{OptionID: protocol.RejectOnce, Name: "Reject", Kind: protocol.RejectOnce},
+		{OptionID: protocol.RejectAlways, Name: "Always reject " + scope + " in this session", Kind: protocol.RejectAlways},
+	}
+}
+
+// decidePermission applies the session policy (README, "Permissions"):
+// plan mode runs read-only tools only; a read-only call that stays inside
+// the cwd and contacts no host never asks; remembered decisions answer at
+// once; bypass never asks; accept_edits lets edits inside the cwd through.
+// Everything else asks.
 func (s *session) decidePermission(ctx actor.Context, a *permissionAsk) {
 	allow := func() { ctx.Send(a.replyTo, &permissionDecision{allow: true}) }
 	deny := func(reason string) { ctx.Send(a.replyTo, &permissionDecision{reason: reason}) }
 	switch {
 	case s.meta.Mode == "plan" && !a.readOnly:
 		deny("Tool '" + a.toolName + "' is not available in plan mode (read-only tools only).")
-	case a.readOnly && !a.outsideCwd:
+	case a.readOnly && a.local:
 		allow()
-	case s.meta.Permissions[a.toolName] == store.Allow:
+	case s.meta.Permissions[a.key] == store.Allow:
 		allow()
-	case s.meta.Permissions[a.toolName] == store.Deny:
+	case s.meta.Permissions[a.key] == store.Deny:
 		deny(permissionDenied)
 	case s.meta.Mode == "bypass":
 		allow()
-	case s.meta.Mode == "accept_edits" && a.kind == tools.KindEdit:
+	case s.meta.Mode == "accept_edits" && a.kind == tools.KindEdit && a.editsInside:
 		allow()
 	case s.permActive != nil:
 		s.permQueue = append(s.permQueue, a)
@@ -56,7 +78,7 @@ func (s *session) askClient(ctx actor.Context, a *permissionAsk) {
 		params: protocol.RequestPermissionRequest{
 			SessionID: s.id,
 			ToolCall:  a.toolCall,
-			Options:   permissionOptions,
+			Options:   a.options(),
 		},
 		replyTo: ctx.Self(),
 		tag:     a,
@@ -104,11 +126,11 @@ func permissionOutcome(result protocol.RawMessage) (kind string, cancelled bool)
 	return protocol.RejectOnce, false
 }
 
+// optionKind maps an option id of ours to its kind (the ids are the kinds).
 func optionKind(optionID string) string {
-	for _, o := range permissionOptions {
-		if o.OptionID == optionID {
-			return o.Kind
-		}
+	switch optionID {
+	case protocol.AllowOnce, protocol.AllowAlways, protocol.RejectOnce, protocol.RejectAlways:
+		return optionID
 	}
 	return ""
 }
@@ -128,9 +150,9 @@ func (s *session) permissionAnswered(ctx actor.Context, m *clientAnswer) {
 		d.allow = strings.HasPrefix(kind, "allow_")
 		switch kind {
 		case protocol.AllowAlways:
-			s.remember(a.toolName, store.Allow)
+			s.remember(a.key, store.Allow)
 		case protocol.RejectAlways:
-			s.remember(a.toolName, store.Deny)
+			s.remember(a.key, store.Deny)
 		}
 	}
 	ctx.Send(a.replyTo, &d)
@@ -142,11 +164,11 @@ func (s *session) permissionAnswered(ctx actor.Context, m *clientAnswer) {
 	}
 }
 
-func (s *session) remember(tool string, d store.Decision) {
+func (s *session) remember(key string, d store.Decision) {
 	if s.meta.Permissions == nil {
 		s.meta.Permissions = map[string]store.Decision{}
 	}
-	s.meta.Permissions[tool] = d
+	s.meta.Permissions[key] = d
 	s.saveMeta()
 }
 

@@ -1,9 +1,11 @@
 package actors
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -63,12 +65,19 @@ type (
 	// session decides from its mode and remembered decisions, or asks the
 	// client (one request at a time).
 	permissionAsk struct {
-		toolName   string
-		kind       tools.Kind
-		readOnly   bool
-		outsideCwd bool
-		toolCall   protocol.ToolCallUpdate
-		replyTo    *actor.PID
+		toolName string
+		// key is what an *_always answer remembers: the tool name, or
+		// "<tool>:<host>" for network access.
+		key      string
+		kind     tools.Kind
+		readOnly bool
+		// local: every path inside the cwd (or a spilled output read back)
+		// and no host; editsInside: the call writes, only inside the cwd.
+		local       bool
+		editsInside bool
+		host        string
+		toolCall    protocol.ToolCallUpdate
+		replyTo     *actor.PID
 	}
 	// permissionDecision answers a permissionAsk.
 	permissionDecision struct {
@@ -101,9 +110,15 @@ func (*permissionDecision) IgnoreDeadLetterLogging() {}
 func (*retireAnswer) IgnoreDeadLetterLogging()       {}
 func (*sessionMoved) IgnoreDeadLetterLogging()       {}
 func (*idleTick) IgnoreDeadLetterLogging()           {}
+func (*releaseTick) IgnoreDeadLetterLogging()        {}
+func (*cancelTurns) IgnoreDeadLetterLogging()        {}
 
-// idleTick is the session's idle timer firing (see armIdle).
-type idleTick struct{}
+// idleTick is the session's idle timer firing (see armIdle); releaseTick
+// its store-release timer (see armRelease).
+type (
+	idleTick    struct{}
+	releaseTick struct{}
+)
 
 // Session modes: how much a session may do without asking.
 var sessionModes = []protocol.SessionMode{
@@ -136,6 +151,7 @@ type session struct {
 	meta    store.Meta
 	entries []store.Entry
 	failed  bool
+	failErr *protocol.Error // the answer to requests of a failed session
 	seen    int
 
 	turn     *actor.PID
@@ -151,10 +167,15 @@ type session struct {
 	draining bool
 	retiring bool
 
-	// lastActive is when the session last got a message other than an
-	// idleTick; idleTimer sends the next idleTick.
+	// lastActive is when the session last got a message other than a
+	// timer tick; idleTimer sends the next idleTick.
 	lastActive time.Time
 	idleTimer  *time.Timer
+	// released: the store handle let go of its descriptors and lock after
+	// SessionRelease without activity; acquire takes them back.
+	released     bool
+	releaseTimer *time.Timer
+	releaseArmed bool
 
 	// Permission requests are asked one at a time.
 	permQueue  []*permissionAsk
@@ -175,7 +196,9 @@ func newSession(deps *Deps, id string, conn *actor.PID, kind startKind, reqID pr
 }
 
 func (s *session) Receive(ctx actor.Context) {
-	if _, tick := ctx.Message().(*idleTick); !tick {
+	switch ctx.Message().(type) {
+	case *idleTick, *releaseTick:
+	default:
 		s.lastActive = time.Now()
 	}
 	switch m := ctx.Message().(type) {
@@ -188,6 +211,9 @@ func (s *session) Receive(ctx actor.Context) {
 		s.deps.Metrics.Sessions.Add(-1)
 		if s.idleTimer != nil {
 			s.idleTimer.Stop()
+		}
+		if s.releaseTimer != nil {
+			s.releaseTimer.Stop()
 		}
 		if s.store != nil {
 			if err := s.store.Close(); err != nil {
@@ -207,6 +233,14 @@ func (s *session) Receive(ctx actor.Context) {
 			s.retiring = true
 			ctx.Send(s.conn, &retireRequest{id: s.id, pid: ctx.Self(), seen: s.seen})
 		}
+	case *releaseTick:
+		s.releaseArmed = false
+		s.releaseIfIdle(ctx)
+	case *cancelTurns:
+		if s.turn != nil && m.conn.Equal(s.promptConn) &&
+			(m.requestID == nil || bytes.Equal(m.requestID, protocol.CanonicalID(s.promptID))) {
+			ctx.Send(s.turn, &cancelTurn{})
+		}
 	case *retireAnswer:
 		s.retiring = false
 		if m.ok {
@@ -224,11 +258,15 @@ func (s *session) Receive(ctx actor.Context) {
 		}
 		s.seen++
 		if s.failed {
-			s.respondError(ctx, m.id, protocol.ErrSessionNotFound())
+			// e.g. a prompt that brought an evicted session back
+			s.respondError(ctx, m.id, s.failErr)
 			return
 		}
 		s.handle(ctx, m)
 	case *attach:
+		if !s.failed && !s.acquire(ctx, m.conn, m.reqID) {
+			return
+		}
 		s.attach(ctx, m)
 	case *detach:
 		if m.conn.Equal(s.conn) {
@@ -292,17 +330,108 @@ func (s *session) open(ctx actor.Context) {
 	}
 	if err != nil {
 		s.failed = true
-		if errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrInvalidID) {
-			s.respondError(ctx, s.startReq, protocol.ErrSessionNotFound())
-		} else {
-			errorID := newErrorID()
-			s.log.Error().Err(err).Str("error_id", errorID).Msg("open session")
-			s.respondError(ctx, s.startReq, protocol.ErrInternal("cannot open the session: "+err.Error(), errorID))
-		}
+		s.failErr = s.storeError(err, "cannot open the session")
+		s.respondError(ctx, s.startReq, s.failErr)
 		ctx.Send(s.conn, &retireRequest{id: s.id, pid: ctx.Self(), force: true})
 		return
 	}
 	s.entries = entries
+	s.adoptMeta()
+	if s.startCwd != "" && s.startCwd != s.meta.Cwd && s.start != startNew {
+		s.meta.Cwd = s.startCwd
+		s.saveMeta()
+	}
+	s.answerStart(ctx, s.start, s.startReq)
+	s.armIdle(ctx, s.deps.Config.SessionIdle)
+	s.armRelease(ctx, s.deps.Config.SessionRelease)
+}
+
+// storeError is the client's view of a store failure to open a session:
+// held by another process, gone, out of descriptors, or internal (logged
+// with the error id).
+func (s *session) storeError(err error, what string) *protocol.Error {
+	var inUse *store.InUseError
+	switch {
+	case errors.As(err, &inUse):
+		s.log.Info().Int("holder_pid", inUse.PID).Str("holder", inUse.Owner).Msg("session is open in another process")
+		return protocol.ErrSessionInUse(s.id, inUse.PID)
+	case errors.Is(err, store.ErrNotFound), errors.Is(err, store.ErrInvalidID):
+		return protocol.ErrSessionNotFound()
+	case isFDExhaustion(err):
+		s.log.Warn().Err(err).Msg(what + ": out of file descriptors")
+		return protocol.ErrLimit("The server is out of file descriptors; try again shortly", "file_descriptors", 0)
+	}
+	errorID := newErrorID()
+	s.log.Error().Err(err).Str("error_id", errorID).Msg(what)
+	return protocol.ErrInternal(what+": "+err.Error(), errorID)
+}
+
+// isFDExhaustion reports EMFILE/ENFILE: a load condition, not a bug.
+func isFDExhaustion(err error) bool {
+	return errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE)
+}
+
+// armRelease sends the session a releaseTick after d, once at a time.
+func (s *session) armRelease(ctx actor.Context, d time.Duration) {
+	if s.releaseArmed {
+		return
+	}
+	s.releaseArmed = true
+	self, root := ctx.Self(), ctx.ActorSystem().Root
+	s.releaseTimer = time.AfterFunc(d, func() { root.Send(self, &releaseTick{}) })
+}
+
+// releaseIfIdle lets go of the store handle (descriptors, cross-process
+// lock) once nothing has happened for SessionRelease and no turn runs, so
+// an idle session costs no descriptor and another process may take it.
+func (s *session) releaseIfIdle(ctx actor.Context) {
+	if s.released || s.failed || s.store == nil {
+		return
+	}
+	period := s.deps.Config.SessionRelease
+	if s.turn != nil {
+		s.armRelease(ctx, period)
+		return
+	}
+	if left := period - time.Since(s.lastActive); left > 0 {
+		s.armRelease(ctx, left)
+		return
+	}
+	if err := s.store.Release(); err != nil {
+		s.log.Error().Err(err).Msg("release session store")
+	}
+	s.released = true
+}
+
+// acquire takes the store handle back before the session serves a request
+// (released sessions only). When another process wrote the session
+// meanwhile, the session reloads it from disk. When another process holds
+// it now, reqID is answered with an error naming the situation and the
+// request is not served.
+func (s *session) acquire(ctx actor.Context, conn *actor.PID, reqID protocol.RawMessage) bool {
+	if !s.released {
+		return true
+	}
+	entries, changed, err := s.store.Acquire()
+	if err != nil {
+		s.respondTo(ctx, conn, reqID, nil, s.storeError(err, "cannot reopen the session"))
+		return false
+	}
+	s.released = false
+	if changed {
+		s.log.Info().Int("entries", len(entries)).Msg("session changed by another process; reloaded")
+		if repaired, _, rerr := store.RepairSession(s.store, entries); rerr == nil {
+			entries = repaired
+		}
+		s.entries = entries
+		s.adoptMeta()
+	}
+	s.armRelease(ctx, s.deps.Config.SessionRelease)
+	return true
+}
+
+// adoptMeta takes the store's metadata, with mode and model made valid here.
+func (s *session) adoptMeta() {
 	s.meta = s.store.Meta()
 	if !validMode(s.meta.Mode) {
 		s.meta.Mode = "default"
@@ -310,12 +439,6 @@ func (s *session) open(ctx actor.Context) {
 	if !s.validModel(s.meta.Model) {
 		s.meta.Model = s.deps.llmConfig().Model
 	}
-	if s.startCwd != "" && s.startCwd != s.meta.Cwd && s.start != startNew {
-		s.meta.Cwd = s.startCwd
-		s.saveMeta()
-	}
-	s.answerStart(ctx, s.start, s.startReq)
-	s.armIdle(ctx, s.deps.Config.SessionIdle)
 }
 
 // armIdle sends the session an idleTick after d (no-op when eviction is
@@ -363,7 +486,7 @@ func (s *session) answerStart(ctx actor.Context, kind startKind, reqID protocol.
 
 func (s *session) attach(ctx actor.Context, m *attach) {
 	if s.failed {
-		s.respondTo(ctx, m.conn, m.reqID, nil, protocol.ErrSessionNotFound())
+		s.respondTo(ctx, m.conn, m.reqID, nil, s.failErr)
 		return
 	}
 	if !m.conn.Equal(s.conn) {
@@ -483,6 +606,14 @@ func (s *session) saveMeta() {
 }
 
 func (s *session) handle(ctx actor.Context, r *sessionRequest) {
+	switch r.method {
+	case protocol.MethodSessionCancel, protocol.MethodSessionClose:
+		// they write nothing: a released handle stays released
+	default:
+		if !s.acquire(ctx, r.conn, r.id) {
+			return
+		}
+	}
 	switch r.method {
 	case protocol.MethodSessionPrompt:
 		s.prompt(ctx, r)

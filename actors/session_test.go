@@ -68,16 +68,15 @@ func (sleepTool) Description() string     { return "sleeps" }
 func (sleepTool) Schema() json.RawMessage { return json.RawMessage(`{"type":"object"}`) }
 func (sleepTool) Kind() tools.Kind        { return tools.KindOther }
 func (sleepTool) ReadOnly() bool          { return true }
-func (sleepTool) Describe(*tools.Env, json.RawMessage) (string, []tools.Location) {
-	return "Sleep", nil
-}
-func (t sleepTool) Run(ctx context.Context, _ *tools.Env, _ json.RawMessage) tools.Result {
-	select {
-	case <-time.After(t.d):
-		return tools.Result{Output: "slept"}
-	case <-ctx.Done():
-		return tools.Errorf("cancelled")
-	}
+func (t sleepTool) Prepare(*tools.Env, json.RawMessage) (tools.Call, error) {
+	return &tools.FuncCall{TitleText: "Sleep", RunFunc: func(ctx context.Context, _ func(string)) tools.Result {
+		select {
+		case <-time.After(t.d):
+			return tools.Result{Output: "slept"}
+		case <-ctx.Done():
+			return tools.Errorf("cancelled")
+		}
+	}}, nil
 }
 
 // framesAfter returns the frames recorded after the first n.

@@ -29,6 +29,14 @@ type Config struct {
 	// SessionIdle evicts a session from memory after this long without a
 	// message (0 = never); it comes back from disk on the next request.
 	SessionIdle time.Duration
+	// SessionRelease lets go of an idle session's store handle (its file
+	// descriptors and its cross-process lock) after this long without a
+	// request or a running turn; the session stays in memory and takes the
+	// handle back on its next request (default 30 s).
+	SessionRelease time.Duration
+	// MaxSessions caps the live sessions of one connection (default 1,000);
+	// more get a -32011 error until some are closed.
+	MaxSessions int
 	// Models are the choices of the `model` config option (default: the
 	// configured model only).
 	Models []string
@@ -36,6 +44,12 @@ type Config struct {
 	// compaction (default 0.93).
 	CompactThreshold float64
 }
+
+// Defaults of Config.
+const (
+	DefaultSessionRelease = 30 * time.Second
+	DefaultMaxSessions    = 1000
+)
 
 // Deps is what every actor of the tree shares. It is read-only after start.
 type Deps struct {
@@ -75,6 +89,12 @@ type Server struct {
 func NewServer(deps Deps) *Server {
 	if deps.Config.MaxTurnRequests <= 0 {
 		deps.Config.MaxTurnRequests = 100
+	}
+	if deps.Config.SessionRelease <= 0 {
+		deps.Config.SessionRelease = DefaultSessionRelease
+	}
+	if deps.Config.MaxSessions <= 0 {
+		deps.Config.MaxSessions = DefaultMaxSessions
 	}
 	if deps.Metrics == nil {
 		deps.Metrics = &Metrics{}
@@ -125,6 +145,11 @@ func (c *Conn) Deliver(m *protocol.Message) { c.root.Send(c.pid, &inbound{msg: m
 func (c *Conn) Reject(id protocol.RawMessage, e *protocol.Error) {
 	c.root.Send(c.pid, &inbound{rejectID: id, reject: e})
 }
+
+// CancelTurns cancels the running turns this connection started (their
+// prompts answer cancelled); the connection and its sessions stay. For a
+// transport whose client can no longer receive anything.
+func (c *Conn) CancelTurns() { c.root.Send(c.pid, &cancelTurns{}) }
 
 // Close cancels the connection's running turns, waits (up to timeout) until
 // their prompts are answered, then stops the connection actor.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"path/filepath"
 
 	"github.com/asynkron/protoactor-go/actor"
 
@@ -24,13 +23,31 @@ type (
 func (*toolRan) IgnoreDeadLetterLogging()      {}
 func (*toolProgress) IgnoreDeadLetterLogging() {}
 
-// toolCall is one tool invocation requested by the model.
+// toolCall is one tool invocation requested by the model, prepared once:
+// the tool_call update, the permission request, the policy decision and the
+// run all use the same tools.Call.
 type toolCall struct {
 	index int
 	id    string
 	name  string
 	input json.RawMessage
 	tool  tools.Tool // nil when the model named an unknown tool
+	call  tools.Call // nil when tool is nil or Prepare failed
+	// prepErr is Prepare's error: the call fails with it, never asked about.
+	prepErr error
+}
+
+// prepareCall decodes and resolves a call of the model (see tools.Tool).
+func prepareCall(index int, id, name string, input json.RawMessage, reg *tools.Registry, env *tools.Env) toolCall {
+	c := toolCall{index: index, id: id, name: name, input: input}
+	c.tool, _ = reg.Get(name)
+	if c.tool != nil {
+		c.call, c.prepErr = c.tool.Prepare(env, input)
+		if c.call == nil && c.prepErr == nil {
+			c.prepErr = fmt.Errorf("Invalid input for tool '%s'", name)
+		}
+	}
+	return c
 }
 
 func (c *toolCall) kind() string {
@@ -41,15 +58,14 @@ func (c *toolCall) kind() string {
 }
 
 // startUpdate is the `tool_call` announcing the call (status pending).
-func (c *toolCall) startUpdate(cwd string) protocol.ToolCallUpdate {
+func (c *toolCall) startUpdate() protocol.ToolCallUpdate {
 	title := c.name
 	var locs []protocol.ToolCallLocation
-	if c.tool != nil {
-		t, l := c.tool.Describe(&tools.Env{Cwd: cwd}, c.input)
-		if t != "" {
+	if c.call != nil {
+		if t := c.call.Title(); t != "" {
 			title = t
 		}
-		locs = toLocations(l)
+		locs = toLocations(c.call.Locations())
 	}
 	return protocol.ToolCallUpdate{
 		SessionUpdate: protocol.UpdateToolCall,
@@ -102,12 +118,7 @@ const subagentMaxCalls = 30
 // the session), its permission requests too; its text is not streamed, the
 // final answer becomes this tool's result. Stopping this actor (cancel of the
 // parent turn) stops the child turn.
-func (a *toolActor) startSubagent(ctx actor.Context) {
-	in, err := tools.ParseAgentInput(a.call.input)
-	if err != nil {
-		a.complete(ctx, tools.Errorf(err.Error()))
-		return
-	}
+func (a *toolActor) startSubagent(ctx actor.Context, in tools.AgentInput) {
 	reg, err := tools.SubagentTools(a.deps.Tools, in.SubagentType)
 	if err != nil {
 		a.complete(ctx, tools.Errorf(err.Error()))
@@ -214,48 +225,34 @@ func (a *toolActor) start(ctx actor.Context) {
 		a.complete(ctx, tools.Errorf(fmt.Sprintf("Unknown tool: %s", a.call.name)))
 		return
 	}
-	if !json.Valid(a.call.input) || len(a.call.input) == 0 || a.call.input[0] != '{' {
-		a.complete(ctx, tools.Errorf(fmt.Sprintf("Invalid input for tool '%s': input must be a JSON object", a.call.name)))
+	if a.call.prepErr != nil {
+		a.complete(ctx, tools.Errorf(a.call.prepErr.Error()))
 		return
 	}
 	// The session decides from its mode and remembered decisions, and asks
-	// the client when needed.
-	u := a.call.startUpdate(a.cwd)
+	// the client when needed, about what the prepared call reaches.
+	u := a.call.startUpdate()
 	u.SessionUpdate = ""
-	outside := false
-	spill := filepath.Join(a.deps.Config.Home, "tool-outputs")
-	for _, l := range u.Locations {
-		// Spilled outputs are ours to read back without asking.
-		outside = outside || !(insideDir(a.cwd, l.Path) || (a.deps.Config.Home != "" && insideDir(spill, l.Path)))
-	}
-	ctx.Send(a.session, &permissionAsk{toolName: a.call.name, kind: a.call.tool.Kind(), readOnly: a.call.tool.ReadOnly(),
-		outsideCwd: outside, toolCall: u, replyTo: ctx.Self()})
-}
-
-func insideDir(dir, path string) bool {
-	rel, err := filepath.Rel(dir, path)
-	return err == nil && rel != ".." && !filepath.IsAbs(rel) && (len(rel) < 3 || rel[:3] != "../")
+	ctx.Send(a.session, newPermissionAsk(a.call.name, a.call.tool, a.call.call.Access(), u, ctx.Self()))
 }
 
 func (a *toolActor) run(ctx actor.Context) {
 	a.emit(ctx, protocol.ToolCallUpdate{Status: protocol.ToolInProgress})
-	if a.call.name == tools.NameAgent {
-		a.startSubagent(ctx)
+	if ac, ok := a.call.call.(*tools.AgentCall); ok {
+		a.startSubagent(ctx, ac.Input)
 		return
 	}
 	runCtx, cancel := context.WithCancel(a.parentCtx)
 	a.cancel = cancel
-	self, root, tool, input := ctx.Self(), ctx.ActorSystem().Root, a.call.tool, a.call.input
-	env := &tools.Env{Cwd: a.cwd, Home: a.deps.Config.Home, Progress: func(text string) {
-		root.Send(self, &toolProgress{text: text})
-	}}
+	self, root, call := ctx.Self(), ctx.ActorSystem().Root, a.call.call
+	progress := func(text string) { root.Send(self, &toolProgress{text: text}) }
 	go func() {
 		defer func() {
 			if r := recover(); r != nil {
 				root.Send(self, &goroutinePanic{p: recovered(r)})
 			}
 		}()
-		root.Send(self, &toolRan{result: tool.Run(runCtx, env, input)})
+		root.Send(self, &toolRan{result: call.Run(runCtx, progress)})
 	}()
 }
 

@@ -316,19 +316,21 @@ func (t *turn) onStreamEnd(ctx actor.Context, err error) {
 		return
 	}
 	msg := t.assistantMessage()
-	hasTools := false
+	// Each call is decoded and resolved once, here: what the client is
+	// shown and asked about is what runs.
+	var calls []toolCall
+	env := &tools.Env{Cwd: t.cwd, Home: t.deps.Config.Home}
 	for i := range msg.Content {
 		if b := &msg.Content[i]; b.Type == llm.BlockToolUse {
-			hasTools = true
-			tool, _ := t.tools.Get(b.Name)
-			call := toolCall{id: b.ToolCallID, name: b.Name, input: b.Input, tool: tool}
-			b.Display = protocol.MustMarshal(call.startUpdate(t.cwd))
+			c := prepareCall(len(calls), b.ToolCallID, b.Name, b.Input, t.tools, env)
+			b.Display = protocol.MustMarshal(c.startUpdate())
+			calls = append(calls, c)
 		}
 	}
 	t.record(ctx, msg)
 	switch {
-	case hasTools:
-		t.runTools(ctx, msg)
+	case len(calls) > 0:
+		t.runTools(ctx, msg, calls)
 	case t.stop == llm.StopMaxTokens:
 		t.finish(ctx, protocol.StopMaxTokens, nil)
 	case t.stop == llm.StopRefusal:
@@ -352,7 +354,7 @@ func (t *turn) failModel(ctx actor.Context, err error) {
 
 // runTools starts one tool actor per call; they run concurrently and their
 // results go back to the model in the original order.
-func (t *turn) runTools(ctx actor.Context, msg llm.Message) {
+func (t *turn) runTools(ctx actor.Context, msg llm.Message, calls []toolCall) {
 	t.pending = t.pending[:0]
 	t.toolPIDs = map[string]int{}
 	session := t.session
@@ -363,17 +365,14 @@ func (t *turn) runTools(ctx actor.Context, msg llm.Message) {
 		if b.Type != llm.BlockToolUse {
 			continue
 		}
-		idx := len(t.pending)
-		pc := &pendingCall{id: b.ToolCallID, name: b.Name}
-		t.pending = append(t.pending, pc)
-		tool, _ := t.tools.Get(b.Name)
-		call := toolCall{index: idx, id: b.ToolCallID, name: b.Name, input: b.Input, tool: tool}
+		call := calls[len(t.pending)]
+		t.pending = append(t.pending, &pendingCall{id: b.ToolCallID, name: b.Name})
 		t.emit(ctx, b.Display)
 		props := actor.PropsFromProducer(func() actor.Actor {
 			return newToolActor(t.deps, t.sessionID, t.cwd, t.model, session, call, t.ctx)
 		}, actor.WithReceiverMiddleware(keepStack))
 		pid := ctx.Spawn(props)
-		t.toolPIDs[pid.Id] = idx
+		t.toolPIDs[pid.Id] = call.index
 	}
 	t.remaining = len(t.pending)
 }

@@ -25,14 +25,13 @@ func (echoTool) Description() string     { return "echo the input" }
 func (echoTool) Schema() json.RawMessage { return json.RawMessage(`{"type":"object"}`) }
 func (echoTool) Kind() tools.Kind        { return tools.KindOther }
 func (e echoTool) ReadOnly() bool        { return e.readOnly }
-func (echoTool) Describe(_ *tools.Env, input json.RawMessage) (string, []tools.Location) {
-	return "Echo " + string(input), nil
-}
-func (e echoTool) Run(_ context.Context, _ *tools.Env, input json.RawMessage) tools.Result {
-	if e.panics {
-		panic("echo exploded")
-	}
-	return tools.Result{Output: "echo:" + string(input)}
+func (e echoTool) Prepare(_ *tools.Env, input json.RawMessage) (tools.Call, error) {
+	return &tools.FuncCall{TitleText: "Echo " + string(input), RunFunc: func(context.Context, func(string)) tools.Result {
+		if e.panics {
+			panic("echo exploded")
+		}
+		return tools.Result{Output: "echo:" + string(input)}
+	}}, nil
 }
 
 func callTool(id, name, args string) func(context.Context, func(llm.Event)) error {

@@ -32,6 +32,10 @@ func agentEnv(fake *llmtest.Server, extra ...string) []string {
 		"IAC_CODE_MODEL=test-model",
 		"IAC_CODE_LOG_LEVEL=debug",
 		"IAC_CODE_RETRY_BASE_DELAY=10ms",
+		// The binary is built with -race, whose runtime pauses 1 s at every
+		// exit (atexit_sleep_ms) so other threads can finish a report; races
+		// found still fail the exit (status 66).
+		"GORACE=atexit_sleep_ms=50",
 	)
 	return append(env, extra...)
 }
@@ -71,7 +75,19 @@ func (s *syncBuffer) String() string {
 }
 
 func startAgent(env []string) *agent {
-	cmd := exec.Command(binPath, "acp")
+	return startAgentCmd(exec.Command(binPath, "acp"), env)
+}
+
+// serverCmd runs the server with args; nofile > 0 lowers its descriptor
+// limit (soft and hard) first, as a small machine or a container would.
+func serverCmd(nofile int, args ...string) *exec.Cmd {
+	if nofile <= 0 {
+		return exec.Command(binPath, args...)
+	}
+	return exec.Command("sh", append([]string{"-c", `ulimit -n "$0" && exec "$@"`, strconv.Itoa(nofile), binPath}, args...)...)
+}
+
+func startAgentCmd(cmd *exec.Cmd, env []string) *agent {
 	cmd.Env = env
 	cmd.Dir = GinkgoT().TempDir()
 	stdin, err := cmd.StdinPipe()
@@ -237,15 +253,19 @@ func isChunk(m map[string]any) bool {
 
 // serverRequest waits for the n-th (0-based) server request of a method.
 func (a *agent) serverRequest(method string, n int) map[string]any {
-	seen := 0
+	// waitFor scans all messages again after each arrival: number the
+	// requests by id, so a request keeps its place across scans.
+	order := map[any]int{}
 	_, m := a.waitFor(method, func(m map[string]any) bool {
-		if m["method"] == method && m["id"] != nil {
-			if seen == n {
-				return true
-			}
-			seen++
+		if m["method"] != method || m["id"] == nil {
+			return false
 		}
-		return false
+		i, ok := order[m["id"]]
+		if !ok {
+			i = len(order)
+			order[m["id"]] = i
+		}
+		return i == n
 	})
 	return m
 }

@@ -43,11 +43,17 @@ func freePort() string {
 }
 
 func startHTTPAgent(env []string, token string) *httpAgent {
+	return startHTTPAgentLimited(env, token, 0)
+}
+
+// startHTTPAgentLimited starts the HTTP server with its descriptor limit
+// lowered to nofile (0: unchanged).
+func startHTTPAgentLimited(env []string, token string, nofile int) *httpAgent {
 	port := freePort()
 	if token != "" {
 		env = append(env, "IACCODE_ACP_HTTP_TOKEN="+token)
 	}
-	cmd := exec.Command(binPath, "acp", "--transport", "http", "--port", port)
+	cmd := serverCmd(nofile, "acp", "--transport", "http", "--port", port)
 	cmd.Env = env
 	cmd.Dir = GinkgoT().TempDir()
 	a := &httpAgent{cmd: cmd, stderr: &syncBuffer{}, base: "http://127.0.0.1:" + port, token: token,

@@ -242,7 +242,7 @@ var _ = Describe("tools and permissions over stdio", Label("e2e"), func() {
 		a.finish()
 	})
 
-	It("fetches a local page as markdown when private addresses are allowed", func() {
+	It("fetches a local page as markdown when private addresses are allowed, after asking about the host", func() {
 		page := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 			w.Header().Set("Content-Type", "text/html")
 			fmt.Fprint(w, "<html><body><h1>Title Here</h1><p>Some <b>bold</b> text.</p><script>evil()</script></body></html>")
@@ -250,7 +250,13 @@ var _ = Describe("tools and permissions over stdio", Label("e2e"), func() {
 		DeferCleanup(page.Close)
 		fake.Script(toolCallReply("f1", "web_fetch", map[string]any{"url": page.URL}), llmtest.Reply{Text: "read"})
 		start("IAC_CODE_WEB_FETCH_ALLOW_PRIVATE=1")
-		Expect(a.result(a.prompt(sid, "fetch"))["stopReason"]).To(Equal("end_turn"))
+		id := a.prompt(sid, "fetch")
+		req := a.serverRequest("session/request_permission", 0)
+		params := req["params"].(map[string]any)
+		Expect(params["toolCall"]).To(And(HaveKeyWithValue("title", "Fetch from 127.0.0.1: "+page.URL), HaveKeyWithValue("kind", "fetch")))
+		Expect(params["options"]).To(ContainElement(HaveKeyWithValue("name", "Always allow web_fetch for 127.0.0.1 in this session")))
+		a.answer(req["id"], allow("allow_once"))
+		Expect(a.result(id)["stopReason"]).To(Equal("end_turn"))
 		out := toolResultFor(fake, "f1")
 		Expect(out).To(ContainSubstring("# Title Here"))
 		Expect(out).To(ContainSubstring("**bold**"))

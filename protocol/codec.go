@@ -5,9 +5,16 @@
 package protocol
 
 import (
+	"errors"
+	"fmt"
+	"io"
+	"reflect"
+	"strings"
 	"unicode/utf8"
 
 	json "github.com/goccy/go-json"
+	"github.com/goccy/go-json/jsontext"
+	jsonv2 "github.com/goccy/go-json/v2"
 )
 
 // RawMessage is a raw encoded JSON value.
@@ -23,6 +30,125 @@ func Unmarshal(data []byte, v any) error { return json.Unmarshal(data, v) }
 
 // Valid reports whether data is one syntactically valid JSON value.
 func Valid(data []byte) bool { return json.Valid(data) }
+
+// UnmarshalStrict decodes data into v with no guessing, for input whose
+// meaning a security decision depends on (tool arguments): member names
+// match struct fields exactly (case-sensitive), a duplicate name, an unknown
+// name, a value of the wrong type, invalid UTF-8 or trailing data is an
+// error. These are the encoding/json/v2 semantics, from goccy/go-json/v2 (the
+// same module as the rest of this file). Errors are *StrictError.
+func UnmarshalStrict(data []byte, v any) error {
+	err := jsonv2.Unmarshal(data, v, jsonv2.RejectUnknownMembers(true))
+	if err == nil {
+		return nil
+	}
+	return describeStrict(err)
+}
+
+// StrictError is why UnmarshalStrict refused its input.
+type StrictError struct {
+	// Field names the member at fault ("" for the input as a whole): its
+	// name, or a JSON pointer below the top level.
+	Field string
+	// Reason says what is wrong in words meant for whoever wrote the input
+	// (a model), e.g. "duplicate field 'path'".
+	Reason string
+}
+
+func (e *StrictError) Error() string { return e.Reason }
+
+func describeStrict(err error) *StrictError {
+	var syn *jsontext.SyntacticError
+	var sem *jsonv2.SemanticError
+	switch {
+	case errors.As(err, &syn) && syn.Err == jsontext.ErrDuplicateName:
+		f := fieldName(syn.JSONPointer)
+		return &StrictError{Field: f, Reason: fmt.Sprintf("duplicate field '%s'", f)}
+	case errors.As(err, &sem) && errors.Is(sem.Err, jsonv2.ErrUnknownName):
+		f := fieldName(sem.JSONPointer)
+		return &StrictError{Field: f, Reason: fmt.Sprintf("unknown field '%s' (field names are case-sensitive)", f)}
+	case errors.As(err, &sem) && sem.GoType != nil && sem.JSONKind != 0 && !isSyntactic(sem.Err):
+		f := fieldName(sem.JSONPointer)
+		got := kindName(sem.JSONKind)
+		if len(sem.JSONValue) > 0 && len(sem.JSONValue) <= 40 {
+			got += " " + string(sem.JSONValue)
+		}
+		want := typeName(sem.GoType)
+		if f == "" {
+			return &StrictError{Reason: fmt.Sprintf("expected %s, got %s", want, got)}
+		}
+		reason := fmt.Sprintf("field '%s' must be %s, got %s", f, want, got)
+		if sem.JSONKind == '0' && strings.Contains(fmt.Sprint(sem.Err), "out of range") {
+			reason = fmt.Sprintf("field '%s' is out of range for %s", f, want)
+		}
+		return &StrictError{Field: f, Reason: reason}
+	case errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF):
+		return &StrictError{Reason: "malformed JSON: unexpected end of input"}
+	case errors.As(err, &syn):
+		msg := strings.TrimPrefix(syn.Error(), "jsontext: ")
+		return &StrictError{Field: fieldName(syn.JSONPointer), Reason: "malformed JSON: " + msg}
+	}
+	return &StrictError{Reason: "malformed JSON: " + strings.TrimPrefix(strings.TrimPrefix(err.Error(), "json: "), "jsontext: ")}
+}
+
+func isSyntactic(err error) bool {
+	var syn *jsontext.SyntacticError
+	return errors.As(err, &syn)
+}
+
+// fieldName is the member name of a top-level pointer ("/path" → "path"),
+// else the pointer without its leading slash ("a/0/b").
+func fieldName(p jsontext.Pointer) string {
+	if p == "" {
+		return ""
+	}
+	if p.Parent() == "" {
+		return p.LastToken()
+	}
+	return strings.TrimPrefix(string(p), "/")
+}
+
+func kindName(k jsontext.Kind) string {
+	switch k {
+	case 'n':
+		return "null"
+	case 't', 'f':
+		return "a boolean"
+	case '"':
+		return "a string"
+	case '0':
+		return "a number"
+	case '{', '}':
+		return "an object"
+	case '[', ']':
+		return "an array"
+	}
+	return "another type"
+}
+
+func typeName(t reflect.Type) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "a boolean"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "an integer"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	case reflect.Map, reflect.Struct:
+		return "an object"
+	case reflect.Interface:
+		return "a JSON value"
+	}
+	return t.String()
+}
 
 // MustMarshal encodes values that cannot fail to encode (plain structs of
 // strings, numbers and raw JSON). It panics on a programming error.

@@ -16,6 +16,10 @@ const (
 	CodeRequestCancelled = -32800
 	CodeAuthRequired     = -32000
 	CodeResourceNotFound = -32002
+	// Server-defined codes (JSON-RPC's server error range; the ACP schema
+	// allows any other integer).
+	CodeSessionInUse = -32010 // the session is open in another iac-code process
+	CodeLimit        = -32011 // a server limit was reached (sessions, descriptors)
 )
 
 // Error is a JSON-RPC error object. It also implements the error interface so
@@ -58,6 +62,23 @@ func ErrSessionNotFound() *Error {
 	return ErrInvalidParams(map[string]string{"session_id": "Session not found"})
 }
 
+// ErrSessionInUse: another iac-code process (pid when known) holds the
+// session: two editor windows on one IAC_CODE_HOME. Nothing was changed.
+func ErrSessionInUse(sessionID string, pid int) *Error {
+	data := map[string]any{"reason": "session_in_use", "sessionId": sessionID}
+	msg := "Session is open in another iac-code process"
+	if pid > 0 {
+		data["pid"] = pid
+		msg += " (pid " + strconv.Itoa(pid) + ")"
+	}
+	return NewError(CodeSessionInUse, msg+"; close it there (or wait until it is idle) and try again", data)
+}
+
+// ErrLimit: a server limit refused the request; reason names it.
+func ErrLimit(message, reason string, limit int) *Error {
+	return NewError(CodeLimit, message, map[string]any{"reason": reason, "limit": limit})
+}
+
 // ErrInternal reports a server-side failure; errorID lets an operator find the log line.
 func ErrInternal(detail, errorID string) *Error {
 	return NewError(CodeInternalError, "Internal error: "+detail, map[string]string{"error": detail, "error_id": errorID})
@@ -87,7 +108,8 @@ func (m *Message) IsResponse() bool { return m.Method == "" && m.ID != nil }
 var nullID = RawMessage("null")
 
 // Decode parses one JSON-RPC message. A non-nil error is ready to be sent back
-// with id null (or with the id, when one could be read).
+// with id null (or with the id, when one could be read). Ids are re-encoded
+// (see CanonicalID), never passed through raw.
 func Decode(data []byte) (*Message, *Error) {
 	data = bytes.TrimSpace(data)
 	if len(data) == 0 {
@@ -108,16 +130,24 @@ func Decode(data []byte) (*Message, *Error) {
 	var m Message
 	if err := Unmarshal(data, &m); err != nil {
 		if !Valid(data) {
+			if tooDeep(data) {
+				// Well-formed as far as we can tell, only deeper than the
+				// decoder goes: the request still gets its answer.
+				return &Message{ID: PeekID(data)}, ErrInvalidRequest("JSON nested deeper than 10000 levels")
+			}
 			return nil, ErrParse("invalid JSON")
 		}
+		m.ID = CanonicalID(m.ID)
 		return &m, ErrInvalidRequest(err.Error())
 	}
 	if m.JSONRPC != "2.0" {
+		m.ID = CanonicalID(m.ID)
 		return &m, ErrInvalidRequest(`"jsonrpc" must be "2.0"`)
 	}
-	if m.ID != nil && !validID(m.ID) {
-		m.ID = nil
-		return &m, ErrInvalidRequest("id must be a number, a string or null")
+	if m.ID != nil {
+		if m.ID = CanonicalID(m.ID); m.ID == nil {
+			return &m, ErrInvalidRequest("id must be a number, a string or null")
+		}
 	}
 	if m.Method == "" && m.ID == nil {
 		return &m, ErrInvalidRequest("missing method")

@@ -3,6 +3,7 @@ package protocol
 import (
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 func TestDecodeClassifiesMessages(t *testing.T) {
@@ -75,5 +76,86 @@ func TestAliases(t *testing.T) {
 		if got := CanonicalMethod(in); got != want {
 			t.Errorf("%s -> %s, want %s", in, got, want)
 		}
+	}
+}
+
+func TestIDsAreReencodedAsValidJSON(t *testing.T) {
+	cases := map[string]string{
+		"\"a\xffb\"":      "\"a\uFFFDb\"",
+		`"\u0041\n"`:      `"A\n"`,
+		`"plain-id"`:      `"plain-id"`,
+		`  12  `:          `12`,
+		"\"\u2028\"":      `"\u2028"`,
+		`"tab\there"`:     `"tab\there"`,
+		`"quote\"inside"`: `"quote\"inside"`,
+	}
+	for id, want := range cases {
+		m, err := Decode([]byte(`{"jsonrpc":"2.0","id":` + id + `,"method":"x"}`))
+		if err != nil {
+			t.Fatalf("%q: %v", id, err)
+		}
+		out := EncodeResult(m.ID, struct{}{})
+		if !utf8.Valid(out) || !Valid(out) {
+			t.Errorf("%q: answer is not valid JSON: %q", id, out)
+		}
+		if string(m.ID) != want {
+			t.Errorf("%q: id %s, want %s", id, m.ID, want)
+		}
+	}
+	// the id of an otherwise invalid request is cleaned too
+	m, err := Decode([]byte("{\"jsonrpc\":\"1.0\",\"id\":\"x\xfe\",\"method\":\"x\"}"))
+	if err == nil || string(m.ID) != "\"x\uFFFD\"" {
+		t.Errorf("invalid request id: %v %q", err, m.ID)
+	}
+}
+
+func TestTooDeepMessagesKeepTheirID(t *testing.T) {
+	deep := strings.Repeat("[", MaxDepth+5) + strings.Repeat("]", MaxDepth+5)
+	for _, c := range []struct{ in, id string }{
+		{`{"jsonrpc":"2.0","id":7,"method":"x","params":` + deep + `}`, `7`},
+		{`{"jsonrpc":"2.0","method":"x","params":{"a":` + deep + `},"id":"late"}`, `"late"`},
+		{`{"jsonrpc":"2.0","method":"x","params":` + deep + `}`, ``},
+	} {
+		m, err := Decode([]byte(c.in))
+		if err == nil || err.Code != CodeInvalidRequest {
+			t.Fatalf("want -32600, got %v", err)
+		}
+		if string(m.ID) != c.id {
+			t.Errorf("id %q, want %q", m.ID, c.id)
+		}
+	}
+	// broken JSON stays a parse error with id null
+	if m, err := Decode([]byte(`{"jsonrpc":"2.0","id":7,"method":"x","params":[1,}`)); err == nil || err.Code != CodeParseError || m != nil {
+		t.Errorf("broken JSON: %v", err)
+	}
+}
+
+func TestPeekID(t *testing.T) {
+	cases := map[string]string{
+		`{"id":1}`:                                  `1`,
+		` { "jsonrpc" : "2.0" , "id" : "s" }`:       `"s"`,
+		`{"params":{"id":9,"x":"}\""},"id":-3.5e2}`: `-3.5e2`,
+		`{"\u0069d":4}`:                             `4`,
+		`{"id":null}`:                               `null`,
+		`{"id":{"a":1}}`:                            ``,
+		`{"params":"no id here"}`:                   ``,
+		`{"jsonrpc":"2.0","id":42,"params":"trunc`:  `42`, // the head of a line too long to keep
+		`{"jsonrpc":"2.0","params":"trunc`:          ``,
+		`{"id":12`:                                  ``, // the number may go on
+		`[1]`:                                       ``,
+	}
+	for in, want := range cases {
+		if got := string(PeekID([]byte(in))); got != want {
+			t.Errorf("PeekID(%s) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestPeekIDDoesNotAliasItsInput(t *testing.T) {
+	buf := []byte(`{"id":"abc","x":1}`)
+	id := PeekID(buf)
+	copy(buf, `{"id":"zzz"`)
+	if string(id) != `"abc"` {
+		t.Fatalf("id changed with the buffer: %s", id)
 	}
 }

@@ -42,9 +42,6 @@ func fileBackend() backend {
 			Expect(err).NotTo(HaveOccurred())
 			return st
 		},
-		// Issue 11 adds an OS file lock per open session; enable these cases
-		// with it.
-		crossProcess: "the file store locks sessions only within one process (cross-process lock: issue 11)",
 	}
 }
 

@@ -189,6 +189,17 @@ func (s *FileStore) build(meta Meta, history []byte, lastSeq int64) (_ *fileSess
 	if err = writeFileSynced(tmp, historyFile, history); err != nil {
 		return nil, err
 	}
+	// Locked before it becomes visible: the lock is on the inode, which the
+	// rename keeps.
+	lock, err := lockSession(tmp, meta.ID)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			_ = lock.unlock()
+		}
+	}()
 	if err = syncDir(tmp); err != nil {
 		return nil, err
 	}
@@ -202,17 +213,71 @@ func (s *FileStore) build(meta Meta, history []byte, lastSeq int64) (_ *fileSess
 	if err = syncDir(s.dir); err != nil {
 		return nil, err
 	}
-	return s.handle(meta, int64(len(history)), lastSeq)
+	return s.handle(meta, int64(len(history)), lastSeq, lock)
 }
 
-// handle opens the history for appending. The caller holds the id.
-func (s *FileStore) handle(meta Meta, size, lastSeq int64) (*fileSession, error) {
+// handle opens the history for appending. The caller holds the id and the
+// session's lock, which the handle now owns.
+func (s *FileStore) handle(meta Meta, size, lastSeq int64, lock *sessionLock) (*fileSession, error) {
 	dir := filepath.Join(s.dir, meta.ID)
-	f, err := os.OpenFile(filepath.Join(dir, historyFile), os.O_WRONLY|os.O_APPEND|os.O_CREATE, filePerm)
+	f, err := openHistory(dir)
 	if err != nil {
 		return nil, err
 	}
-	return &fileSession{st: s, id: meta.ID, dir: dir, f: f, meta: meta, size: size, lastSeq: lastSeq}, nil
+	return &fileSession{st: s, id: meta.ID, dir: dir, f: f, lock: lock, meta: meta, size: size, lastSeq: lastSeq}, nil
+}
+
+func openHistory(dir string) (*os.File, error) {
+	return os.OpenFile(filepath.Join(dir, historyFile), os.O_WRONLY|os.O_APPEND|os.O_CREATE, filePerm)
+}
+
+// lock takes the cross-process lock of session id; a missing directory is
+// ErrNotFound.
+func (s *FileStore) lock(id string) (*sessionLock, error) {
+	dir := filepath.Join(s.dir, id)
+	l, err := lockSession(dir, id)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
+	return l, err
+}
+
+// loaded is a session read from disk under its lock.
+type loaded struct {
+	meta    Meta
+	entries []Entry
+	size    int64
+	lastSeq int64
+}
+
+// load reads meta and history of session id (its lock held), repairing an
+// unterminated last line so appends start on a fresh one.
+func (s *FileStore) load(id string) (loaded, error) {
+	dir := filepath.Join(s.dir, id)
+	meta, err := s.readMeta(dir)
+	if err != nil {
+		return loaded{}, err
+	}
+	log := s.log.With().Str("session", id).Logger()
+	path := filepath.Join(dir, historyFile)
+	h, err := readHistory(path, log)
+	if err != nil {
+		return loaded{}, err
+	}
+	size := h.size
+	if h.complete < h.size {
+		// An unterminated last line (crash mid-write): terminate it if it
+		// was a whole entry, else cut it off, so appends start on a new line.
+		if size, err = fixTail(path, h); err != nil {
+			return loaded{}, err
+		}
+		log.Warn().Bool("kept", h.tailKept).Int64("offset", h.complete).Msg("repaired unterminated history tail")
+	}
+	l := loaded{meta: meta, entries: h.entries, size: size}
+	if n := len(h.entries); n > 0 {
+		l.lastSeq = h.entries[n-1].Seq
+	}
+	return l, nil
 }
 
 // Open implements Store.
@@ -228,35 +293,24 @@ func (s *FileStore) Open(id string) (_ Session, _ []Entry, err error) {
 			s.release(id)
 		}
 	}()
-	dir := filepath.Join(s.dir, id)
-	meta, err := s.readMeta(dir)
+	lock, err := s.lock(id)
 	if err != nil {
 		return nil, nil, err
 	}
-	log := s.log.With().Str("session", id).Logger()
-	path := filepath.Join(dir, historyFile)
-	h, err := readHistory(path, log)
-	if err != nil {
-		return nil, nil, err
-	}
-	size := h.size
-	if h.complete < h.size {
-		// An unterminated last line (crash mid-write): terminate it if it
-		// was a whole entry, else cut it off, so appends start on a new line.
-		if size, err = fixTail(path, h); err != nil {
-			return nil, nil, err
+	defer func() {
+		if err != nil {
+			_ = lock.unlock()
 		}
-		log.Warn().Bool("kept", h.tailKept).Int64("offset", h.complete).Msg("repaired unterminated history tail")
-	}
-	var last int64
-	if n := len(h.entries); n > 0 {
-		last = h.entries[n-1].Seq
-	}
-	sess, err := s.handle(meta, size, last)
+	}()
+	l, err := s.load(id)
 	if err != nil {
 		return nil, nil, err
 	}
-	return sess, h.entries, nil
+	sess, err := s.handle(l.meta, l.size, l.lastSeq, lock)
+	if err != nil {
+		return nil, nil, err
+	}
+	return sess, l.entries, nil
 }
 
 func fixTail(path string, h history) (int64, error) {
@@ -321,6 +375,11 @@ func (s *FileStore) Delete(id string) error {
 		}
 		return err
 	}
+	lock, err := s.lock(id)
+	if err != nil {
+		return err
+	}
+	defer lock.unlock()
 	gone := filepath.Join(s.dir, fmt.Sprintf("%s%s-%d", delPrefix, id, time.Now().UnixNano()))
 	if err := os.Rename(dir, gone); err != nil {
 		return err
@@ -450,13 +509,19 @@ type fileSession struct {
 	dir string
 
 	mu      sync.Mutex
-	f       *os.File
+	f       *os.File // nil while released
+	lock    *sessionLock
 	meta    Meta
 	size    int64 // bytes of history written
 	lastSeq int64
 	dirty   bool // appended since the last fsync
 	closed  bool
 	buf     []byte
+	// released: lock and history closed (Release); histInfo and metaInfo
+	// are the files as this handle left them, to tell on Acquire whether
+	// another writer changed them.
+	released           bool
+	histInfo, metaInfo os.FileInfo
 }
 
 var _ Session = (*fileSession)(nil)
@@ -484,11 +549,8 @@ func (s *fileSession) Append(entries ...Entry) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed {
-		return ErrClosed
-	}
-	if s.f == nil {
-		return fmt.Errorf("session %s: history not open", s.id)
+	if err := s.writable(); err != nil {
+		return err
 	}
 	stamped, err := stampAppend(entries, s.lastSeq, s.st.stamp())
 	if err != nil {
@@ -520,6 +582,19 @@ func (s *fileSession) Append(entries ...Entry) error {
 	return nil
 }
 
+// writable reports why the handle cannot write now, if it cannot. s.mu held.
+func (s *fileSession) writable() error {
+	switch {
+	case s.closed:
+		return ErrClosed
+	case s.released:
+		return ErrReleased
+	case s.f == nil:
+		return fmt.Errorf("session %s: history not open", s.id)
+	}
+	return nil
+}
+
 func (s *fileSession) Sync() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -543,8 +618,8 @@ func (s *fileSession) sync() error {
 func (s *fileSession) SaveMeta(m Meta) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed {
-		return ErrClosed
+	if err := s.writable(); err != nil {
+		return err
 	}
 	m = m.replacing(s.meta, s.st.stamp())
 	data, err := protocol.Marshal(m)
@@ -561,8 +636,8 @@ func (s *fileSession) SaveMeta(m Meta) error {
 func (s *fileSession) Rewrite(entries []Entry) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed {
-		return ErrClosed
+	if err := s.writable(); err != nil {
+		return err
 	}
 	data, err := encodeAll(entries)
 	if err != nil {
@@ -576,7 +651,7 @@ func (s *fileSession) Rewrite(entries []Entry) error {
 		_ = s.f.Close()
 		s.f = nil
 	}
-	f, err := os.OpenFile(filepath.Join(s.dir, historyFile), os.O_WRONLY|os.O_APPEND, filePerm)
+	f, err := openHistory(s.dir)
 	if err != nil {
 		return fmt.Errorf("reopen history: %w", err)
 	}
@@ -588,6 +663,78 @@ func (s *fileSession) Rewrite(entries []Entry) error {
 	return nil
 }
 
+func (s *fileSession) Release() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
+	if s.released {
+		return nil
+	}
+	err := s.sync()
+	if cerr := s.f.Close(); err == nil {
+		err = cerr
+	}
+	s.f = nil
+	s.histInfo, _ = os.Stat(filepath.Join(s.dir, historyFile))
+	s.metaInfo, _ = os.Stat(filepath.Join(s.dir, metaFile))
+	if uerr := s.lock.unlock(); err == nil {
+		err = uerr
+	}
+	s.lock = nil
+	s.released = true
+	return err
+}
+
+func (s *fileSession) Acquire() (_ []Entry, changed bool, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, false, ErrClosed
+	}
+	if !s.released {
+		return nil, false, nil
+	}
+	lock, err := s.st.lock(s.id)
+	if err != nil {
+		return nil, false, err
+	}
+	defer func() {
+		if err != nil {
+			_ = lock.unlock()
+		}
+	}()
+	var entries []Entry
+	if !s.unchanged() {
+		l, err := s.st.load(s.id)
+		if err != nil {
+			return nil, false, err
+		}
+		s.meta, s.size, s.lastSeq, entries, changed = l.meta, l.size, l.lastSeq, l.entries, true
+		if entries == nil {
+			entries = []Entry{}
+		}
+	}
+	f, err := openHistory(s.dir)
+	if err != nil {
+		return nil, false, err
+	}
+	s.f, s.lock, s.released, s.dirty = f, lock, false, false
+	s.histInfo, s.metaInfo = nil, nil
+	return entries, changed, nil
+}
+
+// unchanged reports whether history and meta are the files this handle
+// left at Release (same inode, size and mtime). s.mu held.
+func (s *fileSession) unchanged() bool {
+	same := func(name string, was os.FileInfo) bool {
+		now, err := os.Stat(filepath.Join(s.dir, name))
+		return err == nil && was != nil && sameVersion(was, now)
+	}
+	return same(historyFile, s.histInfo) && same(metaFile, s.metaInfo)
+}
+
 func (s *fileSession) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -596,13 +743,19 @@ func (s *fileSession) Close() error {
 	}
 	s.closed = true
 	defer s.st.release(s.id)
-	if s.f == nil {
+	if s.released {
 		return nil
 	}
 	err := s.sync()
-	if cerr := s.f.Close(); err == nil {
-		err = cerr
+	if s.f != nil {
+		if cerr := s.f.Close(); err == nil {
+			err = cerr
+		}
+		s.f = nil
 	}
-	s.f = nil
+	if uerr := s.lock.unlock(); err == nil {
+		err = uerr
+	}
+	s.lock = nil
 	return err
 }

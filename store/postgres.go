@@ -236,47 +236,81 @@ func (s *PGStore) Create(meta Meta) (Session, error) {
 
 func (s *PGStore) handle(meta Meta, epoch, lastSeq int64) *pgSession {
 	h := &pgSession{st: s, id: meta.ID, epoch: epoch, meta: meta, lastSeq: lastSeq}
-	s.mu.Lock()
-	s.open[h] = struct{}{}
-	s.mu.Unlock()
+	s.renewing(h, true)
 	return h
 }
 
+// renewing adds h to (or removes it from) the handles whose leases the
+// renewal loop extends.
+func (s *PGStore) renewing(h *pgSession, on bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if on {
+		s.open[h] = struct{}{}
+	} else {
+		delete(s.open, h)
+	}
+}
+
 // acquireSQL takes the lease of session $1 for owner $2 for $3 when it is
-// free. The row lock makes concurrent acquisitions queue; each re-checks the
-// row as the previous one left it, so exactly one wins. It returns the new
-// epoch, the meta and the previous owner (for the takeover count).
+// free, or when $2 still holds it at epoch $4 (Acquire after a Release
+// that did not reach the database; 0 matches nothing). The row lock makes
+// concurrent acquisitions queue; each re-checks the row as the previous one
+// left it, so exactly one wins. It returns the new epoch, the meta and the
+// previous owner (for the takeover count).
 const acquireSQL = `UPDATE iac_sessions s
 	SET lease_owner = $2, lease_epoch = s.lease_epoch + 1, lease_expires = now() + $3::interval
 	FROM (SELECT lease_owner FROM iac_sessions WHERE id = $1) AS old
-	WHERE s.id = $1 AND ` + leaseFree + `
+	WHERE s.id = $1 AND (` + leaseFree + ` OR (s.lease_owner = $2 AND s.lease_epoch = $4))
 	RETURNING s.lease_epoch, s.meta, old.lease_owner`
 
-// historySQL reads the history of $1 if owner $2 holds its lease; in the
-// same implicit transaction as acquireSQL it reads nothing when that failed.
+// historySQL reads the history of $1 if owner $2 holds its lease at an
+// epoch other than $3 (0: at any epoch); in the same implicit transaction as
+// acquireSQL it reads nothing when that failed.
 const historySQL = `SELECT h.seq, h.entry FROM iac_history h
-	JOIN iac_sessions s ON s.id = h.session_id AND s.lease_owner = $2
+	JOIN iac_sessions s ON s.id = h.session_id AND s.lease_owner = $2 AND s.lease_epoch <> $3
 	WHERE h.session_id = $1 ORDER BY h.seq`
 
-// Open implements Store: lease acquisition and history read go to the
-// database together, in one round trip and one transaction.
+// Open implements Store.
 func (s *PGStore) Open(id string) (Session, []Entry, error) {
 	if !ValidID(id) {
 		return nil, nil, fmt.Errorf("%w: invalid id %q", ErrNotFound, id)
 	}
+	t, err := s.take(id, 0, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	return s.handle(t.meta, t.epoch, t.last), t.entries, nil
+}
+
+// taken is a session whose lease take got: the new epoch, and the meta and
+// history unless they were not read (read false).
+type taken struct {
+	epoch   int64
+	read    bool
+	meta    Meta
+	entries []Entry
+	last    int64
+}
+
+// take acquires the lease of id and reads the session, in one round trip
+// and one transaction. held is an epoch at which this store may still hold
+// the lease, 0 for none; the session is not read when the new epoch is
+// unread (0: always read). Errors: ErrNotFound, *InUseError, database.
+func (s *PGStore) take(id string, held, unread int64) (taken, error) {
 	ctx, cancel := opCtx()
 	defer cancel()
 	for attempt := 0; ; attempt++ {
 		b := &pgx.Batch{}
-		b.Queue(acquireSQL, id, s.self, s.ttl)
-		b.Queue(historySQL, id, s.self)
+		b.Queue(acquireSQL, id, s.self, s.ttl, held)
+		b.Queue(historySQL, id, s.self, unread)
 		br := s.pool.SendBatch(ctx, b)
 		var (
-			epoch   int64
+			t       taken
 			metaRaw []byte
 			prev    *string
 		)
-		err := br.QueryRow().Scan(&epoch, &metaRaw, &prev)
+		err := br.QueryRow().Scan(&t.epoch, &metaRaw, &prev)
 		if errors.Is(err, pgx.ErrNoRows) {
 			_ = br.Close()
 			err = s.busy(ctx, id)
@@ -286,36 +320,35 @@ func (s *PGStore) Open(id string) (Session, []Entry, error) {
 			if err == nil {
 				err = &InUseError{ID: id}
 			}
-			return nil, nil, err
+			return taken{}, err
 		}
 		if err != nil {
 			_ = br.Close()
-			return nil, nil, s.dbErr("open "+id, err)
+			return taken{}, s.dbErr("open "+id, err)
 		}
 		rows, err := br.Query()
-		var entries []Entry
-		var last int64
 		if err == nil {
-			entries, last, err = s.scanHistory(rows, id)
+			t.entries, t.last, err = s.scanHistory(rows, id)
 		}
 		if cerr := br.Close(); err == nil {
 			err = cerr
 		}
 		if err != nil {
-			s.releaseLease(id, epoch)
-			return nil, nil, s.dbErr("open "+id, err)
+			s.releaseLease(id, t.epoch)
+			return taken{}, s.dbErr("open "+id, err)
 		}
-		var meta Meta
-		if err := safeUnmarshal(metaRaw, &meta); err != nil {
-			s.releaseLease(id, epoch)
-			return nil, nil, fmt.Errorf("decode meta of %s: %w", id, err)
+		if t.read = t.epoch != unread; t.read {
+			if err := safeUnmarshal(metaRaw, &t.meta); err != nil {
+				s.releaseLease(id, t.epoch)
+				return taken{}, fmt.Errorf("decode meta of %s: %w", id, err)
+			}
+			t.meta.ID = id
 		}
-		meta.ID = id
 		if prev != nil && *prev != s.self {
 			s.takeovers.Add(1)
-			s.log.Info().Str("session", id).Str("from", *prev).Int64("epoch", epoch).Msg("took over session lease")
+			s.log.Info().Str("session", id).Str("from", *prev).Int64("epoch", t.epoch).Msg("took over session lease")
 		}
-		return s.handle(meta, epoch, last), entries, nil
+		return t, nil
 	}
 }
 
@@ -577,6 +610,13 @@ func (s *PGStore) renewOnce() {
 	if len(ids) == 0 && !registered {
 		return
 	}
+	// The epochs each handle holds now (h.mu is never taken under s.mu).
+	epochs := make([]int64, len(handles))
+	for i, h := range handles {
+		h.mu.Lock()
+		epochs[i] = h.epoch
+		h.mu.Unlock()
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), min(pgOpTimeout, s.ttl))
 	defer cancel()
 	b := &pgx.Batch{}
@@ -606,16 +646,18 @@ func (s *PGStore) renewOnce() {
 		s.log.Warn().Err(s.dbErr("renew leases", err)).Int("sessions", len(ids)).Msg("lease renewal failed")
 		return
 	}
-	for _, h := range handles {
-		if epoch, ok := held[h.id]; ok && epoch == h.epoch {
+	for i, h := range handles {
+		if epoch, ok := held[h.id]; ok && epoch == epochs[i] {
 			continue
 		}
 		h.mu.Lock()
-		report := !h.closed && !h.lost
-		h.lost = true
+		// Released, closed or acquired again meanwhile: not this lease.
+		current := !h.closed && !h.released && h.epoch == epochs[i]
+		report := current && !h.lost
+		h.lost = h.lost || current
 		h.mu.Unlock()
 		if report {
-			s.log.Warn().Str("session", h.id).Int64("epoch", h.epoch).Msg("session lease lost to another owner; its writes are refused")
+			s.log.Warn().Str("session", h.id).Int64("epoch", epochs[i]).Msg("session lease lost to another owner; its writes are refused")
 		}
 	}
 }
@@ -754,17 +796,18 @@ func (s *PGStore) ReleaseLeases(ctx context.Context, id string) (int64, error) {
 }
 
 // pgSession is the Session handle of a PGStore session: it holds the lease
-// at epoch.
+// at epoch, or held it there last (released).
 type pgSession struct {
-	st    *PGStore
-	id    string
-	epoch int64
+	st *PGStore
+	id string
 
-	mu      sync.Mutex
-	meta    Meta
-	lastSeq int64
-	closed  bool
-	lost    bool // the renewal found the lease gone (logged once)
+	mu       sync.Mutex
+	epoch    int64
+	meta     Meta
+	lastSeq  int64
+	closed   bool
+	released bool
+	lost     bool // the renewal found the lease gone (logged once)
 }
 
 var _ Session = (*pgSession)(nil)
@@ -783,7 +826,19 @@ func (h *pgSession) Meta() Meta {
 	return h.meta.clone()
 }
 
-// fenced explains a write refused for want of the lease.
+// writable reports why the handle cannot write now, if it cannot. h.mu held.
+func (h *pgSession) writable() error {
+	switch {
+	case h.closed:
+		return ErrClosed
+	case h.released:
+		return ErrReleased
+	}
+	return nil
+}
+
+// fenced explains a write refused for want of the lease; it wraps the new
+// holder's *InUseError when there is one.
 func (h *pgSession) fenced(ctx context.Context) error {
 	var (
 		owner *string
@@ -796,7 +851,7 @@ func (h *pgSession) fenced(ctx context.Context) error {
 	case err != nil || owner == nil:
 		return fmt.Errorf("%w: session %s (this handle's epoch %d; the lease was released)", ErrFenced, h.id, h.epoch)
 	}
-	return fmt.Errorf("%w: session %s (this handle's epoch %d; now held by %s at epoch %d)", ErrFenced, h.id, h.epoch, *owner, epoch)
+	return fmt.Errorf("%w (this handle's epoch %d, now %d): %w", ErrFenced, h.epoch, epoch, &InUseError{ID: h.id, Owner: *owner})
 }
 
 // appendSQL inserts history rows only while owner $2 holds the lease at
@@ -815,8 +870,8 @@ func (h *pgSession) Append(entries ...Entry) error {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.closed {
-		return ErrClosed
+	if err := h.writable(); err != nil {
+		return err
 	}
 	stamped, err := stampAppend(entries, h.lastSeq, h.st.now().UTC())
 	if err != nil {
@@ -861,8 +916,8 @@ func (h *pgSession) Sync() error {
 func (h *pgSession) SaveMeta(m Meta) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.closed {
-		return ErrClosed
+	if err := h.writable(); err != nil {
+		return err
 	}
 	m = m.replacing(h.meta, h.st.stamp())
 	data, err := protocol.Marshal(m)
@@ -886,8 +941,8 @@ func (h *pgSession) SaveMeta(m Meta) error {
 func (h *pgSession) Rewrite(entries []Entry) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.closed {
-		return ErrClosed
+	if err := h.writable(); err != nil {
+		return err
 	}
 	seqs, rows, err := encodeRows(entries)
 	if err != nil {
@@ -926,6 +981,52 @@ func (h *pgSession) Rewrite(entries []Entry) error {
 	return nil
 }
 
+// Release implements Session: it gives up the lease (keeping its epoch,
+// which tells Acquire whether another owner took the session meanwhile).
+func (h *pgSession) Release() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return ErrClosed
+	}
+	if h.released {
+		return nil
+	}
+	h.released = true
+	h.st.renewing(h, false)
+	// A release that does not reach the database leaves the lease to
+	// expire; Acquire takes it back meanwhile (acquireSQL).
+	return h.st.releaseLease(h.id, h.epoch)
+}
+
+// Acquire implements Session: it takes the lease again, reading the session
+// in the same round trip only when another owner took the lease since this
+// handle's (the new epoch is not the next one).
+func (h *pgSession) Acquire() ([]Entry, bool, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return nil, false, ErrClosed
+	}
+	if !h.released {
+		return nil, false, nil
+	}
+	t, err := h.st.take(h.id, h.epoch, h.epoch+1)
+	if err != nil {
+		return nil, false, err
+	}
+	h.epoch, h.released, h.lost = t.epoch, false, false
+	h.st.renewing(h, true)
+	if !t.read {
+		return nil, false, nil
+	}
+	h.meta, h.lastSeq = t.meta, t.last
+	if t.entries == nil {
+		t.entries = []Entry{}
+	}
+	return t.entries, true, nil
+}
+
 // Close implements Session: it releases the lease (if still held).
 func (h *pgSession) Close() error {
 	h.mu.Lock()
@@ -934,8 +1035,9 @@ func (h *pgSession) Close() error {
 		return nil
 	}
 	h.closed = true
-	h.st.mu.Lock()
-	delete(h.st.open, h)
-	h.st.mu.Unlock()
+	if h.released {
+		return nil
+	}
+	h.st.renewing(h, false)
 	return h.st.releaseLease(h.id, h.epoch)
 }

@@ -16,10 +16,19 @@
 // owner (the session actor), which performs all writes of that session; a
 // second Open of the same id in the same process fails with ErrInUse.
 //
-// That is the file store (FileStore), for one process. PGStore keeps the same
-// sessions in PostgreSQL for several processes (the pods of a cluster), with
-// a lease per open session so that one writer holds across processes; Open
-// picks one by URL (IAC_CODE_STORE_URL). Both pass one contract test suite.
+// Across processes (two servers on one IAC_CODE_HOME, or two Store values on
+// one root) a session has one writer at a time: a handle holds an exclusive
+// flock(2) on <id>/lock from Open/Create/Fork until Release or Close, and an
+// Open, Acquire or Delete elsewhere meanwhile fails with an *InUseError
+// naming the holder's pid. A released handle holds no file descriptor;
+// Acquire takes the lock again and reloads the session when another writer
+// changed it meanwhile, so lines never interleave.
+//
+// That is the file store (FileStore), for the processes of one machine.
+// PGStore keeps the same sessions in PostgreSQL for several processes (the
+// pods of a cluster), with a lease per held session instead of the lock;
+// Open picks one by URL (IAC_CODE_STORE_URL). Both pass one contract test
+// suite.
 package store
 
 import (
@@ -43,13 +52,17 @@ var (
 	ErrExists = errors.New("session already exists")
 	// ErrInvalidID: an id that cannot be used as a directory name.
 	ErrInvalidID = errors.New("invalid session id")
-	// ErrInUse: the session is open elsewhere: in this process, or (shared
-	// store) held by another process's lease (Open, Delete). The returned
-	// error is an *InUseError naming the holder when it is known.
+	// ErrInUse: the session is held by another handle: in this process, in
+	// another process on the same root (file lock), or under another
+	// process's lease (shared store). Open, Acquire and Delete return it as
+	// an *InUseError naming the holder when it is known.
 	ErrInUse = errors.New("session is open")
-	// ErrFenced: this handle lost the session's lease (it expired, or its
-	// owner was declared dead, and another process took the session over).
-	// The handle can never write again; Close it.
+	// ErrReleased: a write on a released handle; Acquire it first.
+	ErrReleased = errors.New("session handle released; acquire it first")
+	// ErrFenced: this handle lost the session's lease while holding it (it
+	// expired, or its owner was declared dead, and another process took the
+	// session over). It can never write at that lease again: Close it, or
+	// Release and Acquire it, which reloads what the new holder wrote.
 	ErrFenced = errors.New("session lease lost to another owner")
 	// ErrClosed: the Session handle was closed.
 	ErrClosed = errors.New("session handle closed")
@@ -59,20 +72,26 @@ var (
 	ErrBadSeq = errors.New("sequence numbers must increase")
 )
 
-// InUseError is the ErrInUse of Open and Delete: errors.Is(err, ErrInUse)
-// holds, and errors.As gives the holder.
+// InUseError is the ErrInUse of Open, Acquire and Delete:
+// errors.Is(err, ErrInUse) holds, and errors.As names the holder.
 type InUseError struct {
 	ID string
-	// Owner is the incarnation id of the process holding the session's lease
-	// (shared store), "" when the holder is this process's file store.
+	// Owner is the incarnation id of the process whose lease holds the
+	// session (shared store); "" for the file store.
 	Owner string
+	// PID is the process id of the holder of the session's file lock (file
+	// store, as written in the lock file); 0 when unknown.
+	PID int
 }
 
 func (e *InUseError) Error() string {
-	if e.Owner == "" {
-		return fmt.Sprintf("%v: %s", ErrInUse, e.ID)
+	switch {
+	case e.Owner != "":
+		return fmt.Sprintf("session %s is open in another iac-code process (incarnation %s)", e.ID, e.Owner)
+	case e.PID > 0:
+		return fmt.Sprintf("session %s is open in another iac-code process (pid %d)", e.ID, e.PID)
 	}
-	return fmt.Sprintf("%v: %s (held by %s)", ErrInUse, e.ID, e.Owner)
+	return fmt.Sprintf("session %s is already open", e.ID)
 }
 
 // Is makes errors.Is(err, ErrInUse) true.
@@ -81,8 +100,8 @@ func (e *InUseError) Is(target error) bool { return target == ErrInUse }
 // Store creates, opens, forks, lists and deletes sessions.
 //
 // Exactly one writer: a Session handle is the only one that can write its
-// session. A second Open of an open session fails with ErrInUse until the
-// holder's Close; the shared store also hands the session over when the
+// session. A second Open of a held session fails with ErrInUse until the
+// holder's Release or Close; the shared store also hands the session over when the
 // holder's lease expires or its owner is declared dead, and the old handle's
 // writes then fail with ErrFenced.
 type Store interface {
@@ -90,7 +109,7 @@ type Store interface {
 	// CreatedAt/UpdatedAt are stamped by the store). ErrExists if taken.
 	Create(meta Meta) (Session, error)
 	// Open loads meta and history (bad lines are skipped and logged) and
-	// returns the writer handle. ErrNotFound, ErrInUse.
+	// returns the writer handle, acquired. ErrNotFound, ErrInUse.
 	Open(id string) (Session, []Entry, error)
 	// Fork copies srcID's meta and valid history into the new session newID
 	// (ForkedFrom = srcID, fresh timestamps). The source may be open.
@@ -134,7 +153,21 @@ type Session interface {
 	// rename, fsync dir). Used to persist a repair that inserts entries in
 	// the middle. Seqs must be positive and strictly increasing.
 	Rewrite(entries []Entry) error
-	// Close syncs and releases the handle. Further calls return ErrClosed.
+	// Release syncs, then lets go of the session while the owner is idle:
+	// the file store closes its files and its lock, the shared store gives
+	// up the lease. The handle stays valid (ID, Meta, LastSeq); writes on a
+	// released handle fail with ErrReleased. No-op when released.
+	Release() error
+	// Acquire takes the session again: an *InUseError when another handle
+	// holds it now. When another writer may have changed it while this
+	// handle did not hold it (file store: its files are not the ones this
+	// handle left; shared store: another owner took the lease since this
+	// handle's), changed is true, entries is the history as it is now
+	// (LastSeq and Meta follow it) and the owner must replace what it keeps
+	// in memory; otherwise entries is nil. No-op on an acquired handle.
+	Acquire() (entries []Entry, changed bool, err error)
+	// Close syncs and lets go of the handle for good; other calls then
+	// return ErrClosed, Close again nil.
 	Close() error
 }
 

@@ -273,7 +273,7 @@ var _ = Describe("FileStore", func() {
 				}
 				return out
 			}
-			Expect(names()).To(ConsistOf("meta.json", "history.jsonl"))
+			Expect(names()).To(ConsistOf("meta.json", "history.jsonl", "lock"))
 			data, err := os.ReadFile(filepath.Join(sessionDir("s1"), "meta.json"))
 			Expect(err).NotTo(HaveOccurred())
 			var onDisk store.Meta
@@ -282,7 +282,7 @@ var _ = Describe("FileStore", func() {
 			Expect(s.Close()).To(Succeed())
 			s2, _ := reopen("s1")
 			Expect(s2.Meta().Usage.OutputTokens).To(BeEquivalentTo(199))
-			Expect(names()).To(ConsistOf("meta.json", "history.jsonl"))
+			Expect(names()).To(ConsistOf("meta.json", "history.jsonl", "lock"))
 		})
 	})
 

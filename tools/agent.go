@@ -3,7 +3,6 @@ package tools
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 )
 
@@ -21,8 +20,8 @@ const (
 var SubagentTypes = []string{SubagentGeneralPurpose, SubagentExplore, SubagentPlan}
 
 // Agent starts a sub-agent. Its turn is run by the actor layer: this type
-// only describes and validates the call (see ParseAgentInput and
-// SubagentTools); its Run reports that the actor runtime is required.
+// only validates the call (its Prepare returns an *AgentCall; see
+// SubagentTools).
 type Agent struct{}
 
 func (Agent) Name() string { return NameAgent }
@@ -43,21 +42,6 @@ func (Agent) Schema() json.RawMessage {
 func (Agent) Kind() Kind     { return KindExecute }
 func (Agent) ReadOnly() bool { return false }
 
-func (Agent) Describe(_ *Env, input json.RawMessage) (string, []Location) {
-	d := looseString(looseFields(input), "description")
-	if d == "" {
-		return "Agent", nil
-	}
-	return "Agent: " + truncateRunes(oneLine(d), 80), nil
-}
-
-func (Agent) Run(_ context.Context, _ *Env, input json.RawMessage) Result {
-	if _, err := ParseAgentInput(input); err != nil {
-		return Errorf(err.Error())
-	}
-	return Errorf("agent tool requires the actor runtime")
-}
-
 // AgentInput is the validated input of the agent tool.
 type AgentInput struct {
 	Prompt       string `json:"prompt"`
@@ -71,30 +55,39 @@ type agentInputJSON struct {
 	SubagentType *string `json:"subagent_type"`
 }
 
-// ParseAgentInput validates the agent tool's input. The error's text is the
-// complete message for the model ("Invalid input for tool 'agent': …"), so
-// the actor layer can return tools.Errorf(err.Error()).
-func ParseAgentInput(input json.RawMessage) (AgentInput, error) {
+// AgentCall is a prepared agent call. The actor layer runs it (a child
+// turn) from Input; its own Run only reports that.
+type AgentCall struct{ Input AgentInput }
+
+func (Agent) Prepare(_ *Env, input json.RawMessage) (Call, error) {
 	var in agentInputJSON
-	fail := func(reason string) (AgentInput, error) {
-		return AgentInput{}, errors.New(invalidInputMessage(NameAgent, reason))
+	if err := decodeInput(NameAgent, input, &in); err != nil {
+		return nil, err
 	}
-	if err := decodeInput(input, &in); err != nil {
-		return fail(err.Error())
+	if err := requireString(NameAgent, "prompt", in.Prompt); err != nil {
+		return nil, err
 	}
-	if err := requireString("prompt", in.Prompt); err != nil {
-		return fail(err.Error())
-	}
-	if err := requireString("description", in.Description); err != nil {
-		return fail(err.Error())
+	if err := requireString(NameAgent, "description", in.Description); err != nil {
+		return nil, err
 	}
 	if in.SubagentType == nil {
-		return fail("missing required field 'subagent_type'")
+		return nil, inputError(NameAgent, "missing required field 'subagent_type'")
 	}
 	if !validSubagentType(*in.SubagentType) {
-		return fail(fmt.Sprintf("field 'subagent_type' must be one of general-purpose, explore, plan; got %q", *in.SubagentType))
+		return nil, inputError(NameAgent, fmt.Sprintf("field 'subagent_type' must be one of general-purpose, explore, plan; got %q", *in.SubagentType))
 	}
-	return AgentInput{Prompt: *in.Prompt, Description: *in.Description, SubagentType: *in.SubagentType}, nil
+	return &AgentCall{Input: AgentInput{Prompt: *in.Prompt, Description: *in.Description, SubagentType: *in.SubagentType}}, nil
+}
+
+func (c *AgentCall) Title() string {
+	return "Agent: " + printable(truncateRunes(oneLine(c.Input.Description), 80), titleMaxRunes)
+}
+func (c *AgentCall) Locations() []Location { return nil }
+
+// Access is empty: the sub-agent's own tool calls are asked about one by one.
+func (c *AgentCall) Access() Access { return Access{} }
+func (c *AgentCall) Run(context.Context, func(string)) Result {
+	return Errorf("agent tool requires the actor runtime")
 }
 
 func validSubagentType(s string) bool {

@@ -58,26 +58,25 @@ func (t Bash) Schema() json.RawMessage {
 func (Bash) Kind() Kind     { return KindExecute }
 func (Bash) ReadOnly() bool { return false }
 
-func (Bash) Describe(env *Env, input json.RawMessage) (string, []Location) {
-	c := looseString(looseFields(input), "command")
-	if strings.TrimSpace(c) == "" {
-		return "bash", nil
-	}
-	return truncateRunes(oneLine(c), 80), nil
-}
-
 type bashInput struct {
 	Command *string  `json:"command"`
 	Timeout *float64 `json:"timeout"`
 }
 
-func (t Bash) Run(ctx context.Context, env *Env, input json.RawMessage) Result {
+type bashCall struct {
+	t       Bash
+	command string
+	dir     string
+	timeout time.Duration
+}
+
+func (t Bash) Prepare(env *Env, input json.RawMessage) (Call, error) {
 	var in bashInput
-	if err := decodeInput(input, &in); err != nil {
-		return InvalidInput(NameBash, err.Error())
+	if err := decodeInput(NameBash, input, &in); err != nil {
+		return nil, err
 	}
-	if err := requireString("command", in.Command); err != nil {
-		return InvalidInput(NameBash, err.Error())
+	if err := requireString(NameBash, "command", in.Command); err != nil {
+		return nil, err
 	}
 	l := t.Limits.WithDefaults()
 	timeout := l.BashTimeout
@@ -85,19 +84,25 @@ func (t Bash) Run(ctx context.Context, env *Env, input json.RawMessage) Result {
 		secs := *in.Timeout
 		maxSecs := l.BashMaxTimeout.Seconds()
 		if math.IsNaN(secs) || secs <= 0 || secs > maxSecs {
-			return InvalidInput(NameBash, fmt.Sprintf("field 'timeout' must be a number of seconds in (0, %g]", maxSecs))
+			return nil, inputError(NameBash, fmt.Sprintf("field 'timeout' must be a number of seconds in (0, %g]", maxSecs))
 		}
 		timeout = time.Duration(secs * float64(time.Second))
 	}
-	var progress func(string)
-	if env != nil {
-		progress = env.Progress
-	}
+	return &bashCall{t: t, command: *in.Command, dir: envCwd(env), timeout: timeout}, nil
+}
+
+// Title is the command itself, whole (up to titleMaxRunes), so that a
+// permission request never hides part of what will run.
+func (c *bashCall) Title() string         { return printable(c.command, titleMaxRunes) }
+func (c *bashCall) Locations() []Location { return nil }
+func (c *bashCall) Access() Access        { return Access{} }
+
+func (c *bashCall) Run(ctx context.Context, progress func(string)) Result {
 	return runShell(ctx, shellRun{
-		command:  *in.Command,
-		dir:      envCwd(env),
-		timeout:  timeout,
-		limits:   l,
+		command:  c.command,
+		dir:      c.dir,
+		timeout:  c.timeout,
+		limits:   c.t.Limits.WithDefaults(),
 		progress: progress,
 	})
 }

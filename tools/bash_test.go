@@ -174,11 +174,10 @@ var _ = Describe("bash", func() {
 
 	It("streams only new output through Progress, at most ~10 calls per second", func() {
 		var log progressLog
-		env.Progress = log.fn
 		start := time.Now()
-		res := run(tools.Bash{}, env, map[string]any{
+		res := runProgress(ctx(), tools.Bash{}, env, map[string]any{
 			"command": `for i in $(seq 1 150); do echo "line $i"; sleep 0.01; done`,
-		})
+		}, log.fn)
 		elapsed := time.Since(start)
 		Expect(res.IsError).To(BeFalse())
 		var want strings.Builder
@@ -196,8 +195,7 @@ var _ = Describe("bash", func() {
 
 	It("delivers 200,000 lines through Progress without resending", func() {
 		var log progressLog
-		env.Progress = log.fn
-		res := run(tools.Bash{}, env, map[string]any{"command": "seq 1 200000"})
+		res := runProgress(ctx(), tools.Bash{}, env, map[string]any{"command": "seq 1 200000"}, log.fn)
 		Expect(res.IsError).To(BeFalse())
 		var want strings.Builder
 		for i := 1; i <= 200000; i++ {
@@ -213,8 +211,7 @@ var _ = Describe("bash", func() {
 
 	It("never splits a UTF-8 sequence across Progress calls", func() {
 		var log progressLog
-		env.Progress = log.fn
-		res := run(tools.Bash{}, env, map[string]any{"command": `printf 'caf\xc3'; sleep 0.3; printf '\xa9!\n'`})
+		res := runProgress(ctx(), tools.Bash{}, env, map[string]any{"command": `printf 'caf\xc3'; sleep 0.3; printf '\xa9!\n'`}, log.fn)
 		Expect(res.Output).To(ContainSubstring("café!"))
 		Expect(log.joined()).To(Equal("café!\n"))
 		for _, t := range log.texts {

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/iac-code/iac-code/tools/procgroup"
 )
 
 // pipeDrainWait is how long output is still read after the process group
@@ -58,6 +60,9 @@ func runShell(ctx context.Context, r shellRun) Result {
 	outW.Close()
 	errW.Close()
 	pid := cmd.Process.Pid // also the process group id
+	// The watchdog kills the group if the server dies before it ends.
+	procgroup.Register(pid)
+	defer procgroup.Unregister(pid) // the group is gone by then (killed or ended)
 
 	var readers sync.WaitGroup
 	pump := func(rd *os.File, into *headTail) {
@@ -87,16 +92,16 @@ func runShell(ctx context.Context, r shellRun) Result {
 	var waitErr error
 	select {
 	case waitErr = <-exited:
-		if groupAlive(pid) { // background jobs left behind
-			killGroup(pid, r.limits.BashKillGrace)
+		if procgroup.Alive(pid) { // background jobs left behind
+			procgroup.Kill(pid, r.limits.BashKillGrace)
 		}
 	case <-timer.C:
 		o.timedOut = true
-		killGroup(pid, r.limits.BashKillGrace)
+		procgroup.Kill(pid, r.limits.BashKillGrace)
 		waitErr = <-exited
 	case <-ctx.Done():
 		o.cancelled = true
-		killGroup(pid, r.limits.BashKillGrace)
+		procgroup.Kill(pid, r.limits.BashKillGrace)
 		waitErr = <-exited
 	}
 
@@ -152,10 +157,10 @@ func signalName(s syscall.Signal) string {
 	return s.String()
 }
 
-// shellEnv is the server's environment plus settings that keep commands
-// from waiting for a terminal that is not there.
+// shellEnv is the server's environment without its secrets (ChildEnv) plus
+// settings that keep commands from waiting for a terminal that is not there.
 func shellEnv() []string {
-	env := os.Environ()
+	env := ChildEnv()
 	add := func(k, v string) {
 		if _, ok := os.LookupEnv(k); !ok {
 			env = append(env, k+"="+v)
@@ -165,43 +170,4 @@ func shellEnv() []string {
 	add("GIT_PAGER", "cat")
 	add("PAGER", "cat")
 	return env
-}
-
-// killGroup ends process group pgid: SIGTERM (with SIGCONT for stopped
-// members), then SIGKILL when members are still alive after grace. It
-// returns once no live member is left (or after a last short wait).
-func killGroup(pgid int, grace time.Duration) {
-	if pgid <= 1 {
-		return
-	}
-	_ = syscall.Kill(-pgid, syscall.SIGTERM)
-	_ = syscall.Kill(-pgid, syscall.SIGCONT)
-	if waitGroupGone(pgid, grace) {
-		return
-	}
-	_ = syscall.Kill(-pgid, syscall.SIGKILL)
-	waitGroupGone(pgid, time.Second)
-}
-
-func waitGroupGone(pgid int, d time.Duration) bool {
-	deadline := time.Now().Add(d)
-	for {
-		if !groupAlive(pgid) {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-// groupAlive reports whether process group pgid has a member that is not
-// a zombie (killed orphans may stay zombies until their new parent reaps
-// them; they run nothing).
-func groupAlive(pgid int) bool {
-	if err := syscall.Kill(-pgid, 0); errors.Is(err, syscall.ESRCH) {
-		return false
-	}
-	return groupHasLiveMember(pgid)
 }

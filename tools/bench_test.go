@@ -82,7 +82,7 @@ func BenchmarkGrep100k(b *testing.B) {
 		in, _ := json.Marshal(c.input)
 		b.Run(c.name, func(b *testing.B) {
 			for b.Loop() {
-				res := tools.Grep{}.Run(context.Background(), env, in)
+				res := tools.Execute(context.Background(), tools.Grep{}, env, in, nil)
 				if res.IsError {
 					b.Fatal(res.Output)
 				}
@@ -98,13 +98,14 @@ func BenchmarkGrep100k(b *testing.B) {
 // Progress (seq 1 1000000: ~6.9 MB, 1M lines).
 func BenchmarkBashOutputStreaming(b *testing.B) {
 	var got atomic.Int64
-	env := &tools.Env{Cwd: b.TempDir(), Progress: func(s string) { got.Add(int64(len(s))) }}
+	env := &tools.Env{Cwd: b.TempDir()}
+	progress := func(s string) { got.Add(int64(len(s))) }
 	in := json.RawMessage(`{"command":"seq 1 1000000"}`)
 	const size = 6888896
 	b.SetBytes(size)
 	for b.Loop() {
 		got.Store(0)
-		res := tools.Bash{}.Run(context.Background(), env, in)
+		res := tools.Execute(context.Background(), tools.Bash{}, env, in, progress)
 		if res.IsError {
 			b.Fatal(res.Output)
 		}

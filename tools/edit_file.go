@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"unicode/utf8"
 )
@@ -32,47 +31,54 @@ func (EditFile) Schema() json.RawMessage {
 func (EditFile) Kind() Kind     { return KindEdit }
 func (EditFile) ReadOnly() bool { return false }
 
-func (EditFile) Describe(env *Env, input json.RawMessage) (string, []Location) {
-	p := looseString(looseFields(input), "path")
-	if p == "" {
-		return "Edit file", nil
-	}
-	abs := ResolvePath(env, p)
-	return "Edit " + displayPath(env, abs), []Location{{Path: abs}}
-}
-
 type editFileInput struct {
 	Path      *string `json:"path"`
 	OldString *string `json:"old_string"`
 	NewString *string `json:"new_string"`
 }
 
-func (EditFile) Run(ctx context.Context, env *Env, input json.RawMessage) Result {
+type editFileCall struct {
+	target   Resolved
+	old, new string
+}
+
+func (EditFile) Prepare(env *Env, input json.RawMessage) (Call, error) {
 	var in editFileInput
-	if err := decodeInput(input, &in); err != nil {
-		return InvalidInput(NameEditFile, err.Error())
+	if err := decodeInput(NameEditFile, input, &in); err != nil {
+		return nil, err
 	}
-	if err := requireString("path", in.Path); err != nil {
-		return InvalidInput(NameEditFile, err.Error())
+	if err := requireString(NameEditFile, "path", in.Path); err != nil {
+		return nil, err
 	}
 	if in.OldString == nil {
-		return InvalidInput(NameEditFile, "missing required field 'old_string'")
+		return nil, inputError(NameEditFile, "missing required field 'old_string'")
 	}
 	if *in.OldString == "" {
-		return InvalidInput(NameEditFile, "field 'old_string' must not be empty (use write_file to create a file)")
+		return nil, inputError(NameEditFile, "field 'old_string' must not be empty (use write_file to create a file)")
 	}
 	if in.NewString == nil {
-		return InvalidInput(NameEditFile, "missing required field 'new_string'")
+		return nil, inputError(NameEditFile, "missing required field 'new_string'")
 	}
 	if *in.OldString == *in.NewString {
-		return InvalidInput(NameEditFile, "old_string and new_string are identical; nothing to change")
+		return nil, inputError(NameEditFile, "old_string and new_string are identical; nothing to change")
 	}
+	target, err := Resolve(env, *in.Path)
+	if err != nil {
+		return nil, inputError(NameEditFile, err.Error())
+	}
+	return &editFileCall{target: target, old: *in.OldString, new: *in.NewString}, nil
+}
+
+func (c *editFileCall) Title() string         { return "Edit " + printable(c.target.Shown(), titleMaxRunes) }
+func (c *editFileCall) Locations() []Location { return []Location{{Path: c.target.Location()}} }
+func (c *editFileCall) Access() Access        { return Access{Paths: []PathAccess{c.target.access(true)}} }
+
+func (c *editFileCall) Run(ctx context.Context, _ func(string)) Result {
 	if ctx.Err() != nil {
 		return Errorf("edit_file cancelled")
 	}
-	abs := ResolvePath(env, *in.Path)
-	shown := displayPath(env, abs)
-	f, err := openRegular(abs, shown)
+	shown := c.target.Shown()
+	f, err := openRegular(c.target)
 	if err != nil {
 		return Errorf(err.Error())
 	}
@@ -90,22 +96,22 @@ func (EditFile) Run(ctx context.Context, env *Env, input json.RawMessage) Result
 	if strings.IndexByte(old, 0) >= 0 || !utf8.ValidString(old) {
 		return Errorf(fmt.Sprintf("Cannot edit %s: it is a binary file", shown))
 	}
-	switch n := strings.Count(old, *in.OldString); n {
+	switch n := strings.Count(old, c.old); n {
 	case 1:
 	case 0:
 		return Errorf(fmt.Sprintf("old_string not found in %s (it must match the file's text exactly, including whitespace)", shown))
 	default:
 		return Errorf(fmt.Sprintf("old_string matches %d times in %s; provide more context to make it unique", n, shown))
 	}
-	updated := strings.Replace(old, *in.OldString, *in.NewString, 1)
-	if err := os.WriteFile(abs, []byte(updated), fi.Mode().Perm()); err != nil {
+	updated := strings.Replace(old, c.old, c.new, 1)
+	if err := writeTarget(c.target, []byte(updated), fi.Mode().Perm()); err != nil {
 		return Errorf(fmt.Sprintf("Cannot write %s: %v", shown, err))
 	}
-	line := strings.Count(old[:strings.Index(old, *in.OldString)], "\n") + 1
+	line := strings.Count(old[:strings.Index(old, c.old)], "\n") + 1
 	return Result{
 		Output: fmt.Sprintf("Edited %s: replaced %s with %s at line %d (the file now has %d lines)",
-			shown, nLines(*in.OldString), nLines(*in.NewString), line, countLines(updated)),
-		Diff: &Diff{Path: abs, OldText: &old, NewText: updated},
+			shown, nLines(c.old), nLines(c.new), line, countLines(updated)),
+		Diff: &Diff{Path: c.target.Location(), OldText: &old, NewText: updated},
 	}
 }
 

@@ -73,13 +73,13 @@ var _ = Describe("read_file", func() {
 
 	It("truncates at the line cap with a note", func() {
 		rf := tools.ReadFile{Limits: tools.Limits{MaxReadLines: 50}}
-		res := rf.Run(ctx(), env, raw(map[string]any{"path": "big/lines.txt"}))
+		res := tools.Execute(ctx(), rf, env, raw(map[string]any{"path": "big/lines.txt"}), nil)
 		Expect(res.IsError).To(BeFalse())
 		Expect(res.Output).To(ContainSubstring("    50\tline 50\n"))
 		Expect(res.Output).NotTo(ContainSubstring("line 51\n"))
 		Expect(res.Output).To(ContainSubstring("[Truncated: showing lines 1-50"))
 		Expect(res.Output).To(ContainSubstring("start_line=51"))
-		res = rf.Run(ctx(), env, raw(map[string]any{"path": "big/lines.txt", "start_line": 100}))
+		res = tools.Execute(ctx(), rf, env, raw(map[string]any{"path": "big/lines.txt", "start_line": 100}), nil)
 		Expect(res.Output).To(HavePrefix("   100\tline 100\n"))
 		Expect(res.Output).To(HaveSuffix("   120\tline 120\n"))
 	})
@@ -87,7 +87,7 @@ var _ = Describe("read_file", func() {
 	It("truncates at the byte cap without splitting UTF-8", func() {
 		writeFiles(env.Cwd, map[string]string{"wide.txt": strings.Repeat("é", 100) + "\nnext\n"})
 		rf := tools.ReadFile{Limits: tools.Limits{MaxReadBytes: 51}}
-		res := rf.Run(ctx(), env, raw(map[string]any{"path": "wide.txt"}))
+		res := tools.Execute(ctx(), rf, env, raw(map[string]any{"path": "wide.txt"}), nil)
 		Expect(res.IsError).To(BeFalse())
 		Expect(res.Output).To(HavePrefix("     1\t" + strings.Repeat("é", 25) + "\n"))
 		Expect(res.Output).To(ContainSubstring("[Truncated"))

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/bmatcuk/doublestar/v4"
@@ -38,41 +39,28 @@ func (Glob) Schema() json.RawMessage {
 func (Glob) Kind() Kind     { return KindSearch }
 func (Glob) ReadOnly() bool { return true }
 
-func (Glob) Describe(env *Env, input json.RawMessage) (string, []Location) {
-	m := looseFields(input)
-	pattern := looseString(m, "pattern")
-	root, _ := globRoot(env, looseString(m, "path"), pattern)
-	title := "Glob"
-	if pattern != "" {
-		title = "Glob " + truncateRunes(oneLine(pattern), 80)
-	}
-	return title, []Location{{Path: root}}
-}
-
-// globRoot splits a pattern into the directory to walk and the pattern
-// relative to it.
+// globRoot splits a pattern into the directory to walk (absolute, not yet
+// resolved) and the pattern relative to it.
 func globRoot(env *Env, path, pattern string) (root, rel string) {
-	p := filepath.ToSlash(pattern)
-	if p == "~" || strings.HasPrefix(p, "~/") {
-		if home, err := os.UserHomeDir(); err == nil {
-			p = filepath.ToSlash(home) + p[1:]
-		}
+	p := filepath.ToSlash(expandHome(pattern))
+	base := path
+	if strings.TrimSpace(base) == "" {
+		base = "."
 	}
-	base := "."
-	if path != "" {
-		base = path
+	base = expandHome(base)
+	if !filepath.IsAbs(base) {
+		base = envCwd(env) + string(filepath.Separator) + base
 	}
-	baseAbs := ResolvePath(env, base)
 	if strings.HasPrefix(p, "/") {
 		b, rest := doublestar.SplitPattern(p)
-		return filepath.Clean(filepath.FromSlash(b)), rest
+		return filepath.FromSlash(b), rest
 	}
 	p = strings.TrimPrefix(p, "./")
 	b, rest := doublestar.SplitPattern(p)
 	if b == "." {
-		return baseAbs, rest
+		return base, rest
 	}
-	return filepath.Join(baseAbs, filepath.FromSlash(b)), rest
+	return base + string(filepath.Separator) + filepath.FromSlash(b), rest
 }
 
 type globInput struct {
@@ -80,32 +68,54 @@ type globInput struct {
 	Path    *string `json:"path"`
 }
 
-func (t Glob) Run(ctx context.Context, env *Env, input json.RawMessage) Result {
+type globCall struct {
+	t       Glob
+	pattern string // as the model gave it
+	rest    string // relative to root
+	root    Resolved
+	sh      shower
+}
+
+func (t Glob) Prepare(env *Env, input json.RawMessage) (Call, error) {
 	var in globInput
-	if err := decodeInput(input, &in); err != nil {
-		return InvalidInput(NameGlob, err.Error())
+	if err := decodeInput(NameGlob, input, &in); err != nil {
+		return nil, err
 	}
-	if err := requireString("pattern", in.Pattern); err != nil {
-		return InvalidInput(NameGlob, err.Error())
+	if err := requireString(NameGlob, "pattern", in.Pattern); err != nil {
+		return nil, err
 	}
 	if !doublestar.ValidatePattern(filepath.ToSlash(*in.Pattern)) {
-		return InvalidInput(NameGlob, fmt.Sprintf("invalid glob pattern %q", *in.Pattern))
+		return nil, inputError(NameGlob, fmt.Sprintf("invalid glob pattern %q", *in.Pattern))
 	}
 	path := ""
 	if in.Path != nil {
 		path = *in.Path
 	}
-	l := t.Limits.WithDefaults()
-	root, pat := globRoot(env, path, *in.Pattern)
-	fi, err := os.Stat(root)
+	rootPath, rest := globRoot(env, path, *in.Pattern)
+	root, err := Resolve(env, rootPath)
+	if err != nil {
+		return nil, inputError(NameGlob, err.Error())
+	}
+	return &globCall{t: t, pattern: *in.Pattern, rest: rest, root: root, sh: newShower(env)}, nil
+}
+
+func (c *globCall) Title() string         { return searchTitle("Glob", c.rest, c.root) }
+func (c *globCall) Locations() []Location { return []Location{{Path: c.root.Location()}} }
+func (c *globCall) Access() Access        { return Access{Paths: []PathAccess{c.root.access(false)}} }
+
+func (c *globCall) Run(ctx context.Context, _ func(string)) Result {
+	l := c.t.Limits.WithDefaults()
+	root, pat := c.root.Path, c.rest
+	shownRoot := c.root.Shown()
+	fi, err := c.root.Stat()
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
-			return Result{Output: fmt.Sprintf("No files found matching %s (%s does not exist)", *in.Pattern, displayPath(env, root))}
+			return Result{Output: fmt.Sprintf("No files found matching %s (%s does not exist)", c.pattern, shownRoot)}
 		}
-		return Errorf(fmt.Sprintf("Cannot search %s: %v", displayPath(env, root), err))
+		return Errorf(fmt.Sprintf("Cannot search %s: %v", shownRoot, err))
 	}
 	if !fi.IsDir() {
-		return Errorf(fmt.Sprintf("%s is not a directory", displayPath(env, root)))
+		return Errorf(fmt.Sprintf("%s is not a directory", shownRoot))
 	}
 
 	// Without ** (and without {…} that may hide a /), a pattern of n
@@ -119,6 +129,7 @@ func (t Glob) Run(ctx context.Context, env *Env, input json.RawMessage) Result {
 		mtime time.Time
 	}
 	var hits []hit
+	var skipped skippedLinks
 	err = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -146,6 +157,20 @@ func (t Glob) Run(ctx context.Context, env *Env, input json.RawMessage) Result {
 			}
 			return nil
 		}
+		isLink := d.Type()&fs.ModeSymlink != 0
+		var real string
+		if isLink {
+			// A link is followed only when it stays in the cwd or in the
+			// directory searched (directories are never descended into).
+			real, err = RealPath(p)
+			if err != nil {
+				return nil
+			}
+			if _, inRoot := within(root, real); !inRoot && !c.sh.inside(real) {
+				skipped.add(c.sh.show(p), real)
+				return nil
+			}
+		}
 		if !doublestar.MatchUnvalidated(pat, rel) {
 			return nil
 		}
@@ -153,8 +178,8 @@ func (t Glob) Run(ctx context.Context, env *Env, input json.RawMessage) Result {
 		if err != nil {
 			return nil
 		}
-		if d.Type()&fs.ModeSymlink != 0 {
-			if info, err = os.Stat(p); err != nil {
+		if isLink {
+			if info, err = os.Stat(real); err != nil {
 				return nil
 			}
 		}
@@ -168,10 +193,10 @@ func (t Glob) Run(ctx context.Context, env *Env, input json.RawMessage) Result {
 		if ctx.Err() != nil {
 			return Errorf("glob cancelled")
 		}
-		return Errorf(fmt.Sprintf("Cannot search %s: %v", displayPath(env, root), err))
+		return Errorf(fmt.Sprintf("Cannot search %s: %v", shownRoot, err))
 	}
 	if len(hits) == 0 {
-		return Result{Output: fmt.Sprintf("No files found matching %s", *in.Pattern)}
+		return Result{Output: fmt.Sprintf("No files found matching %s", c.pattern) + skipped.note("\n")}
 	}
 	sort.Slice(hits, func(i, j int) bool {
 		if !hits[i].mtime.Equal(hits[j].mtime) {
@@ -185,8 +210,44 @@ func (t Glob) Run(ctx context.Context, env *Env, input json.RawMessage) Result {
 			fmt.Fprintf(&b, "[... showing the %d newest of %d matching files; narrow the pattern to see others]\n", i, len(hits))
 			break
 		}
-		b.WriteString(displayPath(env, h.path))
+		b.WriteString(c.sh.show(h.path))
 		b.WriteByte('\n')
 	}
+	b.WriteString(skipped.note(""))
 	return Result{Output: b.String()}
+}
+
+// skippedLinks records the symlinks a walk did not follow because they lead
+// out of the working directory; the result says so.
+type skippedLinks struct {
+	mu    sync.Mutex
+	n     int
+	shown []string
+}
+
+const maxSkippedShown = 10
+
+func (s *skippedLinks) add(link, target string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.n++
+	if len(s.shown) < maxSkippedShown {
+		s.shown = append(s.shown, link+" -> "+target)
+	}
+}
+
+// note is "" or a line naming the links not followed, after prefix.
+func (s *skippedLinks) note(prefix string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.n == 0 {
+		return ""
+	}
+	more := ""
+	if s.n > len(s.shown) {
+		more = fmt.Sprintf(" and %d more", s.n-len(s.shown))
+	}
+	sort.Strings(s.shown)
+	return fmt.Sprintf("%s[Not followed: %d %s leading outside the working directory: %s%s]\n",
+		prefix, s.n, plural(s.n, "symlink", "symlinks"), strings.Join(s.shown, ", "), more)
 }

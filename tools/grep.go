@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path"
@@ -58,19 +59,6 @@ func (Grep) Schema() json.RawMessage {
 }
 func (Grep) Kind() Kind     { return KindSearch }
 func (Grep) ReadOnly() bool { return true }
-
-func (Grep) Describe(env *Env, input json.RawMessage) (string, []Location) {
-	m := looseFields(input)
-	p := looseString(m, "path")
-	if p == "" {
-		p = "."
-	}
-	title := "Grep"
-	if pat := looseString(m, "pattern"); pat != "" {
-		title = "Grep " + truncateRunes(oneLine(pat), 80)
-	}
-	return title, []Location{{Path: ResolvePath(env, p)}}
-}
 
 type grepInput struct {
 	Pattern         *string `json:"pattern"`
@@ -132,18 +120,27 @@ type grepSearch struct {
 	globPat    string
 	globOnName bool
 	coll       grepCollector
+	skipped    skippedLinks
 }
 
-func (t Grep) Run(ctx context.Context, env *Env, input json.RawMessage) Result {
+type grepCall struct {
+	t       Grep
+	pattern string
+	target  Resolved
+	sh      shower
+	search  *grepSearch
+}
+
+func (t Grep) Prepare(env *Env, input json.RawMessage) (Call, error) {
 	var in grepInput
-	if err := decodeInput(input, &in); err != nil {
-		return InvalidInput(NameGrep, err.Error())
+	if err := decodeInput(NameGrep, input, &in); err != nil {
+		return nil, err
 	}
 	if in.Pattern == nil {
-		return InvalidInput(NameGrep, "missing required field 'pattern'")
+		return nil, inputError(NameGrep, "missing required field 'pattern'")
 	}
 	if *in.Pattern == "" {
-		return InvalidInput(NameGrep, "field 'pattern' must not be empty")
+		return nil, inputError(NameGrep, "field 'pattern' must not be empty")
 	}
 	l := t.Limits.WithDefaults()
 	s := &grepSearch{max: l.GrepMaxResults, maxBytes: l.GrepMaxFileBytes}
@@ -156,11 +153,11 @@ func (t Grep) Run(ctx context.Context, env *Env, input json.RawMessage) Result {
 	case GrepContent:
 		s.content = true
 	default:
-		return InvalidInput(NameGrep, fmt.Sprintf("field 'output_mode' must be one of files_with_matches, content; got %q", mode))
+		return nil, inputError(NameGrep, fmt.Sprintf("field 'output_mode' must be one of files_with_matches, content; got %q", mode))
 	}
 	if in.MaxResults != nil {
 		if *in.MaxResults < 1 {
-			return InvalidInput(NameGrep, "field 'max_results' must be >= 1")
+			return nil, inputError(NameGrep, "field 'max_results' must be >= 1")
 		}
 		s.max = *in.MaxResults
 	}
@@ -170,7 +167,7 @@ func (t Grep) Run(ctx context.Context, env *Env, input json.RawMessage) Result {
 	}
 	re, err := regexp.Compile(flags + *in.Pattern)
 	if err != nil {
-		return InvalidInput(NameGrep, fmt.Sprintf("invalid regular expression: %s", strings.TrimPrefix(err.Error(), "error parsing regexp: ")))
+		return nil, inputError(NameGrep, fmt.Sprintf("invalid regular expression: %s", strings.TrimPrefix(err.Error(), "error parsing regexp: ")))
 	}
 	s.re = re
 	s.lit = newLiteralFilter(flags + *in.Pattern)
@@ -181,7 +178,7 @@ func (t Grep) Run(ctx context.Context, env *Env, input json.RawMessage) Result {
 	if in.Glob != nil && *in.Glob != "" {
 		g := filepath.ToSlash(*in.Glob)
 		if !doublestar.ValidatePattern(g) {
-			return InvalidInput(NameGrep, fmt.Sprintf("invalid glob %q", *in.Glob))
+			return nil, inputError(NameGrep, fmt.Sprintf("invalid glob %q", *in.Glob))
 		}
 		s.globPat = strings.TrimPrefix(g, "./")
 		s.globOnName = !strings.Contains(s.globPat, "/")
@@ -192,13 +189,27 @@ func (t Grep) Run(ctx context.Context, env *Env, input json.RawMessage) Result {
 	if in.Path != nil && strings.TrimSpace(*in.Path) != "" {
 		p = *in.Path
 	}
-	root := ResolvePath(env, p)
-	fi, err := os.Stat(root)
+	target, err := Resolve(env, p)
+	if err != nil {
+		return nil, inputError(NameGrep, err.Error())
+	}
+	return &grepCall{t: t, pattern: *in.Pattern, target: target, sh: newShower(env), search: s}, nil
+}
+
+func (c *grepCall) Title() string         { return searchTitle("Grep", c.pattern, c.target) }
+func (c *grepCall) Locations() []Location { return []Location{{Path: c.target.Location()}} }
+func (c *grepCall) Access() Access        { return Access{Paths: []PathAccess{c.target.access(false)}} }
+
+func (c *grepCall) Run(ctx context.Context, _ func(string)) Result {
+	l := c.t.Limits.WithDefaults()
+	s := c.search
+	root := c.target.Path
+	fi, err := c.target.Stat()
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
-			return Errorf(fmt.Sprintf("Path not found: %s", displayPath(env, root)))
+			return Errorf(fmt.Sprintf("Path not found: %s", c.target.Shown()))
 		}
-		return Errorf(fmt.Sprintf("Cannot search %s: %v", displayPath(env, root), err))
+		return Errorf(fmt.Sprintf("Cannot search %s: %v", c.target.Shown(), err))
 	}
 
 	var displayBase string // how matches' rel paths are shown
@@ -207,11 +218,21 @@ func (t Grep) Run(ctx context.Context, env *Env, input json.RawMessage) Result {
 		if workers <= 0 {
 			workers = min(64, max(8, 4*runtime.GOMAXPROCS(0)))
 		}
-		s.walk(ctx, root, workers)
+		s.walk(ctx, root, workers, c.sh)
 		displayBase = root
 	} else {
-		buf := make([]byte, 0, 64<<10)
-		s.searchFile(root, path.Base(filepath.ToSlash(root)), &buf)
+		f, err := openRegular(c.target)
+		if err != nil {
+			return Errorf(err.Error())
+		}
+		data, err := io.ReadAll(io.LimitReader(f, s.maxBytes+1))
+		f.Close()
+		if err != nil {
+			return Errorf(fmt.Sprintf("Cannot read %s: %v", c.target.Shown(), err))
+		}
+		if int64(len(data)) <= s.maxBytes {
+			s.searchData(data, path.Base(filepath.ToSlash(root)))
+		}
 		displayBase = filepath.Dir(root)
 	}
 	if ctx.Err() != nil {
@@ -220,14 +241,14 @@ func (t Grep) Run(ctx context.Context, env *Env, input json.RawMessage) Result {
 	s.coll.prune()
 	items, total := s.coll.items, s.coll.total
 	if len(items) == 0 {
-		return Result{Output: fmt.Sprintf("No matches found for %s", *in.Pattern)}
+		return Result{Output: fmt.Sprintf("No matches found for %s", c.pattern) + s.skipped.note("\n")}
 	}
 	var b strings.Builder
 	shownCache := map[string]string{}
 	for _, m := range items {
 		shown, ok := shownCache[m.rel]
 		if !ok {
-			shown = displayPath(env, filepath.Join(displayBase, filepath.FromSlash(m.rel)))
+			shown = c.sh.show(filepath.Join(displayBase, filepath.FromSlash(m.rel)))
 			shownCache[m.rel] = shown
 		}
 		b.WriteString(shown)
@@ -246,6 +267,7 @@ func (t Grep) Run(ctx context.Context, env *Env, input json.RawMessage) Result {
 		}
 		fmt.Fprintf(&b, "[... showing the first %d of %d matching %s; narrow the search or raise max_results]\n", len(items), total, what)
 	}
+	b.WriteString(s.skipped.note(""))
 	return Result{Output: b.String()}
 }
 
@@ -257,7 +279,7 @@ var noMultiLine = regexp.MustCompile(`\(\?[a-zA-Z]*-[a-zA-Z]*m`)
 // walk searches the tree under root: directories are read by a bounded set
 // of goroutines (a directory is walked inline when none is free), files are
 // searched by a pool of workers.
-func (s *grepSearch) walk(ctx context.Context, root string, workers int) {
+func (s *grepSearch) walk(ctx context.Context, root string, workers int, sh shower) {
 	// Paths given to the .gitignore chain are relative to the top of the
 	// work tree (base); matches are reported relative to root.
 	chain, base := ignoreChainFor(root)
@@ -331,8 +353,16 @@ func (s *grepSearch) walk(ctx context.Context, root string, workers int) {
 				case <-ctx.Done():
 					return
 				}
+			case typ&fs.ModeSymlink != 0:
+				// Symlinks are not followed (like ripgrep's default); those
+				// leading out of the working directory are named in the result.
+				link := dirAbs + string(filepath.Separator) + name
+				if real, err := RealPath(link); err == nil {
+					if _, inRoot := within(root, real); !inRoot && !sh.inside(real) {
+						s.skipped.add(sh.show(link), real)
+					}
+				}
 			}
-			// Symlinks are not followed (like ripgrep's default).
 		}
 	}
 	walkWG.Add(1)
@@ -343,7 +373,8 @@ func (s *grepSearch) walk(ctx context.Context, root string, workers int) {
 }
 
 func readDirUnsorted(dir string) ([]fs.DirEntry, error) {
-	f, err := os.Open(dir)
+	// A directory replaced by a symlink since it was listed is not entered.
+	f, err := os.OpenFile(dir, os.O_RDONLY|openNoFollow, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -364,7 +395,15 @@ func (s *grepSearch) globOK(rel, name string) bool {
 // searchFile searches one file; buf is the worker's reusable read buffer.
 func (s *grepSearch) searchFile(abs, rel string, buf *[]byte) {
 	data, ok := readAllInto(abs, buf, s.maxBytes)
-	if !ok || len(data) == 0 {
+	if !ok {
+		return
+	}
+	s.searchData(data, rel)
+}
+
+// searchData searches the content of one file.
+func (s *grepSearch) searchData(data []byte, rel string) {
+	if len(data) == 0 {
 		return
 	}
 	if bytes.IndexByte(data[:min(len(data), 8000)], 0) >= 0 {

@@ -7,12 +7,13 @@ import "syscall"
 // readAllInto reads a whole file into *buf (grown as needed) with raw
 // open/read/close calls: os.Open would add an fcntl and a poller
 // registration per file, which dominates a search of many small files.
-// Files larger than maxBytes, and unreadable ones, are skipped.
+// Files larger than maxBytes, and unreadable ones, are skipped; so is a
+// file replaced by a symlink (or a FIFO) since the walk listed it.
 func readAllInto(abs string, buf *[]byte, maxBytes int64) ([]byte, bool) {
 	var fd int
 	var err error
 	for {
-		fd, err = syscall.Open(abs, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+		fd, err = syscall.Open(abs, syscall.O_RDONLY|syscall.O_CLOEXEC|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
 		if err != syscall.EINTR {
 			break
 		}

@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 )
 
@@ -31,33 +32,40 @@ func (ListFiles) Schema() json.RawMessage {
 func (ListFiles) Kind() Kind     { return KindRead }
 func (ListFiles) ReadOnly() bool { return true }
 
-func (ListFiles) Describe(env *Env, input json.RawMessage) (string, []Location) {
-	p := looseString(looseFields(input), "path")
-	if p == "" {
-		p = "."
-	}
-	abs := ResolvePath(env, p)
-	shown := displayPath(env, abs)
-	return "List " + shown, []Location{{Path: abs}}
-}
-
 type listFilesInput struct {
 	Path *string `json:"path"`
 }
 
-func (t ListFiles) Run(ctx context.Context, env *Env, input json.RawMessage) Result {
+type listFilesCall struct {
+	t      ListFiles
+	target Resolved
+	sh     shower
+}
+
+func (t ListFiles) Prepare(env *Env, input json.RawMessage) (Call, error) {
 	var in listFilesInput
-	if err := decodeInput(input, &in); err != nil {
-		return InvalidInput(NameListFiles, err.Error())
+	if err := decodeInput(NameListFiles, input, &in); err != nil {
+		return nil, err
 	}
 	p := "."
 	if in.Path != nil && strings.TrimSpace(*in.Path) != "" {
 		p = *in.Path
 	}
-	l := t.Limits.WithDefaults()
-	abs := ResolvePath(env, p)
-	shown := displayPath(env, abs)
-	fi, err := os.Stat(abs)
+	target, err := Resolve(env, p)
+	if err != nil {
+		return nil, inputError(NameListFiles, err.Error())
+	}
+	return &listFilesCall{t: t, target: target, sh: newShower(env)}, nil
+}
+
+func (c *listFilesCall) Title() string         { return "List " + printable(c.target.Shown(), titleMaxRunes) }
+func (c *listFilesCall) Locations() []Location { return []Location{{Path: c.target.Location()}} }
+func (c *listFilesCall) Access() Access        { return Access{Paths: []PathAccess{c.target.access(false)}} }
+
+func (c *listFilesCall) Run(ctx context.Context, _ func(string)) Result {
+	l := c.t.Limits.WithDefaults()
+	shown := c.target.Shown()
+	fi, err := c.target.Stat()
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return Errorf(fmt.Sprintf("Directory not found: %s", shown))
@@ -67,13 +75,19 @@ func (t ListFiles) Run(ctx context.Context, env *Env, input json.RawMessage) Res
 	if !fi.IsDir() {
 		return Errorf(fmt.Sprintf("%s is a file, not a directory (use read_file to read it)", shown))
 	}
-	entries, err := os.ReadDir(abs) // sorted by name
+	dir, err := c.target.OpenFile(os.O_RDONLY, 0)
+	if err != nil {
+		return Errorf(fmt.Sprintf("Cannot list %s: %v", shown, err))
+	}
+	entries, err := dir.ReadDir(-1)
+	dir.Close()
 	if err != nil {
 		return Errorf(fmt.Sprintf("Cannot list %s: %v", shown, err))
 	}
 	if len(entries) == 0 {
 		return Result{Output: fmt.Sprintf("(%s is empty)", shown)}
 	}
+	sort.Slice(entries, func(i, j int) bool { return entries[i].Name() < entries[j].Name() })
 	var b strings.Builder
 	for i, e := range entries {
 		if i == l.MaxListEntries {
@@ -88,12 +102,9 @@ func (t ListFiles) Run(ctx context.Context, env *Env, input json.RawMessage) Res
 		case e.IsDir():
 			b.WriteString(name + "/\n")
 		case e.Type()&fs.ModeSymlink != 0:
-			target, _ := os.Readlink(filepath.Join(abs, name))
-			suffix := ""
-			if st, err := os.Stat(filepath.Join(abs, name)); err == nil && st.IsDir() {
-				suffix = "/"
-			}
-			fmt.Fprintf(&b, "%s%s -> %s\n", name, suffix, target)
+			target, _ := c.target.Readlink(name)
+			suffix, note := c.linkInfo(name)
+			fmt.Fprintf(&b, "%s%s -> %s%s\n", name, suffix, target, note)
 		default:
 			info, err := e.Info()
 			if err != nil {
@@ -108,4 +119,21 @@ func (t ListFiles) Run(ctx context.Context, env *Env, input json.RawMessage) Res
 		}
 	}
 	return Result{Output: b.String()}
+}
+
+// linkInfo gives the suffix "/" for a symlink to a directory. A link leading
+// out of the working directory (and out of the listed directory) is not
+// followed: the note says so instead.
+func (c *listFilesCall) linkInfo(name string) (suffix, note string) {
+	real, err := RealPath(filepath.Join(c.target.Path, name))
+	if err != nil {
+		return "", " (" + err.Error() + ")"
+	}
+	if _, inListed := within(c.target.Path, real); !inListed && !c.sh.inside(real) {
+		return "", " (outside the working directory; not followed)"
+	}
+	if st, err := os.Stat(real); err == nil && st.IsDir() {
+		return "/", ""
+	}
+	return "", ""
 }

@@ -39,51 +39,66 @@ func (ReadFile) Schema() json.RawMessage {
 func (ReadFile) Kind() Kind     { return KindRead }
 func (ReadFile) ReadOnly() bool { return true }
 
-func (ReadFile) Describe(env *Env, input json.RawMessage) (string, []Location) {
-	m := looseFields(input)
-	p := looseString(m, "path")
-	if p == "" {
-		return "Read file", nil
-	}
-	abs := ResolvePath(env, p)
-	return "Read " + displayPath(env, abs), []Location{{Path: abs, Line: looseInt(m, "start_line")}}
-}
-
 type readFileInput struct {
 	Path      *string `json:"path"`
 	StartLine *int    `json:"start_line"`
 	EndLine   *int    `json:"end_line"`
 }
 
-func (t ReadFile) Run(ctx context.Context, env *Env, input json.RawMessage) Result {
+type readFileCall struct {
+	t          ReadFile
+	target     Resolved
+	start, end int // end 0 = to the end
+}
+
+func (t ReadFile) Prepare(env *Env, input json.RawMessage) (Call, error) {
 	var in readFileInput
-	if err := decodeInput(input, &in); err != nil {
-		return InvalidInput(NameReadFile, err.Error())
+	if err := decodeInput(NameReadFile, input, &in); err != nil {
+		return nil, err
 	}
-	if err := requireString("path", in.Path); err != nil {
-		return InvalidInput(NameReadFile, err.Error())
+	if err := requireString(NameReadFile, "path", in.Path); err != nil {
+		return nil, err
 	}
-	start, end := 1, 0 // end 0 = to the end
+	c := &readFileCall{t: t, start: 1}
 	if in.StartLine != nil {
 		if *in.StartLine < 1 {
-			return InvalidInput(NameReadFile, "field 'start_line' must be >= 1")
+			return nil, inputError(NameReadFile, "field 'start_line' must be >= 1")
 		}
-		start = *in.StartLine
+		c.start = *in.StartLine
 	}
 	if in.EndLine != nil {
 		if *in.EndLine < 1 {
-			return InvalidInput(NameReadFile, "field 'end_line' must be >= 1")
+			return nil, inputError(NameReadFile, "field 'end_line' must be >= 1")
 		}
-		if *in.EndLine < start {
-			return InvalidInput(NameReadFile, fmt.Sprintf("end_line (%d) is before start_line (%d)", *in.EndLine, start))
+		if *in.EndLine < c.start {
+			return nil, inputError(NameReadFile, fmt.Sprintf("end_line (%d) is before start_line (%d)", *in.EndLine, c.start))
 		}
-		end = *in.EndLine
+		c.end = *in.EndLine
 	}
-	l := t.Limits.WithDefaults()
-	abs := ResolvePath(env, *in.Path)
-	shown := displayPath(env, abs)
+	target, err := Resolve(env, *in.Path)
+	if err != nil {
+		return nil, inputError(NameReadFile, err.Error())
+	}
+	c.target = target
+	return c, nil
+}
 
-	f, err := openRegular(abs, shown)
+func (c *readFileCall) Title() string { return "Read " + printable(c.target.Shown(), titleMaxRunes) }
+func (c *readFileCall) Locations() []Location {
+	line := 0
+	if c.start > 1 {
+		line = c.start
+	}
+	return []Location{{Path: c.target.Location(), Line: line}}
+}
+func (c *readFileCall) Access() Access { return Access{Paths: []PathAccess{c.target.access(false)}} }
+
+func (c *readFileCall) Run(ctx context.Context, _ func(string)) Result {
+	start, end := c.start, c.end
+	l := c.t.Limits.WithDefaults()
+	shown := c.target.Shown()
+
+	f, err := openRegular(c.target)
 	if err != nil {
 		return Errorf(err.Error())
 	}
@@ -156,17 +171,22 @@ func (t ReadFile) Run(ctx context.Context, env *Env, input json.RawMessage) Resu
 	return Result{Output: out.String()}
 }
 
-// openRegular opens a regular file with clear errors for the usual failures.
-func openRegular(abs, shown string) (*os.File, error) {
-	fi, err := os.Stat(abs)
+// openRegular opens the checked file for reading, with clear errors for
+// the usual failures; what is opened is checked again (a regular file).
+func openRegular(target Resolved) (*os.File, error) {
+	shown := target.Shown()
+	fail := func(err error) error {
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			return fmt.Errorf("File not found: %s", shown)
+		case errors.Is(err, fs.ErrPermission):
+			return fmt.Errorf("Permission denied: %s", shown)
+		}
+		return fmt.Errorf("Cannot read %s: %v", shown, err)
+	}
+	fi, err := target.Stat()
 	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("File not found: %s", shown)
-		}
-		if errors.Is(err, fs.ErrPermission) {
-			return nil, fmt.Errorf("Permission denied: %s", shown)
-		}
-		return nil, fmt.Errorf("Cannot read %s: %v", shown, err)
+		return nil, fail(err)
 	}
 	if fi.IsDir() {
 		return nil, fmt.Errorf("%s is a directory, not a file (use list_files to see its entries)", shown)
@@ -174,12 +194,13 @@ func openRegular(abs, shown string) (*os.File, error) {
 	if !fi.Mode().IsRegular() {
 		return nil, fmt.Errorf("%s is not a regular file", shown)
 	}
-	f, err := os.Open(abs)
+	f, err := target.OpenFile(os.O_RDONLY|openNonBlock, 0)
 	if err != nil {
-		if errors.Is(err, fs.ErrPermission) {
-			return nil, fmt.Errorf("Permission denied: %s", shown)
-		}
-		return nil, fmt.Errorf("Cannot read %s: %v", shown, err)
+		return nil, fail(err)
+	}
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		f.Close()
+		return nil, fmt.Errorf("%s is not a regular file", shown)
 	}
 	return f, nil
 }

@@ -3,6 +3,7 @@ package tools_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -18,15 +19,19 @@ type fakeTool struct {
 	readOnly bool
 }
 
-func (f fakeTool) Name() string            { return f.name }
-func (f fakeTool) Description() string     { return "fake" }
-func (f fakeTool) Schema() json.RawMessage { return json.RawMessage(`{"type":"object"}`) }
-func (f fakeTool) Kind() tools.Kind        { return tools.KindOther }
-func (f fakeTool) ReadOnly() bool          { return f.readOnly }
-func (f fakeTool) Describe(*tools.Env, json.RawMessage) (string, []tools.Location) {
-	return f.name, nil
-}
-func (f fakeTool) Run(context.Context, *tools.Env, json.RawMessage) tools.Result {
+func (f fakeTool) Name() string                                            { return f.name }
+func (f fakeTool) Description() string                                     { return "fake" }
+func (f fakeTool) Schema() json.RawMessage                                 { return json.RawMessage(`{"type":"object"}`) }
+func (f fakeTool) Kind() tools.Kind                                        { return tools.KindOther }
+func (f fakeTool) ReadOnly() bool                                          { return f.readOnly }
+func (f fakeTool) Prepare(*tools.Env, json.RawMessage) (tools.Call, error) { return fakeCall(f), nil }
+
+type fakeCall fakeTool
+
+func (f fakeCall) Title() string               { return f.name }
+func (f fakeCall) Locations() []tools.Location { return nil }
+func (f fakeCall) Access() tools.Access        { return tools.Access{} }
+func (f fakeCall) Run(context.Context, func(string)) tools.Result {
 	return tools.Result{Output: f.name}
 }
 
@@ -120,7 +125,11 @@ var _ = Describe("Input validation", func() {
 
 	DescribeTable("returns the exact prefix and a reason, never a crash",
 		func(name, input, reason string) {
-			res := byName[name].Run(context.Background(), env, json.RawMessage(input))
+			_, err := byName[name].Prepare(env, json.RawMessage(input))
+			var ie *tools.InputError
+			Expect(errors.As(err, &ie)).To(BeTrue(), "%v", err)
+			Expect(ie.Tool).To(Equal(name))
+			res := tools.Execute(context.Background(), byName[name], env, json.RawMessage(input), nil)
 			Expect(res.IsError).To(BeTrue())
 			Expect(res.Output).To(HavePrefix(prefix(name)))
 			Expect(res.Output).To(ContainSubstring(reason))
@@ -158,66 +167,81 @@ var _ = Describe("Input validation", func() {
 	)
 
 	It("agent validates, then needs the actor runtime", func() {
-		res := byName["agent"].Run(context.Background(), env, raw(map[string]any{
-			"prompt": "p", "description": "d", "subagent_type": "explore"}))
+		res := tools.Execute(context.Background(), byName["agent"], env, raw(map[string]any{
+			"prompt": "p", "description": "d", "subagent_type": "explore"}), nil)
 		Expect(res).To(Equal(tools.Errorf("agent tool requires the actor runtime")))
-		in, err := tools.ParseAgentInput(raw(map[string]any{"prompt": "p", "description": "d", "subagent_type": "plan"}))
+		call, err := byName["agent"].Prepare(env, raw(map[string]any{"prompt": "p", "description": "d", "subagent_type": "plan"}))
 		Expect(err).NotTo(HaveOccurred())
-		Expect(in).To(Equal(tools.AgentInput{Prompt: "p", Description: "d", SubagentType: "plan"}))
-		_, err = tools.ParseAgentInput(json.RawMessage(`{}`))
+		Expect(call).To(BeAssignableToTypeOf(&tools.AgentCall{}))
+		Expect(call.(*tools.AgentCall).Input).To(Equal(tools.AgentInput{Prompt: "p", Description: "d", SubagentType: "plan"}))
+		_, err = byName["agent"].Prepare(env, json.RawMessage(`{}`))
 		Expect(err).To(MatchError(HavePrefix(prefix("agent"))))
 	})
 })
 
-var _ = Describe("Describe", func() {
+var _ = Describe("Prepare", func() {
 	env := &tools.Env{Cwd: "/work/proj"}
+	byName := map[string]tools.Tool{}
+	for _, t := range tools.Builtin() {
+		byName[t.Name()] = t
+	}
 
-	DescribeTable("titles and locations",
+	DescribeTable("titles and locations come from the decoded, resolved input",
 		func(name string, input any, title string, locs []tools.Location) {
-			var t tools.Tool
-			for _, b := range tools.Builtin() {
-				if b.Name() == name {
-					t = b
-				}
-			}
-			gotTitle, gotLocs := t.Describe(env, raw(input))
-			Expect(gotTitle).To(Equal(title))
-			Expect(gotLocs).To(Equal(locs))
+			call, err := byName[name].Prepare(env, raw(input))
+			Expect(err).NotTo(HaveOccurred())
+			Expect(call.Title()).To(Equal(title))
+			Expect(call.Locations()).To(Equal(locs))
 		},
 		Entry(nil, "read_file", map[string]any{"path": "src/a.go", "start_line": 10}, "Read src/a.go",
 			[]tools.Location{{Path: "/work/proj/src/a.go", Line: 10}}),
-		Entry(nil, "read_file", map[string]any{"path": "/etc/hosts"}, "Read /etc/hosts",
-			[]tools.Location{{Path: "/etc/hosts"}}),
+		Entry(nil, "read_file", map[string]any{"path": "/etc/hostname"}, "Read /etc/hostname",
+			[]tools.Location{{Path: "/etc/hostname"}}),
 		Entry(nil, "list_files", map[string]any{}, "List .", []tools.Location{{Path: "/work/proj"}}),
 		Entry(nil, "list_files", map[string]any{"path": "src"}, "List src", []tools.Location{{Path: "/work/proj/src"}}),
 		Entry(nil, "glob", map[string]any{"pattern": "**/*.go"}, "Glob **/*.go", []tools.Location{{Path: "/work/proj"}}),
-		Entry(nil, "glob", map[string]any{"pattern": "/etc/*.conf"}, "Glob /etc/*.conf", []tools.Location{{Path: "/etc"}}),
-		Entry(nil, "grep", map[string]any{"pattern": "func main", "path": "cmd"}, "Grep func main",
+		Entry(nil, "glob", map[string]any{"pattern": "src/**/*.go"}, "Glob **/*.go in src", []tools.Location{{Path: "/work/proj/src"}}),
+		Entry(nil, "glob", map[string]any{"pattern": "/usr/share/*.conf"}, "Glob *.conf in /usr/share", []tools.Location{{Path: "/usr/share"}}),
+		Entry(nil, "grep", map[string]any{"pattern": "func main", "path": "cmd"}, "Grep func main in cmd",
 			[]tools.Location{{Path: "/work/proj/cmd"}}),
+		Entry(nil, "grep", map[string]any{"pattern": "func main"}, "Grep func main", []tools.Location{{Path: "/work/proj"}}),
 		Entry(nil, "write_file", map[string]any{"path": "hello.txt", "content": "x"}, "Write hello.txt",
 			[]tools.Location{{Path: "/work/proj/hello.txt"}}),
-		Entry(nil, "edit_file", map[string]any{"path": "../other/x.go"}, "Edit /work/other/x.go",
+		Entry(nil, "edit_file", map[string]any{"path": "../other/x.go", "old_string": "a", "new_string": "b"}, "Edit /work/other/x.go",
 			[]tools.Location{{Path: "/work/other/x.go"}}),
 		Entry(nil, "bash", map[string]any{"command": "go test ./..."}, "go test ./...", []tools.Location(nil)),
-		Entry(nil, "bash", map[string]any{"command": strings.Repeat("x", 100)}, strings.Repeat("x", 80)+"…", []tools.Location(nil)),
-		Entry(nil, "web_fetch", map[string]any{"url": "https://go.dev/doc"}, "Fetch https://go.dev/doc", []tools.Location(nil)),
-		Entry(nil, "agent", map[string]any{"description": "Find the bug"}, "Agent: Find the bug", []tools.Location(nil)),
+		Entry("bash: the whole command, never a prefix", "bash", map[string]any{"command": strings.Repeat("x", 100) + "; rm -rf ~"},
+			strings.Repeat("x", 100)+"; rm -rf ~", []tools.Location(nil)),
+		Entry("bash: control and bidi characters are visible", "bash", map[string]any{"command": "echo ok\rrm -rf ~ \u202e"},
+			`echo ok\rrm -rf ~ \u202e`, []tools.Location(nil)),
+		Entry(nil, "bash", map[string]any{"command": strings.Repeat("y", 2100)},
+			strings.Repeat("y", 2000)+"… (100 more characters)", []tools.Location(nil)),
+		Entry(nil, "web_fetch", map[string]any{"url": "https://go.dev/doc"}, "Fetch from go.dev: https://go.dev/doc", []tools.Location(nil)),
+		Entry("web_fetch: a look-alike host shows as punycode", "web_fetch", map[string]any{"url": "https://gіthub.com/x"},
+			"Fetch from xn--gthub-n2e.com: https://xn--gthub-n2e.com/x", []tools.Location(nil)),
+		Entry(nil, "agent", map[string]any{"description": "Find the bug", "prompt": "p", "subagent_type": "plan"}, "Agent: Find the bug", []tools.Location(nil)),
 	)
 
 	It("expands ~ to the home directory", func() {
 		home, err := os.UserHomeDir()
 		Expect(err).NotTo(HaveOccurred())
-		_, locs := tools.ReadFile{}.Describe(env, raw(map[string]any{"path": "~/notes.md"}))
-		Expect(locs).To(Equal([]tools.Location{{Path: filepath.Join(home, "notes.md")}}))
+		real, err := tools.RealPath(filepath.Join(home, "notes.md"))
+		Expect(err).NotTo(HaveOccurred())
+		call, err := tools.ReadFile{}.Prepare(env, raw(map[string]any{"path": "~/notes.md"}))
+		Expect(err).NotTo(HaveOccurred())
+		Expect(call.Locations()).To(Equal([]tools.Location{{Path: real}}))
+		Expect(call.Access().Paths).To(Equal([]tools.PathAccess{{Path: real, Place: tools.PlaceOutside}}))
 	})
 
-	It("never panics on malformed input", func() {
-		inputs := []string{``, `null`, `[]`, `"x"`, `{`, `{"path":5}`, `{"path":null,"start_line":"x"}`,
+	It("never panics on malformed input and fails it as invalid input", func() {
+		inputs := []string{`[]`, `"x"`, `{`, `{"path":5}`, `{"path":null,"start_line":"x"}`,
 			`{"command":{}}`, `{"pattern":[1]}`, `{"url":1e400}`, `{"description":false}`, `{"start_line":-5,"path":"a"}`}
 		for _, t := range tools.Builtin() {
 			for _, in := range inputs {
 				for _, e := range []*tools.Env{env, nil, {}} {
-					Expect(func() { t.Describe(e, json.RawMessage(in)) }).NotTo(Panic(), t.Name()+" "+in)
+					var err error
+					Expect(func() { _, err = t.Prepare(e, json.RawMessage(in)) }).NotTo(Panic(), t.Name()+" "+in)
+					Expect(err).To(HaveOccurred(), t.Name()+" "+in)
 				}
 			}
 		}

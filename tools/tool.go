@@ -21,6 +21,11 @@ const (
 )
 
 // Tool is one capability offered to the model.
+//
+// A call happens in two phases so that what is shown and asked about is
+// exactly what runs: Prepare decodes the model's input once (strictly) and
+// resolves what it will touch; the permission request, the tool_call update
+// and the policy are built from the Call it returns, and that same Call runs.
 type Tool interface {
 	Name() string
 	Description() string
@@ -28,21 +33,109 @@ type Tool interface {
 	Schema() json.RawMessage
 	Kind() Kind
 	// ReadOnly tools never change anything; they run without asking when
-	// they stay inside the session cwd.
+	// everything they touch is inside the session cwd (Access).
 	ReadOnly() bool
-	// Describe gives a human title and the file locations an input touches.
-	Describe(env *Env, input json.RawMessage) (title string, locations []Location)
-	// Run executes the tool. It must return when ctx is done.
-	Run(ctx context.Context, env *Env, input json.RawMessage) Result
+	// Prepare decodes and validates input — exact, case-sensitive names; a
+	// duplicate or unknown name, a wrong type or malformed JSON is an error —
+	// and resolves paths (symlinks, .., ~). It has no side effect. Its error
+	// is the message for the model (an *InputError for bad input); the call
+	// is then failed without being asked about.
+	Prepare(env *Env, input json.RawMessage) (Call, error)
+}
+
+// Call is one prepared tool invocation: decoded, validated, resolved.
+type Call interface {
+	// Title is the human title shown for the call and in its permission
+	// request; it shows the values that will be used.
+	Title() string
+	// Locations are the files the call touches, for clients to follow.
+	Locations() []Location
+	// Access is what the call reaches; the permission policy decides on it.
+	Access() Access
+	// Run executes the call. It must return when ctx is done. progress
+	// (may be nil) streams partial output; it is not called after Run returns.
+	Run(ctx context.Context, progress func(text string)) Result
+}
+
+// Access is what a call reaches, decided on resolved values.
+type Access struct {
+	// Paths are the file-system paths the call reads or writes.
+	Paths []PathAccess
+	// Host is the network host the call contacts ("" for none), in ASCII
+	// (IDNA) lower case.
+	Host string
+}
+
+// PathAccess is one resolved path a call uses.
+type PathAccess struct {
+	// Path is absolute and clean, with every symlink of its existing part
+	// resolved.
+	Path  string
+	Place Place
+	// Write is set when the call creates or changes the path.
+	Write bool
+}
+
+// Local reports whether the call stays inside the session cwd (reading a
+// spilled tool output counts as inside) and contacts no host.
+func (a Access) Local() bool {
+	if a.Host != "" {
+		return false
+	}
+	for _, p := range a.Paths {
+		if p.Place == PlaceCwd || (p.Place == PlaceToolOutputs && !p.Write) {
+			continue
+		}
+		return false
+	}
+	return true
+}
+
+// WritesInsideCwd reports whether the call writes, and only inside the cwd.
+func (a Access) WritesInsideCwd() bool {
+	if a.Host != "" || len(a.Paths) == 0 {
+		return false
+	}
+	for _, p := range a.Paths {
+		if p.Place != PlaceCwd {
+			return false
+		}
+	}
+	return true
+}
+
+// FuncCall is a Call made of plain values and a function, for tools whose
+// input needs no resolution (generic and test tools).
+type FuncCall struct {
+	TitleText string
+	Locs      []Location
+	Reach     Access
+	RunFunc   func(ctx context.Context, progress func(text string)) Result
+}
+
+func (c *FuncCall) Title() string         { return c.TitleText }
+func (c *FuncCall) Locations() []Location { return c.Locs }
+func (c *FuncCall) Access() Access        { return c.Reach }
+func (c *FuncCall) Run(ctx context.Context, progress func(string)) Result {
+	return c.RunFunc(ctx, progress)
+}
+
+// Execute prepares and runs a call without any permission check: for tests
+// and tools that run tools. A Prepare error becomes an error result.
+func Execute(ctx context.Context, t Tool, env *Env, input json.RawMessage, progress func(string)) Result {
+	c, err := t.Prepare(env, input)
+	if err != nil {
+		return Errorf(err.Error())
+	}
+	return c.Run(ctx, progress)
 }
 
 // Env is what a tool invocation may use of its session.
 type Env struct {
+	// Cwd is the session's working directory, as the client gave it.
 	Cwd string
 	// Home is the state root (IAC_CODE_HOME), for spilled large outputs.
 	Home string
-	// Progress streams partial output to the client (may be nil).
-	Progress func(text string)
 }
 
 // Location is a file a tool call touches.

@@ -25,6 +25,11 @@ func run(t tools.Tool, env *tools.Env, v any) tools.Result {
 }
 
 func runCtx(ctx context.Context, t tools.Tool, env *tools.Env, v any) tools.Result {
+	return runProgress(ctx, t, env, v, nil)
+}
+
+// runProgress runs a tool with a Progress callback.
+func runProgress(ctx context.Context, t tools.Tool, env *tools.Env, v any, progress func(string)) tools.Result {
 	var in json.RawMessage
 	switch x := v.(type) {
 	case string:
@@ -34,7 +39,7 @@ func runCtx(ctx context.Context, t tools.Tool, env *tools.Env, v any) tools.Resu
 		Expect(err).NotTo(HaveOccurred())
 		in = b
 	}
-	return t.Run(ctx, env, in)
+	return tools.Execute(ctx, t, env, in, progress)
 }
 
 func ctx() context.Context { return context.Background() }

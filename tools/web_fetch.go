@@ -21,6 +21,7 @@ import (
 	htmltomarkdown "github.com/JohannesKaufmann/html-to-markdown/v2"
 	"github.com/JohannesKaufmann/html-to-markdown/v2/converter"
 	"golang.org/x/net/html/charset"
+	"golang.org/x/net/idna"
 )
 
 // NameWebFetch is the web_fetch tool's name.
@@ -58,14 +59,6 @@ func (WebFetch) Schema() json.RawMessage {
 }
 func (WebFetch) Kind() Kind     { return KindFetch }
 func (WebFetch) ReadOnly() bool { return true }
-
-func (WebFetch) Describe(_ *Env, input json.RawMessage) (string, []Location) {
-	u := looseString(looseFields(input), "url")
-	if u == "" {
-		return "Fetch", nil
-	}
-	return "Fetch " + truncateRunes(oneLine(u), 200), nil
-}
 
 type webFetchInput struct {
 	URL       *string `json:"url"`
@@ -168,6 +161,11 @@ func (t WebFetch) client(l Limits) *http.Client {
 			if req.URL.Scheme != "http" && req.URL.Scheme != "https" {
 				return fmt.Errorf("redirect to unsupported scheme %q", req.URL.Scheme)
 			}
+			if !sameHost(req.URL, via[0].URL) {
+				// Permission was given for one host: another host is
+				// reported to the model, not fetched (see Run).
+				return http.ErrUseLastResponse
+			}
 			return checkLiteralHost(req.URL, allow)
 		},
 	}
@@ -189,31 +187,84 @@ func checkLiteralHost(u *url.URL, allow bool) error {
 	return nil
 }
 
-func (t WebFetch) Run(ctx context.Context, env *Env, input json.RawMessage) Result {
+type webFetchCall struct {
+	t         WebFetch
+	url       *url.URL
+	host      string // ASCII, lower case
+	maxLength *int
+}
+
+func (t WebFetch) Prepare(_ *Env, input json.RawMessage) (Call, error) {
 	var in webFetchInput
-	if err := decodeInput(input, &in); err != nil {
-		return InvalidInput(NameWebFetch, err.Error())
+	if err := decodeInput(NameWebFetch, input, &in); err != nil {
+		return nil, err
 	}
-	if err := requireString("url", in.URL); err != nil {
-		return InvalidInput(NameWebFetch, err.Error())
+	if err := requireString(NameWebFetch, "url", in.URL); err != nil {
+		return nil, err
 	}
 	if in.MaxLength != nil && *in.MaxLength < 1 {
-		return InvalidInput(NameWebFetch, "field 'max_length' must be >= 1")
+		return nil, inputError(NameWebFetch, "field 'max_length' must be >= 1")
 	}
 	raw := strings.TrimSpace(*in.URL)
 	u, err := url.Parse(raw)
 	if err != nil {
-		return InvalidInput(NameWebFetch, fmt.Sprintf("invalid URL %q", raw))
+		return nil, inputError(NameWebFetch, fmt.Sprintf("invalid URL %q", raw))
 	}
 	if u.Scheme != "http" && u.Scheme != "https" {
-		return InvalidInput(NameWebFetch, fmt.Sprintf("unsupported URL scheme %q (only http and https)", u.Scheme))
+		return nil, inputError(NameWebFetch, fmt.Sprintf("unsupported URL scheme %q (only http and https)", u.Scheme))
 	}
-	if u.Host == "" {
-		return InvalidInput(NameWebFetch, fmt.Sprintf("invalid URL %q (no host)", raw))
+	if u.Host == "" || u.Hostname() == "" {
+		return nil, inputError(NameWebFetch, fmt.Sprintf("invalid URL %q (no host)", raw))
+	}
+	if u.User != nil {
+		// user:password@ can make a URL look like another host's.
+		return nil, inputError(NameWebFetch, "URLs with a user name or password (user@host) are not supported")
+	}
+	host, err := asciiHost(u.Hostname())
+	if err != nil {
+		return nil, inputError(NameWebFetch, fmt.Sprintf("invalid host %q: %v", u.Hostname(), err))
+	}
+	// The request goes to the host as shown (ASCII).
+	port := u.Port()
+	u.Host = host
+	if strings.Contains(host, ":") {
+		u.Host = "[" + host + "]"
+	}
+	if port != "" {
+		u.Host += ":" + port
 	}
 	if err := checkLiteralHost(u, allowPrivateFetch()); err != nil {
-		return Errorf(fmt.Sprintf("Refused to fetch %s: %v", raw, err))
+		return nil, fmt.Errorf("Refused to fetch %s: %v", raw, err)
 	}
+	return &webFetchCall{t: t, url: u, host: host, maxLength: in.MaxLength}, nil
+}
+
+// hostProfile maps host names for lookup like browsers do, but lets
+// through the underscores some real host names have.
+var hostProfile = idna.New(idna.MapForLookup(), idna.Transitional(false), idna.StrictDomainName(false), idna.BidiRule())
+
+// asciiHost is the host as DNS sees it: IDNA (punycode, so look-alike
+// letters show as xn--…), lower case, without a final dot.
+func asciiHost(h string) (string, error) {
+	if _, err := netip.ParseAddr(h); err == nil {
+		return strings.ToLower(h), nil
+	}
+	a, err := hostProfile.ToASCII(strings.TrimSuffix(h, "."))
+	if err != nil {
+		return "", err
+	}
+	return strings.ToLower(a), nil
+}
+
+// Title names the host the request goes to, then the URL.
+func (c *webFetchCall) Title() string {
+	return "Fetch from " + c.host + ": " + printable(c.url.String(), titleMaxRunes)
+}
+func (c *webFetchCall) Locations() []Location { return nil }
+func (c *webFetchCall) Access() Access        { return Access{Host: c.host} }
+
+func (c *webFetchCall) Run(ctx context.Context, _ func(string)) Result {
+	t, u, raw := c.t, c.url, c.url.String()
 	l := t.Limits.WithDefaults()
 	client := t.client(l)
 	defer client.CloseIdleConnections()
@@ -236,6 +287,13 @@ func (t WebFetch) Run(ctx context.Context, env *Env, input json.RawMessage) Resu
 		return Errorf(fmt.Sprintf("Fetching %s failed: %v", raw, unwrapURLError(err)))
 	}
 	defer resp.Body.Close()
+	if loc, err := resp.Location(); err == nil && resp.StatusCode >= 300 && resp.StatusCode < 400 && !sameHost(loc, resp.Request.URL) {
+		return Result{
+			Output: fmt.Sprintf("URL: %s\nStatus: %s\n\nRedirected to another host: %s\nIt was not followed; call web_fetch with that URL to fetch it.",
+				resp.Request.URL, resp.Status, loc),
+			Raw: map[string]any{"url": resp.Request.URL.String(), "status": resp.StatusCode, "redirect": loc.String()},
+		}
+	}
 
 	body, err := io.ReadAll(io.LimitReader(resp.Body, l.FetchMaxBytes+1))
 	if err != nil {
@@ -282,10 +340,10 @@ func (t WebFetch) Run(ctx context.Context, env *Env, input json.RawMessage) Resu
 
 	var b strings.Builder
 	fmt.Fprintf(&b, "URL: %s\nStatus: %s\nContent-Type: %s\n\n", final, resp.Status, mediaType)
-	if in.MaxLength != nil {
-		if n := utf8.RuneCountInString(text); n > *in.MaxLength {
-			text = text[:byteOffsetOfRune(text, *in.MaxLength)] +
-				fmt.Sprintf("\n\n[Truncated to max_length=%d of %d characters]", *in.MaxLength, n)
+	if c.maxLength != nil {
+		if n := utf8.RuneCountInString(text); n > *c.maxLength {
+			text = text[:byteOffsetOfRune(text, *c.maxLength)] +
+				fmt.Sprintf("\n\n[Truncated to max_length=%d of %d characters]", *c.maxLength, n)
 		}
 	}
 	b.WriteString(text)
@@ -297,6 +355,13 @@ func (t WebFetch) Run(ctx context.Context, env *Env, input json.RawMessage) Resu
 		IsError: resp.StatusCode >= 400,
 		Raw:     map[string]any{"url": final, "status": resp.StatusCode, "contentType": mediaType, "bytes": len(body), "capped": capped},
 	}
+}
+
+// sameHost compares the hosts of two URLs as DNS sees them.
+func sameHost(a, b *url.URL) bool {
+	ha, errA := asciiHost(a.Hostname())
+	hb, errB := asciiHost(b.Hostname())
+	return errA == nil && errB == nil && ha == hb
 }
 
 func unwrapURLError(err error) error {

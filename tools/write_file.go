@@ -5,9 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
-	"path/filepath"
 )
 
 // NameWriteFile is the write_file tool's name.
@@ -30,47 +30,58 @@ func (WriteFile) Schema() json.RawMessage {
 func (WriteFile) Kind() Kind     { return KindEdit }
 func (WriteFile) ReadOnly() bool { return false }
 
-func (WriteFile) Describe(env *Env, input json.RawMessage) (string, []Location) {
-	p := looseString(looseFields(input), "path")
-	if p == "" {
-		return "Write file", nil
-	}
-	abs := ResolvePath(env, p)
-	return "Write " + displayPath(env, abs), []Location{{Path: abs}}
-}
-
 type writeFileInput struct {
 	Path    *string `json:"path"`
 	Content *string `json:"content"`
 }
 
-func (WriteFile) Run(ctx context.Context, env *Env, input json.RawMessage) Result {
+type writeFileCall struct {
+	target  Resolved
+	content string
+}
+
+func (WriteFile) Prepare(env *Env, input json.RawMessage) (Call, error) {
 	var in writeFileInput
-	if err := decodeInput(input, &in); err != nil {
-		return InvalidInput(NameWriteFile, err.Error())
+	if err := decodeInput(NameWriteFile, input, &in); err != nil {
+		return nil, err
 	}
-	if err := requireString("path", in.Path); err != nil {
-		return InvalidInput(NameWriteFile, err.Error())
+	if err := requireString(NameWriteFile, "path", in.Path); err != nil {
+		return nil, err
 	}
 	if in.Content == nil {
-		return InvalidInput(NameWriteFile, "missing required field 'content'")
+		return nil, inputError(NameWriteFile, "missing required field 'content'")
 	}
+	target, err := Resolve(env, *in.Path)
+	if err != nil {
+		return nil, inputError(NameWriteFile, err.Error())
+	}
+	return &writeFileCall{target: target, content: *in.Content}, nil
+}
+
+func (c *writeFileCall) Title() string         { return "Write " + printable(c.target.Shown(), titleMaxRunes) }
+func (c *writeFileCall) Locations() []Location { return []Location{{Path: c.target.Location()}} }
+func (c *writeFileCall) Access() Access        { return Access{Paths: []PathAccess{c.target.access(true)}} }
+
+func (c *writeFileCall) Run(ctx context.Context, _ func(string)) Result {
 	if ctx.Err() != nil {
 		return Errorf("write_file cancelled")
 	}
-	abs := ResolvePath(env, *in.Path)
-	shown := displayPath(env, abs)
-
+	shown := c.target.Shown()
 	var old *string
 	mode := fs.FileMode(0o644)
-	if fi, err := os.Stat(abs); err == nil {
+	if fi, err := c.target.Stat(); err == nil {
 		if fi.IsDir() {
 			return Errorf(fmt.Sprintf("%s is a directory", shown))
 		}
 		if !fi.Mode().IsRegular() {
 			return Errorf(fmt.Sprintf("%s is not a regular file", shown))
 		}
-		data, err := os.ReadFile(abs)
+		f, err := openRegular(c.target)
+		if err != nil {
+			return Errorf(err.Error())
+		}
+		data, err := io.ReadAll(f)
+		f.Close()
 		if err != nil {
 			return Errorf(fmt.Sprintf("Cannot read %s: %v", shown, err))
 		}
@@ -80,21 +91,38 @@ func (WriteFile) Run(ctx context.Context, env *Env, input json.RawMessage) Resul
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return Errorf(fmt.Sprintf("Cannot write %s: %v", shown, err))
 	}
-	if err := os.MkdirAll(filepath.Dir(abs), 0o755); err != nil {
+	if err := c.target.MkdirParents(); err != nil {
 		return Errorf(fmt.Sprintf("Cannot create the directory of %s: %v", shown, err))
 	}
-	if err := os.WriteFile(abs, []byte(*in.Content), mode); err != nil {
+	if err := writeTarget(c.target, []byte(c.content), mode); err != nil {
 		return Errorf(fmt.Sprintf("Cannot write %s: %v", shown, err))
 	}
 	verb := "Created"
 	if old != nil {
 		verb = "Overwrote"
 	}
-	n := countLines(*in.Content)
+	n := countLines(c.content)
 	return Result{
-		Output: fmt.Sprintf("%s %s: wrote %d %s (%d bytes)", verb, shown, n, plural(n, "line", "lines"), len(*in.Content)),
-		Diff:   &Diff{Path: abs, OldText: old, NewText: *in.Content},
+		Output: fmt.Sprintf("%s %s: wrote %d %s (%d bytes)", verb, shown, n, plural(n, "line", "lines"), len(c.content)),
+		Diff:   &Diff{Path: c.target.Location(), OldText: old, NewText: c.content},
 	}
+}
+
+// writeTarget replaces the content of the checked file (creating it).
+func writeTarget(target Resolved, data []byte, mode fs.FileMode) error {
+	f, err := target.OpenFile(os.O_WRONLY|os.O_CREATE|os.O_TRUNC, mode)
+	if err != nil {
+		return err
+	}
+	if fi, err := f.Stat(); err == nil && !fi.Mode().IsRegular() {
+		f.Close()
+		return errors.New("not a regular file")
+	}
+	_, err = f.Write(data)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 func plural(n int, one, many string) string {

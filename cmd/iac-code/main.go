@@ -7,19 +7,11 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/signal"
-	"path/filepath"
-	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
 
-	"github.com/iac-code/iac-code/actors"
-	"github.com/iac-code/iac-code/llm"
-	"github.com/iac-code/iac-code/store"
-	"github.com/iac-code/iac-code/tools"
 	"github.com/iac-code/iac-code/transport/httpsse"
 	"github.com/iac-code/iac-code/transport/stdio"
 )
@@ -27,75 +19,74 @@ import (
 // version is set at build time with -ldflags "-X main.version=…".
 var version = "0.1.0-dev"
 
+const usage = "usage: iac-code acp [--transport stdio|http] [--host 127.0.0.1] [--port 8765] [--allowed-hosts a,b] [--allowed-origins https://x,…]"
+
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == watchdogCommand {
+		os.Exit(runWatchdog())
+	}
 	if err := run(os.Args[1:]); err != nil {
 		fmt.Fprintln(os.Stderr, "iac-code:", err)
 		os.Exit(1)
 	}
 }
 
+// run: flags and environment → configuration → wiring → serving until
+// stdin EOF or a signal → ordered shutdown.
 func run(args []string) error {
 	if len(args) == 0 || args[0] != "acp" {
-		return fmt.Errorf("usage: iac-code acp [--transport stdio|http] [--host 127.0.0.1] [--port 8765]")
+		return fmt.Errorf(usage)
 	}
 	fs := flag.NewFlagSet("acp", flag.ContinueOnError)
 	transport := fs.String("transport", "stdio", "stdio or http")
-	host := fs.String("host", "127.0.0.1", "HTTP bind address")
-	port := fs.Int("port", 8765, "HTTP port")
+	host := fs.String("host", httpsse.DefaultHost, "HTTP bind address")
+	port := fs.Int("port", httpsse.DefaultPort, "HTTP port")
+	allowedHosts := fs.String("allowed-hosts", os.Getenv("IAC_CODE_ALLOWED_HOSTS"),
+		"HTTP: Host names accepted besides loopback ones, comma-separated (* = any)")
+	allowedOrigins := fs.String("allowed-origins", os.Getenv("IAC_CODE_ALLOWED_ORIGINS"),
+		"HTTP: browser origins (scheme://host[:port]) allowed to send requests, comma-separated (* = any)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
-
-	log := newLogger()
-	cfg, err := loadConfig()
-	if err != nil {
-		return err
-	}
-	// The model configuration (environment > settings.yml > .credentials.yml)
-	// is live: authenticate re-reads it.
-	models, err := llm.NewLive(func() (llm.Config, error) {
-		c, err := llm.LoadConfig(cfg.Home, os.Getenv)
-		c.Log = log
-		return c, err
-	})
-	if err != nil {
-		return err
-	}
-	for _, w := range models.Config().Warnings {
-		log.Warn().Msg(w)
-	}
-	log.Info().EmbedObject(models.Config()).Msg("model provider")
-	// IAC_CODE_STORE_URL picks the store: files under the home (default) or
-	// PostgreSQL shared by several processes. Closed after the actor system
-	// stops: the shared store then releases this process's leases at once.
-	sessions, err := store.OpenFromEnv(cfg.Home, os.Getenv, store.WithLogger(log))
-	if err != nil {
-		return fmt.Errorf("session store: %w", err)
-	}
-	defer func() {
-		if err := sessions.Close(); err != nil {
-			log.Warn().Err(err).Msg("close session store")
-		}
-	}()
-	srv := actors.NewServer(actors.Deps{Config: cfg, Provider: models, LLM: models, Tools: tools.Default(), Store: sessions, Log: log})
-	defer srv.Shutdown()
-
-	switch *transport {
-	case "stdio":
-		return stdio.Serve(srv, os.Stdin, os.Stdout, log)
-	case "http":
-		// SIGINT/SIGTERM: stop accepting, cancel turns, flush and close the
-		// streams, then return (within 10 s) so the actor system stops.
-		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-		defer stop()
-		return httpsse.Serve(ctx, srv, httpsse.Config{
-			Host:  *host,
-			Port:  *port,
-			Token: os.Getenv("IACCODE_ACP_HTTP_TOKEN"),
-		}, log)
-	default:
+	if *transport != "stdio" && *transport != "http" {
 		return fmt.Errorf("unknown transport %q", *transport)
 	}
+
+	log := newLogger()
+	cfg, err := loadConfig(os.Getenv)
+	if err != nil {
+		return err
+	}
+	cfg.http.Host, cfg.http.Port = *host, *port
+	cfg.http.AllowedHosts, cfg.http.AllowedOrigins = splitList(*allowedHosts), splitList(*allowedOrigins)
+	checkFileLimit(log)
+	watchdog := startWatchdog(log)
+	srv, sessions, err := wire(cfg, log)
+	if err != nil {
+		watchdog.Close(time.Second)
+		return err
+	}
+	ctx, stop := onSignals(context.Background(), log, os.Exit)
+	defer stop()
+
+	if *transport == "stdio" {
+		err = stdio.Serve(ctx, srv, os.Stdin, os.Stdout, log)
+	} else {
+		err = httpsse.Serve(ctx, srv, cfg.http, log)
+	}
+	shutdown(srv, sessions, watchdog, log)
+	return err
+}
+
+// splitList splits a comma-separated flag value, dropping empty items.
+func splitList(s string) []string {
+	var out []string
+	for _, item := range strings.Split(s, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			out = append(out, item)
+		}
+	}
+	return out
 }
 
 // newLogger logs JSON to stderr: in stdio mode stdout is the protocol.
@@ -105,31 +96,4 @@ func newLogger() zerolog.Logger {
 		lvl = zerolog.InfoLevel
 	}
 	return zerolog.New(os.Stderr).Level(lvl).With().Timestamp().Str("svc", "iac-code").Logger()
-}
-
-func loadConfig() (actors.Config, error) {
-	home := os.Getenv("IAC_CODE_HOME")
-	if home == "" {
-		dir, err := os.UserHomeDir()
-		if err != nil {
-			return actors.Config{}, fmt.Errorf("cannot find the home directory; set IAC_CODE_HOME: %w", err)
-		}
-		home = filepath.Join(dir, ".iac-code")
-	}
-	cfg := actors.Config{Version: version, Home: home, SessionIdle: time.Hour}
-	if v := os.Getenv("IAC_CODE_MAX_TURN_REQUESTS"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n <= 0 {
-			return cfg, fmt.Errorf("IAC_CODE_MAX_TURN_REQUESTS: want a positive number, got %q", v)
-		}
-		cfg.MaxTurnRequests = n
-	}
-	if v := os.Getenv("IAC_CODE_SESSION_IDLE"); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil {
-			return cfg, fmt.Errorf("IAC_CODE_SESSION_IDLE: %w", err)
-		}
-		cfg.SessionIdle = d
-	}
-	return cfg, nil
 }

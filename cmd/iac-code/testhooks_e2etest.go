@@ -52,9 +52,8 @@ func (panicTool) Schema() json.RawMessage {
 }
 func (panicTool) Kind() tools.Kind { return tools.KindOther }
 func (panicTool) ReadOnly() bool   { return true }
-func (panicTool) Describe(*tools.Env, json.RawMessage) (string, []tools.Location) {
-	return "Test panic", nil
-}
-func (panicTool) Run(context.Context, *tools.Env, json.RawMessage) tools.Result {
-	panic("test_panic tool: panic requested by the test")
+func (panicTool) Prepare(*tools.Env, json.RawMessage) (tools.Call, error) {
+	return &tools.FuncCall{TitleText: "Test panic", RunFunc: func(context.Context, func(string)) tools.Result {
+		panic("test_panic tool: panic requested by the test")
+	}}, nil
 }

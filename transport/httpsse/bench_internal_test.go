@@ -92,7 +92,7 @@ func BenchmarkEdgeFanout1000(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		fmt.Fprintf(nc, "GET /acp HTTP/1.1\r\nHost: b\r\nAcp-Connection-Id: %s\r\n\r\n", id)
+		fmt.Fprintf(nc, "GET /acp HTTP/1.1\r\nHost: 127.0.0.1\r\nAcp-Connection-Id: %s\r\n\r\n", id)
 		sresp, err := http.ReadResponse(bufio.NewReader(nc), nil)
 		if err != nil || sresp.StatusCode != http.StatusOK {
 			b.Fatal("stream", err)

@@ -126,7 +126,7 @@ func openStream(addr, conn string) (net.Conn, *bufio.Reader, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	if _, err := io.WriteString(c, "GET /acp HTTP/1.1\r\nHost: bench\r\nAccept: text/event-stream\r\nAcp-Connection-Id: "+conn+"\r\n\r\n"); err != nil {
+	if _, err := io.WriteString(c, "GET /acp HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/event-stream\r\nAcp-Connection-Id: "+conn+"\r\n\r\n"); err != nil {
 		c.Close()
 		return nil, nil, err
 	}
@@ -396,5 +396,64 @@ func TestIdleStreamsClient(t *testing.T) {
 	_, _ = io.Copy(io.Discard, os.Stdin)
 	for _, c := range streams {
 		c.Close()
+	}
+}
+
+// BenchmarkInitializeFlood posts 100,000 initialize requests (32 keep-alive
+// clients) that never open a stream nor send anything else, and reports the
+// server's memory growth. With the defaults the oldest unused connections
+// are closed past MaxUnused (10,000); IACCODE_BENCH_MAX_UNUSED=1000000 and
+// IACCODE_BENCH_UNUSED_TIMEOUT=10m show the unbounded behaviour before it.
+//
+//	go test ./transport/httpsse -run '^$' -bench InitializeFlood -benchtime 1x
+func BenchmarkInitializeFlood(b *testing.B) {
+	n := 100_000
+	if v, err := strconv.Atoi(os.Getenv("IACCODE_BENCH_INITIALIZES")); err == nil && v > 0 {
+		n = v
+	}
+	cfg := httpsse.Config{}
+	if v, err := strconv.Atoi(os.Getenv("IACCODE_BENCH_MAX_UNUSED")); err == nil && v > 0 {
+		cfg.MaxUnused = v
+	}
+	if d, err := time.ParseDuration(os.Getenv("IACCODE_BENCH_UNUSED_TIMEOUT")); err == nil {
+		cfg.UnusedTimeout = d
+	}
+	bs := startBench(b, cfg)
+	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 32, MaxConnsPerHost: 32}}
+	defer hc.CloseIdleConnections()
+	for range b.N {
+		runtime.GC()
+		before := readMem()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		liveBefore := ms.HeapAlloc
+		start := time.Now()
+		var wg sync.WaitGroup
+		var next, failed atomic.Int64
+		for range 32 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for next.Add(1) <= int64(n) {
+					resp, _, err := postJSON(hc, "http://"+bs.addr, "", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1}}`)
+					if err != nil || resp.StatusCode != http.StatusOK {
+						failed.Add(1)
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		took := time.Since(start)
+		time.Sleep(2 * time.Second) // closes of evicted connections finish
+		runtime.GC()
+		after := readMem()
+		runtime.ReadMemStats(&ms)
+		mib := func(a, b uint64) float64 { return float64(int64(a)-int64(b)) / (1 << 20) }
+		b.ReportMetric(mib(ms.HeapAlloc, liveBefore), "live-heap-growth-MiB")
+		b.ReportMetric(float64(n)/took.Seconds(), "initialize/s")
+		b.ReportMetric(mib(after.rss, before.rss), "rss-growth-MiB")
+		b.ReportMetric(mib(after.heap, before.heap), "heap-growth-MiB")
+		b.ReportMetric(float64(bs.srv.Metrics().Connections.Load()), "live-connections")
+		b.ReportMetric(float64(failed.Load()), "failed")
 	}
 }

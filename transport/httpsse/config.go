@@ -1,10 +1,14 @@
 package httpsse
 
-import "time"
+import (
+	"math"
+	"time"
+)
 
 // Defaults of Config. They follow the specification (port 8765, 30 s
-// initialize, 4 MiB bodies) and the issue (10,000 buffered events, 15 s
-// keep-alive, 10 min idle reaping, 10 s shutdown).
+// initialize, 4 MiB bodies) and the issues (10,000 buffered events, 15 s
+// keep-alive, 10 min idle reaping, 60 s for a connection that never used
+// its initialize, 10 s shutdown).
 const (
 	DefaultHost              = "127.0.0.1"
 	DefaultPort              = 8765
@@ -12,6 +16,8 @@ const (
 	DefaultReplayMaxAge      = 15 * time.Second
 	DefaultMaxBufferBytes    = 64 << 20
 	DefaultIdleTimeout       = 10 * time.Minute
+	DefaultUnusedTimeout     = 60 * time.Second
+	DefaultMaxUnused         = 10_000
 	DefaultKeepAlive         = 15 * time.Second
 	DefaultInitializeTimeout = 30 * time.Second
 	DefaultMaxBodySize       = 4 << 20
@@ -31,6 +37,11 @@ type Config struct {
 	// Token, when set, is required on every route as "Authorization:
 	// Bearer <token>" (IACCODE_ACP_HTTP_TOKEN). It is never logged.
 	Token string
+	// AllowedHosts are Host names accepted besides loopback ones ("*": any);
+	// AllowedOrigins are the browser origins (scheme://host[:port], "*":
+	// any) allowed to send requests. See edgeGuard.
+	AllowedHosts   []string
+	AllowedOrigins []string
 	// ReplayBuffer caps the events a connection keeps, over all its streams:
 	// events not yet written to a client plus already written ones kept for
 	// Last-Event-ID replay. Unwritten events past the cap close the
@@ -39,22 +50,36 @@ type Config struct {
 	// MaxBufferBytes caps the same buffer in bytes.
 	MaxBufferBytes int
 	// ReplayMaxAge drops already written events older than this from the
-	// replay window (a Last-Event-ID before them gets the stale error).
+	// replay window (a Last-Event-ID before them gets the stale error). A
+	// connection whose stream has been gone (and which sent nothing) for
+	// longer has its running turns cancelled: nobody can receive them.
 	ReplayMaxAge time.Duration
 	// IdleTimeout reaps a connection that has had no open stream and no
 	// request for that long. Its sessions stay on disk.
 	IdleTimeout time.Duration
+	// UnusedTimeout reaps sooner a connection that never attached a stream
+	// and sent nothing after its initialize (a flood of initializes).
+	UnusedTimeout time.Duration
+	// MaxUnused caps such connections: past it the oldest is closed at once,
+	// so memory stays bounded whatever the rate of initializes.
+	MaxUnused int
 	// KeepAlive is the interval of the ": ping" comment on every stream.
 	KeepAlive time.Duration
 	// InitializeTimeout bounds the synchronous initialize POST (then 504).
 	InitializeTimeout time.Duration
 	// MaxBodySize is the largest accepted POST body (then 413).
 	MaxBodySize int
-	// MaxStreams caps open event streams (then 503). The listener accepts
+	// MaxStreams caps open event streams (then 503). The listener serves
 	// MaxStreams + StreamHeadroom TCP connections, so streams can never take
 	// the connections POSTs need.
 	MaxStreams     int
 	StreamHeadroom int
+	// MaxConnections caps the TCP connections served at once; more are
+	// answered 503 and closed at once. Default: MaxStreams + StreamHeadroom,
+	// lowered to fit the process's descriptor limit with a quarter (at
+	// least 128) left for session files, tools and the model's connections;
+	// MaxStreams and StreamHeadroom shrink to fit it.
+	MaxConnections int
 	// MaxSessionStreams caps the session-scoped stream slots of one connection.
 	MaxSessionStreams int
 	// CloseTimeout bounds DELETE and reaping: running turns are cancelled and
@@ -83,6 +108,12 @@ func (c Config) withDefaults() Config {
 	if c.IdleTimeout <= 0 {
 		c.IdleTimeout = DefaultIdleTimeout
 	}
+	if c.UnusedTimeout <= 0 {
+		c.UnusedTimeout = DefaultUnusedTimeout
+	}
+	if c.MaxUnused <= 0 {
+		c.MaxUnused = DefaultMaxUnused
+	}
 	if c.KeepAlive <= 0 {
 		c.KeepAlive = DefaultKeepAlive
 	}
@@ -98,6 +129,13 @@ func (c Config) withDefaults() Config {
 	if c.StreamHeadroom <= 0 {
 		c.StreamHeadroom = 4096
 	}
+	if c.MaxConnections <= 0 {
+		c.MaxConnections = min(c.MaxStreams+c.StreamHeadroom, connectionBudget())
+	}
+	if c.MaxStreams+c.StreamHeadroom > c.MaxConnections {
+		c.StreamHeadroom = max(c.MaxConnections/5, 1)
+		c.MaxStreams = max(c.MaxConnections-c.StreamHeadroom, 1)
+	}
 	if c.MaxSessionStreams <= 0 {
 		c.MaxSessionStreams = DefaultMaxSessionStreams
 	}
@@ -108,4 +146,15 @@ func (c Config) withDefaults() Config {
 		c.ShutdownTimeout = DefaultShutdownTimeout
 	}
 	return c
+}
+
+// connectionBudget is how many TCP connections fit the descriptor limit
+// (RLIMIT_NOFILE, soft, which Go raises to the hard limit at start) with a
+// quarter, at least 128, left for everything else.
+func connectionBudget() int {
+	limit := fileLimit()
+	if limit <= 0 || limit > math.MaxInt32 {
+		return math.MaxInt32
+	}
+	return max(int(limit)-max(128, int(limit)/4), 16)
 }

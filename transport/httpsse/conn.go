@@ -117,6 +117,12 @@ type conn struct {
 
 	lastActive atomic.Int64
 	closeOnce  sync.Once
+	// settled: the connection left the edge's unused queue (used or closed).
+	settled atomic.Bool
+	// hadStream: a stream was attached once; cancelledAt is the lastActive
+	// value at which its turns were cancelled for a stream gone too long.
+	hadStream   bool
+	cancelledAt int64
 }
 
 var (
@@ -310,6 +316,7 @@ func (c *conn) attach(sessionID string, last *uint64, nc net.Conn) (st *stream, 
 	} else {
 		c.open++
 	}
+	c.hadStream = true
 	st = newStream(c, sl, nc)
 	sl.stream = st
 	st.wake() // write the backlog (replay and events queued while detached)
@@ -355,6 +362,26 @@ func (c *conn) idleSince(cutoff int64) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.state == stateOpen && c.init == nil && c.open == 0 && c.lastActive.Load() < cutoff
+}
+
+// abandoned reports, once per spell of inactivity, a connection whose
+// streams have all been gone, with no request either, since before cutoff.
+func (c *conn) abandoned(cutoff int64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	last := c.lastActive.Load()
+	if c.state != stateOpen || !c.hadStream || c.open > 0 || last >= cutoff || c.cancelledAt == last {
+		return false
+	}
+	c.cancelledAt = last
+	return true
+}
+
+// initPending: the initialize POST is still waiting for its answer.
+func (c *conn) initPending() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.init != nil
 }
 
 func (c *conn) buffered() int {

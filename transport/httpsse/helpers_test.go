@@ -35,11 +35,10 @@ func (touchTool) Description() string     { return "touch a file" }
 func (touchTool) Schema() json.RawMessage { return json.RawMessage(`{"type":"object"}`) }
 func (touchTool) Kind() tools.Kind        { return tools.KindEdit }
 func (touchTool) ReadOnly() bool          { return false }
-func (touchTool) Describe(_ *tools.Env, input json.RawMessage) (string, []tools.Location) {
-	return "Touch " + string(input), nil
-}
-func (touchTool) Run(context.Context, *tools.Env, json.RawMessage) tools.Result {
-	return tools.Result{Output: "touched"}
+func (touchTool) Prepare(_ *tools.Env, input json.RawMessage) (tools.Call, error) {
+	return &tools.FuncCall{TitleText: "Touch " + string(input), RunFunc: func(context.Context, func(string)) tools.Result {
+		return tools.Result{Output: "touched"}
+	}}, nil
 }
 
 // syncBuffer collects log output for assertions.
@@ -130,11 +129,16 @@ func (e *env) do(method, path string, body io.Reader, hdr ...string) reply {
 	for i := 0; i+1 < len(hdr); i += 2 {
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
+	return e.roundTrip(req)
+}
+
+// roundTrip sends req and reads the whole reply.
+func (e *env) roundTrip(req *http.Request) reply {
 	resp, err := e.client.Do(req)
-	ExpectWithOffset(1, err).NotTo(HaveOccurred())
+	ExpectWithOffset(2, err).NotTo(HaveOccurred())
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
-	ExpectWithOffset(1, err).NotTo(HaveOccurred())
+	ExpectWithOffset(2, err).NotTo(HaveOccurred())
 	return reply{status: resp.StatusCode, header: resp.Header, body: b}
 }
 

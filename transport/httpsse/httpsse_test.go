@@ -158,7 +158,7 @@ var _ = Describe("status codes", func() {
 
 	It("413 for a body over 4 MiB, by Content-Length and chunked", func() {
 		conn := e.initialize()
-		head := "POST /acp HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nAcp-Connection-Id: " + conn + "\r\n"
+		head := "POST /acp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nAcp-Connection-Id: " + conn + "\r\n"
 		resp, body := e.rawRequest(head + fmt.Sprintf("Content-Length: %d\r\n\r\n", 4<<20+1))
 		Expect(resp.StatusCode).To(Equal(http.StatusRequestEntityTooLarge))
 		Expect(string(body)).To(Equal(`{"error":"Request body too large"}`))
@@ -207,7 +207,7 @@ var _ = Describe("status codes", func() {
 			Expect(r.status).To(Equal(http.StatusNotAcceptable), acc)
 			Expect(r.json()).To(HaveKey("error"))
 		}
-		resp, body := e.rawRequest("GET /acp HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n" +
+		resp, body := e.rawRequest("GET /acp HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n" +
 			"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n")
 		Expect(resp.StatusCode).To(Equal(http.StatusUpgradeRequired))
 		Expect(string(body)).To(ContainSubstring("WebSocket is not supported"))
@@ -607,7 +607,7 @@ var _ = Describe("limits", func() {
 		tcp, err := net.Dial("tcp", e.addr)
 		Expect(err).NotTo(HaveOccurred())
 		defer tcp.Close()
-		_, err = tcp.Write([]byte("GET /acp HTTP/1.1\r\nHost: x\r\nAcp-Connection-Id: " + conn + "\r\n\r\n"))
+		_, err = tcp.Write([]byte("GET /acp HTTP/1.1\r\nHost: 127.0.0.1\r\nAcp-Connection-Id: " + conn + "\r\n\r\n"))
 		Expect(err).NotTo(HaveOccurred())
 		Eventually(func() string { return e.metrics() }).Should(ContainSubstring("iaccode_http_streams 1"))
 		e.prompt(conn, 3, sid, "go")

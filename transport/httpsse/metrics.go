@@ -29,6 +29,7 @@ type metrics struct {
 	dropped    prometheus.Counter
 	reconnects prometheus.Counter
 	closed     *prometheus.CounterVec
+	abandoned  prometheus.Counter
 	requests   *prometheus.HistogramVec
 	handler    fasthttp.RequestHandler
 }
@@ -73,6 +74,10 @@ func newMetrics(e *Edge) *metrics {
 		reconnects: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "iaccode_http_stream_reconnects_total", Help: "GETs that resumed (Last-Event-ID) or replaced a stream.",
 		}),
+		abandoned: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "iaccode_http_abandoned_total",
+			Help: "Connections whose running turns were cancelled because their stream was gone longer than the replay window.",
+		}),
 		closed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "iaccode_http_connections_closed_total", Help: "Closed HTTP connections by reason.",
 		}, []string{"reason"}),
@@ -82,10 +87,10 @@ func newMetrics(e *Edge) *metrics {
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
 		}, []string{"route", "code"}),
 	}
-	for _, r := range []string{reasonDelete, reasonIdle, reasonOverflow, reasonShutdown, reasonInitTimeout} {
+	for _, r := range []string{reasonDelete, reasonIdle, reasonOverflow, reasonShutdown, reasonInitTimeout, reasonUnused} {
 		m.closed.WithLabelValues(r)
 	}
-	reg.MustRegister(m.eventsSent, m.dropped, m.reconnects, m.closed, m.requests,
+	reg.MustRegister(m.eventsSent, m.dropped, m.reconnects, m.closed, m.abandoned, m.requests,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.handler = fasthttpadaptor.NewFastHTTPHandler(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	return m

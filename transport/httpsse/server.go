@@ -57,6 +57,7 @@ const (
 	reasonOverflow    = "overflow"
 	reasonShutdown    = "shutdown"
 	reasonInitTimeout = "initialize_timeout"
+	reasonUnused      = "unused"
 )
 
 // Edge is the HTTP+SSE transport of one actors.Server.
@@ -68,6 +69,7 @@ type Edge struct {
 	met   *metrics
 	auth  bool
 	token [sha256.Size]byte
+	guard *edgeGuard
 
 	mu    sync.RWMutex
 	conns map[string]*conn
@@ -75,6 +77,12 @@ type Edge struct {
 	// idle), so their next request gets a clear 400; bounded FIFO.
 	tombs     map[string]string
 	tombOrder []string
+
+	// unused lists connections in creation order until they are used (a
+	// stream or a request after initialize) or closed; unusedN counts the
+	// ones still unused. See settle.
+	unused  []*conn
+	unusedN int
 
 	// holdInit (tests only) withholds initialize from the actor.
 	holdInit bool
@@ -97,6 +105,7 @@ func New(srv *actors.Server, cfg Config, log zerolog.Logger) *Edge {
 		tombs:  map[string]string{},
 		quit:   make(chan struct{}),
 		reaped: make(chan struct{}),
+		guard:  newEdgeGuard(cfg),
 	}
 	if cfg.Token != "" {
 		e.auth = true
@@ -107,9 +116,10 @@ func New(srv *actors.Server, cfg Config, log zerolog.Logger) *Edge {
 		Handler:            e.Handler(),
 		Name:               "iac-code",
 		MaxRequestBodySize: cfg.MaxBodySize,
-		// Concurrency counts TCP connections: streams are capped at
-		// MaxStreams, so StreamHeadroom connections are always left for POSTs.
-		Concurrency:     cfg.MaxStreams + cfg.StreamHeadroom,
+		// Concurrency counts TCP connections (more get 503 at once): streams
+		// are capped at MaxStreams, so StreamHeadroom connections are
+		// always left for POSTs.
+		Concurrency:     cfg.MaxConnections,
 		ReadTimeout:     time.Minute,
 		WriteTimeout:    time.Minute, // lifted per stream
 		IdleTimeout:     2 * time.Minute,
@@ -122,10 +132,11 @@ func New(srv *actors.Server, cfg Config, log zerolog.Logger) *Edge {
 }
 
 // Serve accepts connections on ln until Shutdown. It returns nil after a
-// Shutdown.
+// Shutdown. Running out of descriptors does not end it (see
+// resilientListener).
 func (e *Edge) Serve(ln net.Listener) error {
 	go e.reaper()
-	return e.hs.Serve(ln)
+	return e.hs.Serve(newResilientListener(ln, e.log))
 }
 
 // Serve runs the edge on cfg.Host:cfg.Port until ctx is cancelled, then shuts
@@ -143,7 +154,11 @@ func Serve(ctx context.Context, srv *actors.Server, cfg Config, log zerolog.Logg
 		e.log.Warn().Str("host", cfg.Host).
 			Msg("HTTP transport bound to a non-loopback address without authentication; set IACCODE_ACP_HTTP_TOKEN")
 	}
-	e.log.Info().Str("addr", ln.Addr().String()).Bool("auth", e.auth).Msg("listening")
+	if !isLoopback(cfg.Host) && len(cfg.AllowedHosts) == 0 {
+		e.log.Info().Msg("Host header not checked on a non-loopback address; --allowed-hosts restricts it")
+	}
+	e.log.Info().Str("addr", ln.Addr().String()).Bool("auth", e.auth).Int("max_connections", cfg.MaxConnections).
+		Int("max_streams", cfg.MaxStreams).Uint64("descriptor_limit", fileLimit()).Msg("listening")
 	served := make(chan error, 1)
 	go func() { served <- e.Serve(ln) }()
 	select {
@@ -239,6 +254,7 @@ var tombText = map[string]string{
 	reasonOverflow:    "Connection closed by the server: the client did not read its event stream and its buffer overflowed.",
 	reasonIdle:        "Connection closed by the server after being idle (no stream, no request). Its sessions are kept; initialize again and load them.",
 	reasonInitTimeout: "Connection closed by the server: initialize was not answered in time.",
+	reasonUnused:      "Connection closed by the server: it opened no stream and sent nothing after initialize. Initialize again.",
 }
 
 func (e *Edge) route(ctx *fasthttp.RequestCtx) {
@@ -260,6 +276,9 @@ func (e *Edge) route(ctx *fasthttp.RequestCtx) {
 		route = routeHealth
 	case "/metrics":
 		route = routeMetrics
+	}
+	if !e.guard.admit(ctx) {
+		return
 	}
 	if e.auth && !e.authorized(ctx) {
 		ctx.Response.Header.Set("WWW-Authenticate", `Bearer realm="iac-code"`)
@@ -349,6 +368,7 @@ func (e *Edge) post(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	c.touch()
+	e.settle(c)
 	if sid := ctx.Request.Header.Peek(HeaderSessionID); len(sid) > 0 {
 		if !validSessionID(sid) {
 			jsonError(ctx, fasthttp.StatusBadRequest, "Invalid Acp-Session-Id header")
@@ -413,8 +433,12 @@ func (e *Edge) initialize(ctx *fasthttp.RequestCtx, msg *protocol.Message) {
 	c.log = e.log.With().Str("conn", c.id).Logger()
 	e.mu.Lock()
 	e.conns[c.id] = c
+	evict := e.addUnusedLocked(c)
 	e.mu.Unlock()
-	c.log.Info().Str("remote", ctx.RemoteAddr().String()).Msg("connection open")
+	for _, old := range evict {
+		go e.closeConn(old, reasonUnused, false, e.cfg.CloseTimeout)
+	}
+	c.log.Debug().Str("remote", ctx.RemoteAddr().String()).Msg("connection open")
 	if !e.holdInit {
 		c.actor.Deliver(msg)
 	}
@@ -479,14 +503,10 @@ func (e *Edge) get(ctx *fasthttp.RequestCtx) {
 		jsonError(ctx, fasthttp.StatusBadRequest, "Invalid Acp-Session-Id header")
 		return
 	}
-	var last *uint64
-	if raw := bytes.TrimSpace(h.Peek(HeaderLastEventID)); len(raw) > 0 {
-		n, err := strconv.ParseUint(string(raw), 10, 64)
-		if err != nil {
-			jsonError(ctx, fasthttp.StatusBadRequest, "Invalid Last-Event-ID header")
-			return
-		}
-		last = &n
+	last, err := parseLastEventID(h.Peek(HeaderLastEventID))
+	if err != nil {
+		jsonError(ctx, fasthttp.StatusBadRequest, "Invalid Last-Event-ID header")
+		return
 	}
 	if e.closing.Load() {
 		jsonError(ctx, fasthttp.StatusServiceUnavailable, msgShuttingDown)
@@ -497,6 +517,7 @@ func (e *Edge) get(ctx *fasthttp.RequestCtx) {
 		jsonError(ctx, fasthttp.StatusServiceUnavailable, "Too many open streams")
 		return
 	}
+	e.settle(c)
 	st, reject, replaced, err := c.attach(string(sid), last, ctx.Conn())
 	if err != nil {
 		e.streams.Add(-1)
@@ -552,6 +573,7 @@ func (e *Edge) closeConn(c *conn, reason string, drain bool, timeout time.Durati
 			e.tombOrder = append(e.tombOrder, c.id)
 		}
 		e.mu.Unlock()
+		e.settle(c)
 		c.mu.Lock()
 		if c.state == stateOpen {
 			c.state = stateClosing
@@ -564,27 +586,112 @@ func (e *Edge) closeConn(c *conn, reason string, drain bool, timeout time.Durati
 		c.endStreamsLocked(nil, drain)
 		c.mu.Unlock()
 		e.met.closed.WithLabelValues(reason).Inc()
-		c.log.Info().Str("reason", reason).Msg("connection closed")
+		if reason == reasonUnused {
+			c.log.Debug().Str("reason", reason).Msg("connection closed")
+		} else {
+			c.log.Info().Str("reason", reason).Msg("connection closed")
+		}
 	})
 }
 
-// reaper closes connections idle for longer than IdleTimeout.
+// reaper closes connections idle for longer than IdleTimeout, unused ones
+// after UnusedTimeout, and cancels the turns of connections whose stream
+// has been gone for longer than ReplayMaxAge.
 func (e *Edge) reaper() {
-	every := min(max(e.cfg.IdleTimeout/4, 10*time.Millisecond), 30*time.Second)
-	t := time.NewTicker(every)
+	every := min(e.cfg.IdleTimeout/4, e.cfg.UnusedTimeout/4, e.cfg.ReplayMaxAge/2, 30*time.Second)
+	t := time.NewTicker(max(every, 10*time.Millisecond))
 	defer t.Stop()
 	for {
 		select {
 		case <-e.quit:
 			return
 		case now := <-t.C:
+			e.reapUnused(now.Add(-e.cfg.UnusedTimeout).UnixNano())
 			cutoff := now.Add(-e.cfg.IdleTimeout).UnixNano()
+			abandoned := now.Add(-e.cfg.ReplayMaxAge).UnixNano()
 			for _, c := range e.snapshot() {
 				if c.idleSince(cutoff) {
 					go e.closeConn(c, reasonIdle, false, e.cfg.CloseTimeout)
+				} else if c.abandoned(abandoned) {
+					// Nobody can receive what these turns produce: a client
+					// coming back after the replay window misses it anyway.
+					c.log.Info().Dur("after", e.cfg.ReplayMaxAge).Msg("stream gone for longer than the replay window: cancelling running turns")
+					e.met.abandoned.Inc()
+					c.actor.CancelTurns()
 				}
 			}
 		}
+	}
+}
+
+// addUnusedLocked queues a new connection as unused and returns the oldest
+// unused ones beyond MaxUnused, to close. e.mu held.
+func (e *Edge) addUnusedLocked(c *conn) []*conn {
+	e.unused = append(e.unused, c)
+	e.unusedN++
+	var evict []*conn
+	for e.unusedN > e.cfg.MaxUnused && len(e.unused) > 0 {
+		old := e.unused[0]
+		e.unused[0] = nil
+		e.unused = e.unused[1:]
+		if old.settled.CompareAndSwap(false, true) {
+			e.unusedN--
+			evict = append(evict, old)
+		}
+	}
+	e.compactUnusedLocked()
+	return evict
+}
+
+// settle marks c used (or closed): it leaves the unused count.
+func (e *Edge) settle(c *conn) {
+	if c.settled.CompareAndSwap(false, true) {
+		e.mu.Lock()
+		e.unusedN--
+		e.compactUnusedLocked()
+		e.mu.Unlock()
+	}
+}
+
+// compactUnusedLocked drops settled connections from the queue once they
+// are most of it, so it stays proportional to the unused ones.
+func (e *Edge) compactUnusedLocked() {
+	if len(e.unused) < 2*e.unusedN+64 {
+		return
+	}
+	kept := e.unused[:0]
+	for _, c := range e.unused {
+		if !c.settled.Load() {
+			kept = append(kept, c)
+		}
+	}
+	clear(e.unused[len(kept):])
+	e.unused = kept
+}
+
+// reapUnused closes, oldest first, the unused connections created before
+// cutoff (the queue is in creation order).
+func (e *Edge) reapUnused(cutoff int64) {
+	e.mu.Lock()
+	var expired []*conn
+	for len(e.unused) > 0 {
+		c := e.unused[0]
+		if !c.settled.Load() {
+			if c.lastActive.Load() >= cutoff || c.initPending() {
+				break
+			}
+			if !c.settled.CompareAndSwap(false, true) {
+				continue
+			}
+			e.unusedN--
+			expired = append(expired, c)
+		}
+		e.unused[0] = nil
+		e.unused = e.unused[1:]
+	}
+	e.mu.Unlock()
+	for _, c := range expired {
+		go e.closeConn(c, reasonUnused, false, e.cfg.CloseTimeout)
 	}
 }
 

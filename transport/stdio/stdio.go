@@ -5,9 +5,12 @@ package stdio
 
 import (
 	"bufio"
+	"context"
 	"errors"
+	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -16,49 +19,85 @@ import (
 	"github.com/iac-code/iac-code/protocol"
 )
 
-// MaxLine is the longest accepted input line. ACP lines carry whole files;
-// the Go SDK allows 10 MiB and the TypeScript SDK 32 MiB.
+// MaxLine is the longest accepted input line (64 MiB). ACP lines carry whole
+// files; the Go SDK allows 10 MiB and the TypeScript SDK 32 MiB. A longer
+// line is skipped, never buffered whole, and answered -32600 with its id
+// when the id is in its first 64 KiB (see protocol.PeekID).
 const MaxLine = 64 << 20
 
-// Serve runs one connection over in/out until in reaches EOF, then cancels
-// running turns, waits for their answers and flushes everything written.
-func Serve(srv *actors.Server, in io.Reader, out io.Writer, log zerolog.Logger) error {
+// peekHead is how much of an overlong line is kept to read its id.
+const peekHead = 64 << 10
+
+// DrainTimeout bounds the end of a connection (stdin EOF or a signal):
+// running turns are cancelled and their prompts answered within it.
+const DrainTimeout = 5 * time.Second
+
+// Serve runs one connection over in/out until in reaches EOF or ctx is
+// done (a signal), then cancels running turns, waits for their answers
+// (what completed, the partial answer included, is persisted by then) and
+// flushes everything written.
+func Serve(ctx context.Context, srv *actors.Server, in io.Reader, out io.Writer, log zerolog.Logger) error {
 	w := newWriter(out)
 	go w.loop()
 	conn := srv.Connect(w)
 	log = log.With().Str("conn", conn.ID).Str("transport", "stdio").Logger()
 	log.Info().Msg("connection open")
 
-	err := readLines(in, func(line []byte, tooLong bool) {
-		if tooLong {
-			conn.Reject(nil, protocol.ErrParse("line longer than 64 MiB"))
-			return
-		}
-		msg, perr := protocol.Decode(line)
-		if perr != nil {
-			var id protocol.RawMessage
-			if msg != nil {
-				id = msg.ID
+	var stopped atomic.Bool
+	readDone := make(chan error, 1)
+	go func() {
+		defer func() {
+			if r := recover(); r != nil {
+				readDone <- fmt.Errorf("stdin reader panic: %v", r)
 			}
-			conn.Reject(id, perr)
-			return
+		}()
+		readDone <- readLines(in, func(line []byte, tooLong bool) {
+			if stopped.Load() {
+				return // shutting down: nothing new starts
+			}
+			deliver(conn, line, tooLong)
+		})
+	}()
+	select {
+	case err := <-readDone:
+		if err != nil {
+			log.Error().Err(err).Msg("read stdin")
 		}
-		conn.Deliver(msg)
-	})
-	if err != nil {
-		log.Error().Err(err).Msg("read stdin")
+	case <-ctx.Done():
+		// The reader may stay blocked in a read of stdin; it is abandoned.
+		stopped.Store(true)
+		log.Info().Msg("signal: cancelling running turns")
 	}
-	conn.Close(10 * time.Second)
+	conn.Close(DrainTimeout)
 	w.close()
 	log.Info().Msg("connection closed")
 	return w.err
 }
 
+func deliver(conn *actors.Conn, line []byte, tooLong bool) {
+	if tooLong {
+		conn.Reject(protocol.PeekID(line), protocol.ErrInvalidRequest("message longer than 64 MiB (the stdio line limit)"))
+		return
+	}
+	msg, perr := protocol.Decode(line)
+	if perr != nil {
+		var id protocol.RawMessage
+		if msg != nil {
+			id = msg.ID
+		}
+		conn.Reject(id, perr)
+		return
+	}
+	conn.Deliver(msg)
+}
+
 // readLines calls fn for every non-empty line. Lines longer than MaxLine are
-// skipped and answered as parse errors without losing the stream.
+// not kept: fn gets their first peekHead bytes with tooLong set, and the
+// stream goes on with the next line.
 func readLines(in io.Reader, fn func(line []byte, tooLong bool)) error {
 	r := bufio.NewReaderSize(in, 1<<20)
 	var long []byte
+	var head []byte // the start of an overlong line
 	tooLong := false
 	for {
 		chunk, err := r.ReadSlice('\n')
@@ -67,7 +106,9 @@ func readLines(in io.Reader, fn func(line []byte, tooLong bool)) error {
 			if !tooLong {
 				long = append(long, chunk...)
 				if len(long) > MaxLine {
-					tooLong, long = true, nil
+					tooLong = true
+					head = append([]byte(nil), long[:peekHead]...)
+					long = nil
 				}
 			}
 			continue
@@ -76,13 +117,17 @@ func readLines(in io.Reader, fn func(line []byte, tooLong bool)) error {
 		}
 		line := chunk
 		if long != nil {
-			tooLong = tooLong || len(long)+len(chunk) > MaxLine+1 // +1: the newline
+			if len(long)+len(chunk) > MaxLine+1 { // +1: the newline
+				tooLong = true
+				head = append([]byte(nil), long[:min(len(long), peekHead)]...)
+			}
 			line = append(long, chunk...)
 			long = nil
 		}
 		if tooLong {
 			tooLong = false
-			fn(nil, true)
+			fn(head, true)
+			head = nil
 		} else if len(trimNL(line)) > 0 {
 			fn(trimNL(line), false)
 		}

@@ -3,6 +3,7 @@ package stdio
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -44,7 +45,7 @@ func BenchmarkStdioStream(b *testing.B) {
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
 	done := make(chan error, 1)
-	go func() { done <- Serve(srv, inR, outW, zerolog.New(io.Discard)); outW.Close() }()
+	go func() { done <- Serve(context.Background(), srv, inR, outW, zerolog.New(io.Discard)); outW.Close() }()
 	lines := bufio.NewScanner(outR)
 	lines.Buffer(make([]byte, 1<<20), 1<<20)
 	await := func(id string) int {

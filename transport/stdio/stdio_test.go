@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/iac-code/iac-code/actors"
+	"github.com/iac-code/iac-code/protocol"
 )
 
 func TestReadLinesSplitsAndKeepsLongLines(t *testing.T) {
@@ -26,12 +27,15 @@ func TestReadLinesSplitsAndKeepsLongLines(t *testing.T) {
 }
 
 func TestReadLinesReportsOverlongLinesAndContinues(t *testing.T) {
-	in := strings.Repeat("b", MaxLine+10) + "\nnext\n"
+	in := `{"jsonrpc":"2.0","id":"big","params":"` + strings.Repeat("b", MaxLine+10) + "\"}\nnext\n"
 	var got []string
 	tooLongSeen := 0
 	if err := readLines(strings.NewReader(in), func(line []byte, tooLong bool) {
 		if tooLong {
 			tooLongSeen++
+			if len(line) != peekHead || string(protocol.PeekID(line)) != `"big"` {
+				t.Errorf("head of the long line: %d bytes, id %s", len(line), protocol.PeekID(line))
+			}
 			return
 		}
 		got = append(got, string(line))

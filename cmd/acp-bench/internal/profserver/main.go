@@ -97,7 +97,7 @@ func run(args []string) error {
 	defer srv.Shutdown()
 	switch *transport {
 	case "stdio":
-		return stdio.Serve(srv, os.Stdin, os.Stdout, log)
+		return stdio.Serve(context.Background(), srv, os.Stdin, os.Stdout, log)
 	case "http":
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		defer stop()

@@ -1,6 +1,6 @@
 //go:build linux
 
-package tools
+package procgroup
 
 import (
 	"os"
@@ -8,8 +8,8 @@ import (
 	"strings"
 )
 
-// groupHasLiveMember scans /proc for a non-zombie process in group pgid.
-func groupHasLiveMember(pgid int) bool {
+// hasLiveMember scans /proc for a non-zombie process in group pgid.
+func hasLiveMember(pgid int) bool {
 	d, err := os.Open("/proc")
 	if err != nil {
 		return true

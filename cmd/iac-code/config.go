@@ -1,0 +1,76 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/iac-code/iac-code/actors"
+	"github.com/iac-code/iac-code/transport/httpsse"
+)
+
+// settings is the server's configuration from the environment (the model's
+// own is read by llm.LoadConfig, live).
+type settings struct {
+	actors actors.Config
+	http   httpsse.Config
+}
+
+// loadConfig reads IAC_CODE_HOME and the behaviour settings; an invalid
+// value stops the server at start, naming the variable.
+func loadConfig(getenv func(string) string) (settings, error) {
+	home := getenv("IAC_CODE_HOME")
+	if home == "" {
+		dir, err := os.UserHomeDir()
+		if err != nil {
+			return settings{}, fmt.Errorf("cannot find the home directory; set IAC_CODE_HOME: %w", err)
+		}
+		home = filepath.Join(dir, ".iac-code")
+	}
+	s := settings{
+		actors: actors.Config{Version: version, Home: home, SessionIdle: time.Hour},
+		http:   httpsse.Config{Token: getenv("IACCODE_ACP_HTTP_TOKEN")},
+	}
+	e := envReader{getenv: getenv}
+	e.positive("IAC_CODE_MAX_TURN_REQUESTS", &s.actors.MaxTurnRequests)
+	e.duration("IAC_CODE_SESSION_IDLE", &s.actors.SessionIdle)
+	e.duration("IAC_CODE_SESSION_RELEASE", &s.actors.SessionRelease)
+	e.positive("IAC_CODE_MAX_SESSIONS", &s.actors.MaxSessions)
+	e.duration("IAC_CODE_HTTP_IDLE_TIMEOUT", &s.http.IdleTimeout)
+	e.duration("IAC_CODE_HTTP_UNUSED_TIMEOUT", &s.http.UnusedTimeout)
+	e.positive("IAC_CODE_HTTP_MAX_UNUSED", &s.http.MaxUnused)
+	e.duration("IAC_CODE_HTTP_REPLAY_MAX_AGE", &s.http.ReplayMaxAge)
+	e.positive("IAC_CODE_HTTP_MAX_CONNECTIONS", &s.http.MaxConnections)
+	return s, errors.Join(e.errs...)
+}
+
+// envReader parses optional variables into their fields, collecting errors.
+type envReader struct {
+	getenv func(string) string
+	errs   []error
+}
+
+func (e *envReader) positive(name string, dst *int) {
+	if v := e.getenv(name); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			e.errs = append(e.errs, fmt.Errorf("%s: want a positive number, got %q", name, v))
+			return
+		}
+		*dst = n
+	}
+}
+
+func (e *envReader) duration(name string, dst *time.Duration) {
+	if v := e.getenv(name); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			e.errs = append(e.errs, fmt.Errorf("%s: want a duration such as 30s or 10m, got %q", name, v))
+			return
+		}
+		*dst = d
+	}
+}

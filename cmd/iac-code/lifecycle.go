@@ -1,0 +1,99 @@
+package main
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/iac-code/iac-code/actors"
+	"github.com/iac-code/iac-code/store"
+	"github.com/iac-code/iac-code/tools/procgroup"
+)
+
+// watchdogCommand is the hidden subcommand that runs the watchdog.
+const watchdogCommand = "internal-watchdog"
+
+// shutdownKillGrace bounds the last sweep of tool process groups.
+const shutdownKillGrace = 2 * time.Second
+
+// startWatchdog starts the process that kills the tool process groups if
+// this one dies without doing it (kill -9 included). Without it the server
+// still runs; only that guarantee is lost, and the log says so.
+func startWatchdog(log zerolog.Logger) *procgroup.Watchdog {
+	exe, err := os.Executable()
+	if err != nil {
+		log.Warn().Err(err).Msg("no process-group watchdog: cannot find the executable")
+		return nil
+	}
+	cmd := exec.Command(exe, watchdogCommand)
+	// Nothing of ours (keys, tokens) in its environment: the log level,
+	// and the race detector's options in a -race build.
+	cmd.Env = []string{"IAC_CODE_LOG_LEVEL=" + os.Getenv("IAC_CODE_LOG_LEVEL"), "GORACE=" + os.Getenv("GORACE")}
+	wd, err := procgroup.StartWatchdog(cmd, os.Stderr, func(err error) {
+		log.Warn().Err(err).Msg("process-group watchdog gone: tool processes may outlive a crash")
+	})
+	if err != nil {
+		log.Warn().Err(err).Msg("no process-group watchdog")
+		return nil
+	}
+	log.Debug().Int("pid", wd.Pid()).Msg("process-group watchdog started")
+	return wd
+}
+
+// runWatchdog is the watchdog process: registrations arrive on fd 3.
+func runWatchdog() int {
+	log := newLogger().With().Str("svc", "iac-code-watchdog").Logger()
+	procgroup.RunWatchdog(os.NewFile(3, "registrations"), procgroup.WatchdogGrace, log)
+	return 0
+}
+
+// onSignals returns a context cancelled by the first SIGINT, SIGTERM or
+// SIGHUP (the transport then winds down in order); a second one exits at
+// once with 128+signal.
+func onSignals(parent context.Context, log zerolog.Logger, exit func(int)) (context.Context, func()) {
+	ctx, cancel := context.WithCancel(parent)
+	ch := make(chan os.Signal, 2)
+	signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	done := make(chan struct{})
+	go func() {
+		select {
+		case sig := <-ch:
+			log.Info().Str("signal", sig.String()).Msg("shutting down (a second signal exits at once)")
+			cancel()
+		case <-done:
+			return
+		}
+		select {
+		case sig := <-ch:
+			log.Warn().Str("signal", sig.String()).Msg("second signal: exiting now")
+			exit(128 + int(sig.(syscall.Signal)))
+		case <-done:
+		}
+	}()
+	return ctx, func() {
+		signal.Stop(ch)
+		close(done)
+		cancel()
+	}
+}
+
+// shutdown is the end of every run, after the transport has drained its
+// connections: the actor system stops (its sessions close their handles),
+// the session store closes (the shared store releases this process's
+// leases at once), tool process groups still registered are killed, the
+// watchdog is let go.
+func shutdown(srv *actors.Server, sessions store.Backend, wd *procgroup.Watchdog, log zerolog.Logger) {
+	srv.Shutdown()
+	if err := sessions.Close(); err != nil {
+		log.Warn().Err(err).Msg("close session store")
+	}
+	if n := procgroup.KillAll(shutdownKillGrace); n > 0 {
+		log.Info().Int("groups", n).Msg("killed tool process groups left at shutdown")
+	}
+	wd.Close(time.Second)
+}

@@ -1,0 +1,74 @@
+//go:build unix
+
+package main
+
+import (
+	"context"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+func TestFirstSignalCancelsSecondExits(t *testing.T) {
+	exited := make(chan int, 1)
+	ctx, stop := onSignals(context.Background(), zerolog.Nop(), func(code int) { exited <- code })
+	defer stop()
+	if err := syscall.Kill(syscall.Getpid(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ctx.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the first signal did not cancel the context")
+	}
+	select {
+	case code := <-exited:
+		t.Fatalf("exited with %d after one signal", code)
+	case <-time.After(50 * time.Millisecond):
+	}
+	if err := syscall.Kill(syscall.Getpid(), syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case code := <-exited:
+		if code != 128+int(syscall.SIGTERM) {
+			t.Fatalf("exit code %d", code)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the second signal did not exit")
+	}
+}
+
+func TestConfigFromEnvironment(t *testing.T) {
+	env := map[string]string{
+		"IAC_CODE_HOME":                 "/tmp/h",
+		"IAC_CODE_SESSION_RELEASE":      "5s",
+		"IAC_CODE_MAX_SESSIONS":         "7",
+		"IAC_CODE_HTTP_IDLE_TIMEOUT":    "2m",
+		"IAC_CODE_HTTP_UNUSED_TIMEOUT":  "10s",
+		"IAC_CODE_HTTP_MAX_UNUSED":      "99",
+		"IAC_CODE_HTTP_REPLAY_MAX_AGE":  "3s",
+		"IAC_CODE_HTTP_MAX_CONNECTIONS": "500",
+	}
+	s, err := loadConfig(func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, h := s.actors, s.http
+	if a.Home != "/tmp/h" || a.SessionRelease != 5*time.Second || a.MaxSessions != 7 || a.SessionIdle != time.Hour {
+		t.Errorf("actors config %+v", a)
+	}
+	if h.IdleTimeout != 2*time.Minute || h.UnusedTimeout != 10*time.Second || h.MaxUnused != 99 ||
+		h.ReplayMaxAge != 3*time.Second || h.MaxConnections != 500 {
+		t.Errorf("http config %+v", h)
+	}
+
+	env = map[string]string{"IAC_CODE_HOME": "/h", "IAC_CODE_MAX_SESSIONS": "-1", "IAC_CODE_HTTP_UNUSED_TIMEOUT": "soon"}
+	_, err = loadConfig(func(k string) string { return env[k] })
+	if err == nil || !strings.Contains(err.Error(), "IAC_CODE_MAX_SESSIONS") || !strings.Contains(err.Error(), "IAC_CODE_HTTP_UNUSED_TIMEOUT") {
+		t.Fatalf("want both variables named, got %v", err)
+	}
+}

@@ -1,0 +1,39 @@
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/rs/zerolog"
+
+	"github.com/iac-code/iac-code/actors"
+	"github.com/iac-code/iac-code/llm"
+	"github.com/iac-code/iac-code/store"
+	"github.com/iac-code/iac-code/tools"
+)
+
+// wire builds what both transports serve: the live model configuration
+// (environment > settings.yml > .credentials.yml; authenticate re-reads
+// it), the session store (IAC_CODE_STORE_URL: files under the home, or
+// PostgreSQL shared by several processes) and the actor system. The store
+// is closed by shutdown, after the actor system.
+func wire(cfg settings, log zerolog.Logger) (*actors.Server, store.Backend, error) {
+	models, err := llm.NewLive(func() (llm.Config, error) {
+		c, err := llm.LoadConfig(cfg.actors.Home, os.Getenv)
+		c.Log = log
+		return c, err
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, w := range models.Config().Warnings {
+		log.Warn().Msg(w)
+	}
+	log.Info().EmbedObject(models.Config()).Msg("model provider")
+	sessions, err := store.OpenFromEnv(cfg.actors.Home, os.Getenv, store.WithLogger(log))
+	if err != nil {
+		return nil, nil, fmt.Errorf("session store: %w", err)
+	}
+	return actors.NewServer(actors.Deps{Config: cfg.actors, Provider: models, LLM: models,
+		Tools: tools.Default(), Store: sessions, Log: log}), sessions, nil
+}

@@ -1,0 +1,71 @@
+//go:build unix
+
+package store
+
+import (
+	"errors"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// lockFile is the name of a session's lock file. It is never replaced
+// (history.jsonl and meta.json are, by Rewrite and SaveMeta), so the lock
+// stays on one inode for the session's whole life.
+const lockFile = "lock"
+
+// sessionLock is an exclusive flock(2) on <dir>/lock. The kernel drops it
+// when its descriptor closes, which includes the death of the process, so a
+// crashed server never leaves a session locked.
+type sessionLock struct{ f *os.File }
+
+// lockSession takes the lock of the session directory dir without waiting.
+// When another open file description holds it (another process, or another
+// Store value in this one), it returns an *InUseError naming the holder's
+// pid as written in the file.
+func lockSession(dir, id string) (*sessionLock, error) {
+	f, err := os.OpenFile(dir+"/"+lockFile, os.O_RDWR|os.O_CREATE, filePerm)
+	if err != nil {
+		return nil, err
+	}
+	for {
+		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if !errors.Is(err, syscall.EINTR) {
+			break
+		}
+	}
+	if err != nil {
+		defer f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, &InUseError{ID: id, PID: readPID(f)}
+		}
+		return nil, err
+	}
+	// Who holds it, for the error another process reports. Best effort: the
+	// lock, not the content, is what excludes.
+	if err := f.Truncate(0); err == nil {
+		_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	}
+	return &sessionLock{f: f}, nil
+}
+
+func readPID(f *os.File) int {
+	var buf [32]byte
+	n, _ := f.ReadAt(buf[:], 0)
+	pid, err := strconv.Atoi(strings.TrimSpace(string(buf[:n])))
+	if err != nil {
+		return 0
+	}
+	return pid
+}
+
+// unlock releases the lock (closing the descriptor releases the flock).
+func (l *sessionLock) unlock() error {
+	if l == nil || l.f == nil {
+		return nil
+	}
+	err := l.f.Close()
+	l.f = nil
+	return err
+}

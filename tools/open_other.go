@@ -1,0 +1,8 @@
+//go:build !unix
+
+package tools
+
+const (
+	openNoFollow = 0
+	openNonBlock = 0
+)

@@ -1,0 +1,178 @@
+//go:build unix
+
+package procgroup
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+// The test binary plays two more roles, chosen by PROCGROUP_TEST_ROLE:
+// "watchdog" (RunWatchdog on fd 3) and "server" (starts a watchdog and a
+// process group with a background child, prints the group id, then waits
+// to be killed).
+func TestMain(m *testing.M) {
+	switch os.Getenv("PROCGROUP_TEST_ROLE") {
+	case "watchdog":
+		RunWatchdog(os.NewFile(3, "registrations"), 200*time.Millisecond, zerolog.New(os.Stderr))
+		os.Exit(0)
+	case "server":
+		runServer()
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+func watchdogCmd() *exec.Cmd {
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = []string{"PROCGROUP_TEST_ROLE=watchdog"}
+	return cmd
+}
+
+// startGroup starts `sh -c 'sleep 60 & sleep 60'` in its own group; the
+// background sleep is what a parent-death signal on the leader would miss.
+// ignoreTERM makes both ignore SIGTERM, so only SIGKILL ends them.
+func startGroup(t testing.TB, ignoreTERM bool) int {
+	script := "sleep 60 & sleep 60"
+	if ignoreTERM {
+		script = "trap '' TERM; " + script
+	}
+	cmd := exec.Command("sh", "-c", script)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		if t != nil {
+			t.Fatal(err)
+		}
+		panic(err)
+	}
+	go func() { _ = cmd.Wait() }() // reap the leader, like bash's runner
+	return cmd.Process.Pid
+}
+
+func runServer() {
+	if _, err := StartWatchdog(watchdogCmd(), os.Stderr, nil); err != nil {
+		panic(err)
+	}
+	pgid := startGroup(nil, os.Getenv("IGNORE_TERM") == "1")
+	Register(pgid)
+	fmt.Println(pgid)
+	select {}
+}
+
+func waitGroupGone(t *testing.T, pgid int, within time.Duration) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for Alive(pgid) {
+		if time.Since(start) > within {
+			syscall.Kill(-pgid, syscall.SIGKILL)
+			t.Fatalf("process group %d still alive after %v", pgid, within)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return time.Since(start)
+}
+
+func TestWatchdogKillsTheGroupsOfAServerKilledWithSIGKILL(t *testing.T) {
+	for _, ignoreTERM := range []bool{false, true} {
+		t.Run(fmt.Sprintf("ignoreTERM=%v", ignoreTERM), func(t *testing.T) {
+			srv := exec.Command(os.Args[0])
+			srv.Env = []string{"PATH=" + os.Getenv("PATH"), "PROCGROUP_TEST_ROLE=server", "IGNORE_TERM=" + map[bool]string{true: "1"}[ignoreTERM]}
+			srv.Stderr = os.Stderr
+			out, err := srv.StdoutPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := srv.Start(); err != nil {
+				t.Fatal(err)
+			}
+			line, err := bufio.NewReader(out).ReadString('\n')
+			if err != nil {
+				t.Fatal(err)
+			}
+			pgid, _ := strconv.Atoi(strings.TrimSpace(line))
+			if !Alive(pgid) {
+				t.Fatal("the group should run")
+			}
+			if err := srv.Process.Signal(syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			_ = srv.Wait()
+			took := waitGroupGone(t, pgid, 5*time.Second)
+			t.Logf("kill -9 of the server → process group %d gone in %v", pgid, took)
+		})
+	}
+}
+
+func TestOrderlyShutdownKillsWhatIsLeftAndForgetsWhatEnded(t *testing.T) {
+	wd, err := StartWatchdog(watchdogCmd(), os.Stderr, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ended := startGroup(t, false)
+	Register(ended)
+	Kill(ended, time.Second)
+	Unregister(ended)
+	left := startGroup(t, false)
+	Register(left)
+	if got := Registered(); len(got) != 1 || got[0] != left {
+		t.Fatalf("registered %v, want [%d]", got, left)
+	}
+	if n := KillAll(time.Second); n != 1 {
+		t.Fatalf("KillAll killed %d groups, want 1", n)
+	}
+	if Alive(left) || len(Registered()) != 0 {
+		t.Fatal("KillAll left a group behind")
+	}
+	wd.Close(5 * time.Second)
+	select {
+	case <-wd.done:
+	default:
+		t.Fatal("the watchdog did not exit after Close")
+	}
+}
+
+func TestWatchdogIgnoresTheSignalsMeantForTheServer(t *testing.T) {
+	wd, err := StartWatchdog(watchdogCmd(), os.Stderr, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wd.Close(5 * time.Second)
+	pgid := startGroup(t, false)
+	Register(pgid)
+	defer KillAll(time.Second)
+	time.Sleep(100 * time.Millisecond) // let it install its signal handling
+	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP} {
+		if err := syscall.Kill(wd.Pid(), sig); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case <-wd.done:
+		t.Fatal("the watchdog died of a signal meant for the server")
+	case <-time.After(200 * time.Millisecond):
+	}
+	if !Alive(pgid) {
+		t.Fatal("the group was killed while the server lives")
+	}
+}
+
+func BenchmarkRegister(b *testing.B) {
+	wd, err := StartWatchdog(watchdogCmd(), os.Stderr, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer wd.Close(5 * time.Second)
+	for i := 0; i < b.N; i++ {
+		Register(1_000_000 + i%1000)
+		Unregister(1_000_000 + i%1000)
+	}
+}

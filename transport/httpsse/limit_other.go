@@ -1,0 +1,5 @@
+//go:build !unix
+
+package httpsse
+
+func fileLimit() uint64 { return 0 }
