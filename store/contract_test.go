@@ -3,7 +3,10 @@ package store_test
 import (
 	"errors"
 	"fmt"
+	"os"
+	"runtime"
 	"strings"
+	"sync"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -21,9 +24,8 @@ type backend struct {
 	// another process using the same data. The stores are closed after
 	// the spec.
 	open func(opts ...store.Option) store.Store
-	// crossProcess: a store sees the sessions another store on the same data
-	// has open as in use (ErrInUse), not only its own.
-	crossProcess string // "" when it does; else why the cases are skipped
+	// holder is how an *InUseError names st as the holder of a session.
+	holder func(st store.Store) store.InUseError
 	// expire ends the lease of session id as if its holder had stopped
 	// renewing it; nil when the backend has no leases to lose.
 	expire func(id string)
@@ -42,6 +44,8 @@ func fileBackend() backend {
 			Expect(err).NotTo(HaveOccurred())
 			return st
 		},
+		// The pid written in the lock file: this test process.
+		holder: func(store.Store) store.InUseError { return store.InUseError{PID: os.Getpid()} },
 	}
 }
 
@@ -63,6 +67,18 @@ func describeStoreContract(name string, fresh func() backend) bool {
 
 		// another is a second process on the same data.
 		another := func() store.Store { return b.open(store.WithClock(clk.Now)) }
+		// heldBy expects err to be the in-use error of session id, naming
+		// holder.
+		heldBy := func(err error, id string, holder store.Store) {
+			GinkgoHelper()
+			Expect(err).To(MatchError(store.ErrInUse))
+			var inUse *store.InUseError
+			Expect(errors.As(err, &inUse)).To(BeTrue(), "an *InUseError")
+			want := b.holder(holder)
+			want.ID = id
+			Expect(*inUse).To(Equal(want))
+			Expect(err.Error()).To(ContainSubstring("another iac-code process"))
+		}
 
 		create := func(id, cwd string, msgs ...llm.Message) store.Session { return createIn(st, id, cwd, msgs...) }
 		reopen := func(id string) (store.Session, []store.Entry) { return reopenIn(st, id) }
@@ -528,9 +544,41 @@ func describeStoreContract(name string, fresh func() backend) bool {
 			})
 		})
 
+		// Two holders: st and another store on the same data, standing for
+		// two server processes on one IAC_CODE_HOME or one database.
 		Describe("two holders", func() {
-			It("hands a closed session to another holder, with everything written", func() {
-				s := create("s1", "/p", userMsg("one"), assistantText("two"))
+			newSession := func(in store.Store, id string, msgs ...llm.Message) store.Session {
+				s := createIn(in, id, "/p", msgs...)
+				DeferCleanup(s.Close)
+				return s
+			}
+
+			It("refuses a second holder's Open, Acquire and Delete while the first holds the session, naming the holder", func() {
+				s := newSession(st, "s1", userMsg("one"))
+				other := another()
+				_, _, err := other.Open("s1")
+				heldBy(err, "s1", st)
+				heldBy(other.Delete("s1"), "s1", st)
+				f, fes, err := other.Fork("s1", "copy") // reading is fine
+				Expect(err).NotTo(HaveOccurred())
+				Expect(messages(fes)).To(Equal([]llm.Message{userMsg("one")}))
+				Expect(f.Close()).To(Succeed())
+
+				Expect(s.Append(store.MessageEntry(assistantText("two")))).To(Succeed())
+				Expect(s.Release()).To(Succeed())
+				s2, es, err := other.Open("s1")
+				Expect(err).NotTo(HaveOccurred())
+				Expect(messages(es)).To(Equal([]llm.Message{userMsg("one"), assistantText("two")}))
+				_, _, err = s.Acquire()
+				heldBy(err, "s1", other)
+				Expect(s.Close()).To(Succeed())
+				_, _, err = st.Open("s1")
+				heldBy(err, "s1", other)
+				Expect(s2.Close()).To(Succeed())
+			})
+
+			It("lets go on Close and on Release: the next holder gets everything written, a released handle closes cleanly", func() {
+				s := newSession(st, "s1", userMsg("one"), assistantText("two"))
 				Expect(s.Sync()).To(Succeed())
 				Expect(s.Close()).To(Succeed())
 				other := another()
@@ -538,62 +586,155 @@ func describeStoreContract(name string, fresh func() backend) bool {
 				Expect(err).NotTo(HaveOccurred())
 				Expect(messages(es)).To(Equal([]llm.Message{userMsg("one"), assistantText("two")}))
 				Expect(s2.Append(store.MessageEntry(userMsg("three")))).To(Succeed())
+				Expect(s2.Release()).To(Succeed())
 				Expect(s2.Close()).To(Succeed())
-				_, es = reopen("s1")
+				Expect(s2.Release()).To(MatchError(store.ErrClosed))
+				_, _, err = s2.Acquire()
+				Expect(err).To(MatchError(store.ErrClosed))
+
+				s3, es := reopen("s1")
 				Expect(seqs(es)).To(Equal([]int64{1, 2, 3}))
-			})
-
-			It("refuses a second holder's Open and Delete until the first closes", func() {
-				if b.crossProcess != "" {
-					Skip(b.crossProcess)
-				}
-				s := create("s1", "/p", userMsg("one"))
-				other := another()
-				_, _, err := other.Open("s1")
-				Expect(err).To(MatchError(store.ErrInUse))
-				var inUse *store.InUseError
-				Expect(errors.As(err, &inUse)).To(BeTrue())
-				Expect(inUse.ID).To(Equal("s1"))
-				Expect(other.Delete("s1")).To(MatchError(store.ErrInUse))
-				_, _, err = other.Fork("s1", "copy") // reading is fine
-				Expect(err).NotTo(HaveOccurred())
-
-				Expect(s.Append(store.MessageEntry(assistantText("two")))).To(Succeed())
-				Expect(s.Close()).To(Succeed())
-				s2, es, err := other.Open("s1")
-				Expect(err).NotTo(HaveOccurred())
-				Expect(messages(es)).To(Equal([]llm.Message{userMsg("one"), assistantText("two")}))
+				Expect(s3.Close()).To(Succeed())
+				Expect(other.Delete("s1")).To(Succeed())
 				_, _, err = st.Open("s1")
-				Expect(err).To(MatchError(store.ErrInUse), "and now the first holder is refused")
-				Expect(s2.Close()).To(Succeed())
+				Expect(err).To(MatchError(store.ErrNotFound))
 			})
 
-			It("fences a handle whose lease was taken over: it can never write again", func() {
-				if b.expire == nil {
-					Skip("no lease to lose: the session stays held until Close or the process exits")
+			It("hands the session over on Release; the first holder reloads what the other wrote and goes on after it", func() {
+				s := newSession(st, "s1", userMsg("a1"), assistantText("a2"))
+				Expect(s.Release()).To(Succeed())
+				Expect(s.Append(entries(userMsg("too early"))...)).To(MatchError(store.ErrReleased))
+				Expect(s.SaveMeta(s.Meta())).To(MatchError(store.ErrReleased))
+				Expect(s.Rewrite(nil)).To(MatchError(store.ErrReleased))
+				Expect(s.LastSeq()).To(BeEquivalentTo(2), "a released handle still answers")
+
+				other := another()
+				o, es, err := other.Open("s1")
+				Expect(err).NotTo(HaveOccurred())
+				DeferCleanup(o.Close)
+				Expect(messages(es)).To(Equal([]llm.Message{userMsg("a1"), assistantText("a2")}))
+				Expect(o.Append(entries(userMsg("b1"), assistantText("b2"))...)).To(Succeed())
+				m := o.Meta()
+				m.Title = "from b"
+				Expect(o.SaveMeta(m)).To(Succeed())
+
+				_, _, err = s.Acquire()
+				heldBy(err, "s1", other)
+				Expect(o.Release()).To(Succeed())
+
+				es, changed, err := s.Acquire()
+				Expect(err).NotTo(HaveOccurred())
+				Expect(changed).To(BeTrue())
+				Expect(messages(es)).To(Equal([]llm.Message{userMsg("a1"), assistantText("a2"), userMsg("b1"), assistantText("b2")}))
+				Expect(s.LastSeq()).To(BeEquivalentTo(4))
+				Expect(s.Meta().Title).To(Equal("from b"))
+				more := entries(userMsg("a3"))
+				Expect(s.Append(more...)).To(Succeed())
+				Expect(more[0].Seq).To(BeEquivalentTo(5))
+				Expect(s.Close()).To(Succeed())
+
+				_, all := reopen("s1")
+				Expect(seqs(all)).To(Equal([]int64{1, 2, 3, 4, 5}))
+				_, _, err = o.Acquire()
+				heldBy(err, "s1", st)
+			})
+
+			It("reports no change when nobody wrote while released", func() {
+				s := newSession(st, "s1", userMsg("x"))
+				Expect(s.Release()).To(Succeed())
+				Expect(s.Release()).To(Succeed(), "idempotent")
+				es, changed, err := s.Acquire()
+				Expect(err).NotTo(HaveOccurred())
+				Expect(changed).To(BeFalse())
+				Expect(es).To(BeNil())
+				es, changed, err = s.Acquire()
+				Expect(err).NotTo(HaveOccurred(), "idempotent")
+				Expect(changed).To(BeFalse())
+				Expect(es).To(BeNil())
+				Expect(s.Append(entries(assistantText("y"))...)).To(Succeed())
+				Expect(s.LastSeq()).To(BeEquivalentTo(2))
+				Expect(s.Close()).To(Succeed())
+				_, es = reopen("s1")
+				Expect(messages(es)).To(Equal([]llm.Message{userMsg("x"), assistantText("y")}))
+			})
+
+			It("never interleaves: two writers taking turns leave one strictly increasing history", func() {
+				s := newSession(st, "s1")
+				Expect(s.Release()).To(Succeed())
+				o, _, err := another().Open("s1")
+				Expect(err).NotTo(HaveOccurred())
+				DeferCleanup(o.Close)
+				Expect(o.Release()).To(Succeed())
+				const rounds = 40
+				var wg sync.WaitGroup
+				written := make([][]int64, 2)
+				for i, h := range []store.Session{s, o} {
+					wg.Add(1)
+					go func() {
+						defer GinkgoRecover()
+						defer wg.Done()
+						for n := 0; n < rounds; {
+							if _, _, err := h.Acquire(); err != nil {
+								Expect(err).To(MatchError(store.ErrInUse))
+								runtime.Gosched()
+								continue
+							}
+							e := entries(userMsg("w"))
+							Expect(h.Append(e...)).To(Succeed())
+							written[i] = append(written[i], e[0].Seq)
+							Expect(h.Release()).To(Succeed())
+							n++
+						}
+					}()
 				}
-				s := create("s1", "/p", userMsg("one"))
+				wg.Wait()
+				Expect(s.Close()).To(Succeed())
+				Expect(o.Close()).To(Succeed())
+				_, all := reopen("s1")
+				Expect(all).To(HaveLen(2 * rounds))
+				for i := range all {
+					Expect(all[i].Seq).To(BeEquivalentTo(i + 1))
+				}
+				Expect(append(written[0], written[1]...)).To(ConsistOf(seqs(all)))
+			})
+
+			It("fences a handle whose lease was taken over: it never writes at that lease again; Release and Acquire reload", func() {
+				if b.expire == nil {
+					Skip("no lease to lose: the session stays held until Release, Close or the process exits")
+				}
+				s := newSession(st, "s1", userMsg("one"))
 				b.expire("s1")
 				other := another()
 				s2, es, err := other.Open("s1")
 				Expect(err).NotTo(HaveOccurred())
 				Expect(messages(es)).To(Equal([]llm.Message{userMsg("one")}))
 
-				Expect(s.Append(store.MessageEntry(assistantText("late")))).To(MatchError(store.ErrFenced))
+				late := s.Append(store.MessageEntry(assistantText("late")))
+				Expect(late).To(MatchError(store.ErrFenced))
+				heldBy(late, "s1", other) // the fence names the new holder
 				Expect(s.SaveMeta(s.Meta())).To(MatchError(store.ErrFenced))
 				mine := entries(userMsg("all mine"))
 				mine[0].Seq = 1
 				Expect(s.Rewrite(mine)).To(MatchError(store.ErrFenced))
 				Expect(s.LastSeq()).To(BeEquivalentTo(1), "a refused append assigns nothing")
-				Expect(s.Close()).To(Succeed())
 
-				// The old handle's Close did not release the new holder's lease.
-				_, _, err = st.Open("s1")
-				Expect(err).To(MatchError(store.ErrInUse))
+				// Released, the fenced handle cannot take the session while
+				// the new holder has it, and did not release its lease.
+				Expect(s.Release()).To(Succeed())
+				_, _, err = s.Acquire()
+				heldBy(err, "s1", other)
 				Expect(s2.Append(store.MessageEntry(assistantText("two")))).To(Succeed())
 				Expect(s2.Close()).To(Succeed())
-				_, es = reopen("s1")
+
+				// Once it is free, Acquire reloads what the new holder wrote.
+				es, changed, err := s.Acquire()
+				Expect(err).NotTo(HaveOccurred())
+				Expect(changed).To(BeTrue())
 				Expect(messages(es)).To(Equal([]llm.Message{userMsg("one"), assistantText("two")}))
+				Expect(s.Append(store.MessageEntry(userMsg("three")))).To(Succeed())
+				Expect(s.Close()).To(Succeed())
+				_, es = reopen("s1")
+				Expect(seqs(es)).To(Equal([]int64{1, 2, 3}))
 			})
 		})
 	})

@@ -68,6 +68,9 @@ func pgBackend() backend {
 		open: func(opts ...store.Option) store.Store {
 			return openPG(db.url, append([]store.Option{store.WithLeaseTTL(time.Hour), store.WithLeaseRenew(30 * time.Minute)}, opts...)...)
 		},
+		holder: func(st store.Store) store.InUseError {
+			return store.InUseError{Owner: st.(*store.PGStore).Incarnation()}
+		},
 		expire: func(id string) {
 			db.exec("UPDATE iac_sessions SET lease_expires = now() - interval '1 second' WHERE id = $1", id)
 		},

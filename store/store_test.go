@@ -470,3 +470,38 @@ var _ = Describe("TitleFrom", func() {
 		Expect(store.TitleFrom(exact)).To(Equal(exact))
 	})
 })
+
+var _ = Describe("FileStore descriptors", func() {
+	openFDs := func() int {
+		ents, err := os.ReadDir("/proc/self/fd")
+		if err != nil {
+			Skip("no /proc/self/fd")
+		}
+		return len(ents)
+	}
+
+	It("holds none for a released session and two for an acquired one", func() {
+		st, err := store.New(GinkgoT().TempDir(), store.WithLogger(zerolog.Nop()))
+		Expect(err).NotTo(HaveOccurred())
+		before := openFDs()
+		var hs []store.Session
+		for i := 0; i < 50; i++ {
+			s, err := st.Create(store.Meta{ID: filepath.Base(GinkgoT().TempDir()) + "-x", Cwd: "/p"})
+			Expect(err).NotTo(HaveOccurred())
+			Expect(s.Append(entries(userMsg("hi"))...)).To(Succeed())
+			hs = append(hs, s)
+		}
+		Expect(openFDs()-before).To(Equal(100), "history and lock of each")
+		for _, s := range hs {
+			Expect(s.Release()).To(Succeed())
+		}
+		Expect(openFDs()).To(Equal(before))
+		for _, s := range hs {
+			_, changed, err := s.Acquire()
+			Expect(err).NotTo(HaveOccurred())
+			Expect(changed).To(BeFalse())
+			Expect(s.Close()).To(Succeed())
+		}
+		Expect(openFDs()).To(Equal(before))
+	})
+})
