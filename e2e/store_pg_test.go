@@ -1,8 +1,8 @@
 package e2e
 
 import (
-	"fmt"
-	"os"
+	"encoding/json"
+	"strings"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -14,11 +14,7 @@ import (
 
 var _ = Describe("the shared PostgreSQL store", Label("e2e", "sessions", "postgres"), func() {
 	It("serves the sessions of one process to another with another home; after a kill -9 the lease expires and another process takes over", func() {
-		srv, err := pgtest.Shared(pgtest.Options{})
-		if err == pgtest.ErrUnavailable {
-			fmt.Fprintln(os.Stderr, pgtest.SkipMessage)
-			Skip(pgtest.SkipMessage)
-		}
+		srv, err := pgtest.SharedOrSkip(Skip)
 		Expect(err).NotTo(HaveOccurred())
 		schema, dbURL, err := srv.NewSchema()
 		Expect(err).NotTo(HaveOccurred())
@@ -55,7 +51,10 @@ var _ = Describe("the shared PostgreSQL store", Label("e2e", "sessions", "postgr
 		_ = b.cmd.Wait()
 
 		c := start()
-		Expect(c.response(c.request("session/load", loadParams(sid, cwd)))).To(HaveKey("error"), "b's lease still runs")
+		e := c.errorOf(c.request("session/load", loadParams(sid, cwd)))
+		Expect(e["code"]).To(Equal(-32010.0), "b's lease still runs")
+		Expect(e["data"]).To(HaveKeyWithValue("incarnation", incarnationOf(b)), "naming b")
+		Expect(e["message"]).To(ContainSubstring("Session is open in another iac-code process (incarnation "))
 		Eventually(func() map[string]any {
 			return c.response(c.request("session/load", loadParams(sid, cwd)))
 		}, 5*time.Second, 100*time.Millisecond).Should(HaveKey("result"), "loaded once b's lease expired")
@@ -64,3 +63,15 @@ var _ = Describe("the shared PostgreSQL store", Label("e2e", "sessions", "postgr
 		c.finish()
 	})
 })
+
+// incarnationOf is the owner id of a's leases, from its start log line.
+func incarnationOf(a *agent) string {
+	for _, line := range strings.Split(a.stderr.String(), "\n") {
+		var rec struct{ Message, Incarnation string }
+		if json.Unmarshal([]byte(line), &rec) == nil && rec.Message == "session store: PostgreSQL" {
+			return rec.Incarnation
+		}
+	}
+	Fail("no incarnation in the log:\n" + a.stderr.String())
+	return ""
+}

@@ -3,7 +3,6 @@ package store_test
 import (
 	"fmt"
 	"os"
-	"sync"
 	"testing"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -28,16 +27,10 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-var skipLoudly sync.Once
-
 // requirePG returns the package's PostgreSQL server, started on first use,
 // and skips the spec loudly when PostgreSQL is not installed.
 func requirePG() *pgtest.Server {
-	srv, err := pgtest.Shared(pgtest.Options{})
-	if err == pgtest.ErrUnavailable {
-		skipLoudly.Do(func() { fmt.Fprintln(os.Stderr, pgtest.SkipMessage) })
-		Skip(pgtest.SkipMessage)
-	}
+	srv, err := pgtest.SharedOrSkip(Skip)
 	Expect(err).NotTo(HaveOccurred())
 	return srv
 }

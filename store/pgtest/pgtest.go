@@ -391,6 +391,20 @@ func Shared(opts Options) (*Server, error) {
 	return shared.srv, shared.err
 }
 
+var skipLoudly sync.Once
+
+// SharedOrSkip is Shared for a spec: when the binaries are not installed it
+// prints SkipMessage to stderr (once per process, so that a run without
+// PostgreSQL is noticed) and calls skip (ginkgo.Skip) with it.
+func SharedOrSkip(skip func(message string, callerSkip ...int)) (*Server, error) {
+	srv, err := Shared(Options{})
+	if err == ErrUnavailable {
+		skipLoudly.Do(func() { fmt.Fprintln(os.Stderr, SkipMessage) })
+		skip(SkipMessage)
+	}
+	return srv, err
+}
+
 // StopShared stops the server Shared started, if any.
 func StopShared() error {
 	shared.mu.Lock()
