@@ -227,9 +227,7 @@ func (s *session) receive(ctx actor.Context) {
 			s.releaseTimer.Stop()
 		}
 		if s.store != nil {
-			if err := s.store.Close(); err != nil {
-				s.log.Error().Err(err).Msg("close session store")
-			}
+			s.closeStore()
 			s.store, s.fenced = nil, nil
 		}
 	case *idleTick:
@@ -473,7 +471,8 @@ func (s *session) stopWriting(ctx actor.Context) {
 		ctx.Send(s.turn, &cancelTurn{})
 		return
 	}
-	if s.store == nil {
+	if s.store == nil || s.closing {
+		s.fenced = nil
 		return
 	}
 	if err := s.store.Release(); err != nil {
@@ -686,6 +685,7 @@ func (s *session) handle(ctx actor.Context, r *sessionRequest) {
 	case protocol.MethodSessionClose:
 		s.closing = true
 		if s.turn == nil {
+			s.closeStore()
 			s.respond(ctx, r.id, struct{}{})
 			ctx.Stop(ctx.Self())
 			return
@@ -924,6 +924,15 @@ func (s *session) append(e store.Entry) {
 	s.entries = append(s.entries, entries[0])
 }
 
+// closeStore lets go of the session in the store for good (Close is
+// idempotent): before session/close is answered, so that another process
+// can load the session as soon as the client hears it is closed.
+func (s *session) closeStore() {
+	if err := s.store.Close(); err != nil {
+		s.log.Error().Err(err).Msg("close session store")
+	}
+}
+
 func (s *session) syncStore() {
 	if s.fenced != nil {
 		return
@@ -995,6 +1004,7 @@ func (s *session) endTurn(ctx actor.Context, m *turnFinished) {
 	}
 	s.promptID, s.promptConn = nil, nil
 	if s.closing {
+		s.closeStore()
 		s.respondTo(ctx, s.closeConn, s.closeID, struct{}{}, nil)
 		ctx.Stop(ctx.Self())
 	}
