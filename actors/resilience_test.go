@@ -2,6 +2,7 @@ package actors
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"time"
 
@@ -21,102 +22,216 @@ func hangAfter(text string) func(context.Context, func(llm.Event)) error {
 	}
 }
 
-var _ = Describe("sessions shared with another process", func() {
-	var (
-		p    *scriptedProvider
-		s    *sessionHarness
-		root string
-		cwd  string
-	)
-	BeforeEach(func() {
-		p = &scriptedProvider{}
-		root = GinkgoT().TempDir()
-		cwd = GinkgoT().TempDir()
-	})
-	AfterEach(func() { s.close() })
+// sharedStores is one store's data shared by several processes: open gives
+// another Store on it (another server process), holder how -32010 names a
+// process holding a session through st, expire lapses a session's lease
+// (nil: the store has none).
+type sharedStores struct {
+	open   func() store.Store
+	holder func(st store.Store) map[string]any
+	expire func(id string)
+}
 
-	// other is a second store on the same root: another server process.
-	other := func() *store.FileStore {
-		st, err := store.New(root)
-		Expect(err).NotTo(HaveOccurred())
-		return st
+var _ = describeSharedSessions("FileStore", func() sharedStores {
+	root := GinkgoT().TempDir()
+	return sharedStores{
+		open: func() store.Store {
+			st, err := store.New(root)
+			Expect(err).NotTo(HaveOccurred())
+			return st
+		},
+		// the pid in the lock file: this test process
+		holder: func(store.Store) map[string]any { return map[string]any{"pid": float64(os.Getpid())} },
 	}
-
-	It("lets go of an idle session's store handle and reloads what another process wrote meanwhile", func() {
-		s = newSessionHarness(p, root, func(c *Config) { c.SessionRelease = 50 * time.Millisecond })
-		h := s.connect()
-		sid := h.result(h.call("session/new", map[string]any{"cwd": cwd}))["sessionId"].(string)
-		Expect(h.result(h.call("session/prompt", textPrompt(sid, "one")))["stopReason"]).To(Equal("end_turn"))
-
-		var o store.Session
-		Eventually(func() error {
-			var err error
-			o, _, err = other().Open(sid)
-			return err
-		}, 5*time.Second, 10*time.Millisecond).Should(Succeed(), "the idle session is released")
-		Expect(o.Append(store.MessageEntry(llm.Message{Role: llm.RoleUser, Content: []llm.Block{{Type: llm.BlockText, Text: "from the other window"}}}),
-			store.MessageEntry(llm.Message{Role: llm.RoleAssistant, Content: []llm.Block{{Type: llm.BlockText, Text: "other answer"}}}))).To(Succeed())
-		Expect(o.Close()).To(Succeed())
-
-		Expect(h.result(h.call("session/prompt", textPrompt(sid, "two")))["stopReason"]).To(Equal("end_turn"))
-		var texts []string
-		for _, m := range p.requests()[1].Messages {
-			texts = append(texts, m.TextOf())
-		}
-		Expect(texts).To(Equal([]string{"one", "ok", "from the other window", "other answer", "two"}))
-
-		h.result(h.call("session/close", map[string]any{"sessionId": sid}))
-		_, es, err := other().Open(sid)
-		Expect(err).NotTo(HaveOccurred())
-		var seq []int64
-		for _, e := range es {
-			seq = append(seq, e.Seq)
-		}
-		Expect(seq).To(Equal([]int64{1, 2, 3, 4, 5, 6}))
-	})
-
-	It("answers requests for a session another process holds with -32010 naming it, and serves them once it is free", func() {
-		s = newSessionHarness(p, root, func(c *Config) { c.SessionRelease = 50 * time.Millisecond })
-		h := s.connect()
-		sid := h.result(h.call("session/new", map[string]any{"cwd": cwd}))["sessionId"].(string)
-		var o store.Session
-		Eventually(func() error {
-			var err error
-			o, _, err = other().Open(sid)
-			return err
-		}, 5*time.Second, 10*time.Millisecond).Should(Succeed())
-
-		e := h.errorOf(h.call("session/prompt", textPrompt(sid, "mine?")))
-		Expect(e["code"]).To(Equal(float64(protocol.CodeSessionInUse)))
-		Expect(e["message"]).To(ContainSubstring("another iac-code process"))
-		Expect(e["data"]).To(HaveKeyWithValue("pid", float64(os.Getpid())))
-		Expect(e["data"]).To(HaveKeyWithValue("sessionId", sid))
-		// a load on another connection of this process attaches to the live
-		// session and meets the same lock
-		h2 := s.connect()
-		Expect(h2.errorOf(h2.call("session/load", map[string]any{"sessionId": sid, "cwd": cwd}))["code"]).
-			To(Equal(float64(protocol.CodeSessionInUse)))
-		Expect(p.requests()).To(BeEmpty())
-
-		Expect(o.Close()).To(Succeed())
-		Expect(h.result(h.call("session/prompt", textPrompt(sid, "now")))["stopReason"]).To(Equal("end_turn"))
-	})
-
-	It("refuses to load a session held by another server, and the holder keeps it", func() {
-		s = newSessionHarness(p, root, nil)
-		h := s.connect()
-		sid := h.result(h.call("session/new", map[string]any{"cwd": cwd}))["sessionId"].(string)
-
-		b := newSessionHarness(p, root, nil)
-		defer b.close()
-		hb := b.connect()
-		for _, method := range []string{"session/load", "session/resume"} {
-			e := hb.errorOf(hb.call(method, map[string]any{"sessionId": sid, "cwd": cwd}))
-			Expect(e["code"]).To(Equal(float64(protocol.CodeSessionInUse)), method)
-		}
-		Expect(h.result(h.call("session/prompt", textPrompt(sid, "still mine")))["stopReason"]).To(Equal("end_turn"))
-	})
 })
+
+var _ = describeSharedSessions("PGStore", func() sharedStores {
+	srv := requirePG()
+	schema, dbURL, err := srv.NewSchema()
+	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(srv.DropSchema, schema)
+	return sharedStores{
+		open: func() store.Store {
+			// Leases outlive the spec unless it expires them.
+			st, err := store.NewPostgres(dbURL, store.WithLeaseTTL(time.Hour), store.WithLeaseRenew(30*time.Minute))
+			Expect(err).NotTo(HaveOccurred())
+			DeferCleanup(st.Close)
+			return st
+		},
+		holder: func(st store.Store) map[string]any {
+			return map[string]any{"incarnation": st.(*store.PGStore).Incarnation()}
+		},
+		expire: func(id string) {
+			Expect(srv.Exec(context.Background(), fmt.Sprintf(
+				"UPDATE %s.iac_sessions SET lease_expires = now() - interval '1 second' WHERE id = $1", schema), id)).To(Succeed())
+		},
+	}
+})
+
+func describeSharedSessions(name string, fresh func() sharedStores) bool {
+	return Describe(name+": sessions shared with another process", func() {
+		var (
+			p      *scriptedProvider
+			s      *sessionHarness
+			stores sharedStores
+			mine   store.Store
+			cwd    string
+		)
+		BeforeEach(func() {
+			p = &scriptedProvider{}
+			stores = fresh()
+			mine = stores.open()
+			cwd = GinkgoT().TempDir()
+		})
+		AfterEach(func() { s.close() })
+
+		start := func(cfg func(*Config)) *harness {
+			s = newSessionHarnessOn(p, mine, cfg)
+			return s.connect()
+		}
+		texts := func(call int) []string {
+			var out []string
+			for _, m := range p.requests()[call].Messages {
+				out = append(out, m.TextOf())
+			}
+			return out
+		}
+		userEntry := func(text string) store.Entry {
+			return store.MessageEntry(llm.Message{Role: llm.RoleUser, Content: []llm.Block{{Type: llm.BlockText, Text: text}}})
+		}
+		assistantEntry := func(text string) store.Entry {
+			return store.MessageEntry(llm.Message{Role: llm.RoleAssistant, Content: []llm.Block{{Type: llm.BlockText, Text: text}}})
+		}
+		// openOnceReleased opens sid in other once the server's idle session
+		// has let go of it.
+		openOnceReleased := func(other store.Store, sid string) store.Session {
+			GinkgoHelper()
+			var o store.Session
+			Eventually(func() error {
+				var err error
+				o, _, err = other.Open(sid)
+				return err
+			}, 5*time.Second, 10*time.Millisecond).Should(Succeed(), "the idle session is released")
+			return o
+		}
+		inUseBy := func(e map[string]any, sid string, holder store.Store) {
+			GinkgoHelper()
+			Expect(e["code"]).To(Equal(float64(protocol.CodeSessionInUse)))
+			Expect(e["message"]).To(ContainSubstring("Session is open in another iac-code process"))
+			want := stores.holder(holder)
+			want["reason"], want["sessionId"] = "session_in_use", sid
+			Expect(e["data"]).To(Equal(want))
+		}
+
+		It("lets go of an idle session's store handle and reloads what another process wrote meanwhile", func() {
+			h := start(func(c *Config) { c.SessionRelease = 50 * time.Millisecond })
+			sid := h.result(h.call("session/new", map[string]any{"cwd": cwd}))["sessionId"].(string)
+			Expect(h.result(h.call("session/prompt", textPrompt(sid, "one")))["stopReason"]).To(Equal("end_turn"))
+
+			other := stores.open()
+			o := openOnceReleased(other, sid)
+			Expect(o.Append(userEntry("from the other window"), assistantEntry("other answer"))).To(Succeed())
+			Expect(o.Close()).To(Succeed())
+
+			Expect(h.result(h.call("session/prompt", textPrompt(sid, "two")))["stopReason"]).To(Equal("end_turn"))
+			Expect(texts(1)).To(Equal([]string{"one", "ok", "from the other window", "other answer", "two"}))
+
+			h.result(h.call("session/close", map[string]any{"sessionId": sid}))
+			_, es, err := other.Open(sid)
+			Expect(err).NotTo(HaveOccurred())
+			var seq []int64
+			for _, e := range es {
+				seq = append(seq, e.Seq)
+			}
+			Expect(seq).To(Equal([]int64{1, 2, 3, 4, 5, 6}))
+		})
+
+		It("answers requests for a session another process holds with -32010 naming it, and serves them once it is free", func() {
+			h := start(func(c *Config) { c.SessionRelease = 50 * time.Millisecond })
+			sid := h.result(h.call("session/new", map[string]any{"cwd": cwd}))["sessionId"].(string)
+			other := stores.open()
+			o := openOnceReleased(other, sid)
+
+			inUseBy(h.errorOf(h.call("session/prompt", textPrompt(sid, "mine?"))), sid, other)
+			// a load on another connection of this process attaches to the
+			// live session and meets the same holder
+			h2 := s.connect()
+			inUseBy(h2.errorOf(h2.call("session/load", map[string]any{"sessionId": sid, "cwd": cwd})), sid, other)
+			Expect(p.requests()).To(BeEmpty())
+
+			Expect(o.Close()).To(Succeed())
+			Expect(h.result(h.call("session/prompt", textPrompt(sid, "now")))["stopReason"]).To(Equal("end_turn"))
+		})
+
+		It("refuses to load a session held by another server, and the holder keeps it", func() {
+			h := start(nil)
+			sid := h.result(h.call("session/new", map[string]any{"cwd": cwd}))["sessionId"].(string)
+
+			other := stores.open()
+			b := newSessionHarnessOn(p, other, nil)
+			defer b.close()
+			hb := b.connect()
+			for _, method := range []string{"session/load", "session/resume"} {
+				inUseBy(hb.errorOf(hb.call(method, map[string]any{"sessionId": sid, "cwd": cwd})), sid, mine)
+			}
+			Expect(h.result(h.call("session/prompt", textPrompt(sid, "still mine")))["stopReason"]).To(Equal("end_turn"))
+		})
+
+		It("answers a prompt whose writes were fenced with -32010 naming the new holder, writes nothing more, and takes the session back with what that one wrote", func() {
+			if stores.expire == nil {
+				Skip("no lease to lose: a held session is never taken over")
+			}
+			gate := make(chan struct{})
+			p.then(say("one answer")).then(func(ctx context.Context, emit func(llm.Event)) error {
+				select {
+				case <-gate:
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+				emit(llm.Event{Type: llm.EventTextDelta, Text: "late answer"})
+				emit(llm.Event{Type: llm.EventStop, StopReason: llm.StopEndTurn})
+				return nil
+			})
+			h := start(nil)
+			sid := h.result(h.call("session/new", map[string]any{"cwd": cwd}))["sessionId"].(string)
+			Expect(h.result(h.call("session/prompt", textPrompt(sid, "one")))["stopReason"]).To(Equal("end_turn"))
+
+			// The second prompt is running when this process loses the
+			// session: its lease lapses (a partition, a stall) and another
+			// process takes it over.
+			prompt := h.call("session/prompt", textPrompt(sid, "two"))
+			Eventually(func() int { return len(p.requests()) }, 5*time.Second).Should(Equal(2))
+			stores.expire(sid)
+			other := stores.open()
+			o, es, err := other.Open(sid)
+			Expect(err).NotTo(HaveOccurred())
+			Expect(es).To(HaveLen(3), "one, one answer, two")
+			close(gate)
+
+			e := h.errorOf(prompt)
+			Expect(e["code"]).To(Equal(float64(protocol.CodeSessionInUse)))
+			Expect(e["message"]).To(ContainSubstring("Session was taken over by another iac-code process"))
+			want := stores.holder(other)
+			want["reason"], want["sessionId"] = "session_taken_over", sid
+			Expect(e["data"]).To(Equal(want))
+
+			// While the other process holds it, requests are refused by name.
+			inUseBy(h.errorOf(h.call("session/set_mode", map[string]any{"sessionId": sid, "modeId": "plan"})), sid, other)
+			inUseBy(h.errorOf(h.call("session/prompt", textPrompt(sid, "three?"))), sid, other)
+			Expect(o.Append(assistantEntry("answered elsewhere"))).To(Succeed())
+			Expect(o.Close()).To(Succeed())
+
+			// Free again: the session comes back as the other process left it
+			// ("late answer" was never written), and goes on after it.
+			Expect(h.result(h.call("session/prompt", textPrompt(sid, "three")))["stopReason"]).To(Equal("end_turn"))
+			Expect(texts(2)).To(Equal([]string{"one", "one answer", "two", "answered elsewhere", "three"}))
+			h.result(h.call("session/close", map[string]any{"sessionId": sid}))
+			_, es, err = other.Open(sid)
+			Expect(err).NotTo(HaveOccurred())
+			Expect(es).To(HaveLen(6))
+		})
+	})
+}
 
 var _ = Describe("connection limits and cancellation", func() {
 	var (

@@ -164,7 +164,11 @@ type session struct {
 	entries []store.Entry
 	failed  bool
 	failErr *protocol.Error // the answer to requests of a failed session
-	seen    int
+	// fenced: a write found the session taken over by another process
+	// (shared store, ErrFenced); the answer to what needed that write. The
+	// session writes nothing more until stopWriting has let go of it.
+	fenced *protocol.Error
+	seen   int
 
 	turn *actor.PID
 	// turnID numbers the turns; a tool's request to the client is sent only
@@ -218,6 +222,13 @@ func newSession(deps *Deps, id string, conn *actor.PID, caps tools.ClientCaps, k
 }
 
 func (s *session) Receive(ctx actor.Context) {
+	s.receive(ctx)
+	if s.fenced != nil {
+		s.stopWriting(ctx)
+	}
+}
+
+func (s *session) receive(ctx actor.Context) {
 	switch ctx.Message().(type) {
 	case *idleTick, *releaseTick:
 	default:
@@ -238,9 +249,8 @@ func (s *session) Receive(ctx actor.Context) {
 			s.releaseTimer.Stop()
 		}
 		if s.store != nil {
-			if err := s.store.Close(); err != nil {
-				s.log.Error().Err(err).Msg("close session store")
-			}
+			s.closeStore()
+			s.store, s.fenced = nil, nil
 		}
 	case *idleTick:
 		idle := s.deps.Config.SessionIdle
@@ -389,11 +399,17 @@ func (s *session) open(ctx actor.Context) {
 // held by another process, gone, out of descriptors, or internal (logged
 // with the error id).
 func (s *session) storeError(err error, what string) *protocol.Error {
-	var locked *store.LockedError
+	var inUse store.InUseError
+	if e := (*store.InUseError)(nil); errors.As(err, &e) {
+		inUse = *e
+	}
 	switch {
-	case errors.As(err, &locked):
-		s.log.Info().Int("holder_pid", locked.PID).Msg("session is open in another process")
-		return protocol.ErrSessionInUse(s.id, locked.PID)
+	case errors.Is(err, store.ErrFenced):
+		s.log.Warn().Err(err).Msg(what + ": taken over by another process")
+		return protocol.ErrSessionTakenOver(s.id, inUse.PID, inUse.Owner)
+	case errors.Is(err, store.ErrInUse):
+		s.log.Info().Int("holder_pid", inUse.PID).Str("holder", inUse.Owner).Msg("session is open in another process")
+		return protocol.ErrSessionInUse(s.id, inUse.PID, inUse.Owner)
 	case errors.Is(err, store.ErrNotFound), errors.Is(err, store.ErrInvalidID):
 		return protocol.ErrSessionNotFound()
 	case isFDExhaustion(err):
@@ -461,12 +477,47 @@ func (s *session) acquire(ctx actor.Context, conn *actor.PID, reqID protocol.Raw
 		s.log.Info().Int("entries", len(entries)).Msg("session changed by another process; reloaded")
 		if repaired, _, rerr := store.RepairSession(s.store, entries); rerr == nil {
 			entries = repaired
+		} else {
+			s.writeFailed(rerr, "repair session history")
 		}
 		s.entries = entries
 		s.adoptMeta()
 	}
 	s.armRelease(ctx, s.deps.Config.SessionRelease)
 	return true
+}
+
+// writeFailed reports a failed store write. A session taken over by another
+// process (ErrFenced: its lease lapsed, another process has it now) is
+// fenced: it writes nothing more, and what needed the write is answered
+// with the error (see stopWriting); anything else is logged.
+func (s *session) writeFailed(err error, what string) {
+	if !errors.Is(err, store.ErrFenced) {
+		s.log.Error().Err(err).Msg(what)
+		return
+	}
+	if s.fenced == nil {
+		s.fenced = s.storeError(err, what)
+	}
+}
+
+// stopWriting lets go of a fenced session: a running turn is cancelled (its
+// prompt is answered with the error, see endTurn); then the handle is
+// released, so that the next request takes the session back with what the
+// other process wrote, or answers -32010 naming it while it holds it.
+func (s *session) stopWriting(ctx actor.Context) {
+	if s.turn != nil {
+		ctx.Send(s.turn, &cancelTurn{})
+		return
+	}
+	if s.store == nil || s.closing {
+		s.fenced = nil
+		return
+	}
+	if err := s.store.Release(); err != nil {
+		s.log.Error().Err(err).Msg("release session store")
+	}
+	s.released, s.fenced = true, nil
 }
 
 // adoptMeta takes the store's metadata, with mode and model made valid here.
@@ -557,6 +608,10 @@ func (s *session) attach(ctx actor.Context, m *attach) {
 	if m.cwd != "" && m.cwd != s.meta.Cwd {
 		s.meta.Cwd = m.cwd
 		s.saveMeta()
+		if s.fenced != nil {
+			s.respondError(ctx, m.reqID, s.fenced)
+			return
+		}
 	}
 	s.configureMCP(ctx, m.servers, s.meta.Cwd)
 	s.answerWhenReady(ctx, m.kind, m.reqID)
@@ -660,9 +715,14 @@ func (s *session) respondTo(ctx actor.Context, conn *actor.PID, id protocol.RawM
 	ctx.Send(conn, &outbound{frame: Frame{Data: data, SessionID: s.id}})
 }
 
+// saveMeta persists s.meta (nothing once fenced: see writeFailed).
 func (s *session) saveMeta() {
+	if s.fenced != nil {
+		return
+	}
 	if err := s.store.SaveMeta(s.meta); err != nil {
-		s.log.Error().Err(err).Msg("save session metadata")
+		s.writeFailed(err, "save session metadata")
+		return
 	}
 	s.meta = s.store.Meta()
 }
@@ -690,6 +750,7 @@ func (s *session) handle(ctx actor.Context, r *sessionRequest) {
 		s.answerPendingStarts(ctx)
 		s.closing = true
 		if s.turn == nil {
+			s.closeStore()
 			s.respond(ctx, r.id, struct{}{})
 			ctx.Stop(ctx.Self())
 			return
@@ -702,8 +763,7 @@ func (s *session) handle(ctx actor.Context, r *sessionRequest) {
 			s.respondError(ctx, r.id, protocol.ErrInvalidParams(map[string]string{"modeId": "unknown mode"}))
 			return
 		}
-		s.respond(ctx, r.id, struct{}{})
-		s.setMode(ctx, p.ModeID)
+		s.setMode(ctx, r.id, p.ModeID)
 	case protocol.MethodSessionSetConfig:
 		s.setConfig(ctx, r)
 	case protocol.MethodSessionLoad, protocol.MethodSessionResume:
@@ -776,14 +836,20 @@ func (s *session) configOptions() []protocol.SessionConfigOption {
 	}
 }
 
-// setMode changes the mode and tells the client both ways (modes and config
-// options are kept in sync).
-func (s *session) setMode(ctx actor.Context, mode string) {
+// setMode changes the mode, answers reqID, and tells the client both ways
+// (modes and config options are kept in sync).
+func (s *session) setMode(ctx actor.Context, reqID protocol.RawMessage, mode string) {
 	if mode == s.meta.Mode {
+		s.respond(ctx, reqID, struct{}{})
 		return
 	}
 	s.meta.Mode = mode
 	s.saveMeta()
+	if s.fenced != nil {
+		s.respondError(ctx, reqID, s.fenced)
+		return
+	}
+	s.respond(ctx, reqID, struct{}{})
 	s.emit(ctx, protocol.CurrentModeUpdate{SessionUpdate: protocol.UpdateCurrentMode, CurrentModeID: mode})
 	s.emit(ctx, protocol.ConfigOptionUpdate{SessionUpdate: protocol.UpdateConfigOption, ConfigOptions: s.configOptions()})
 }
@@ -812,6 +878,10 @@ func (s *session) setConfig(ctx actor.Context, r *sessionRequest) {
 		return
 	default:
 		s.respondError(ctx, r.id, protocol.ErrInvalidParams(map[string]string{"configId": "unknown config option"}))
+		return
+	}
+	if s.fenced != nil {
+		s.respondError(ctx, r.id, s.fenced)
 		return
 	}
 	s.respond(ctx, r.id, protocol.SetConfigOptionResponse{ConfigOptions: s.configOptions()})
@@ -845,6 +915,10 @@ func (s *session) prompt(ctx actor.Context, r *sessionRequest) {
 	command := slashCommand(&user)
 	if command == "clear" {
 		s.append(store.CompactionEntry("(The user cleared the conversation; nothing before this point is relevant.)", s.store.LastSeq()))
+		if s.fenced != nil {
+			s.respondError(ctx, r.id, s.fenced)
+			return
+		}
 		s.emit(ctx, protocol.ChunkUpdate{SessionUpdate: protocol.UpdateAgentMessageChunk, Content: protocol.Text("Context cleared.")})
 		s.syncStore()
 		s.respond(ctx, r.id, protocol.PromptResponse{StopReason: protocol.StopEndTurn, Usage: promptUsage(llm.Usage{})})
@@ -855,6 +929,10 @@ func (s *session) prompt(ctx actor.Context, r *sessionRequest) {
 	}
 	if command == "" {
 		s.record(ctx, user)
+		if s.fenced != nil {
+			s.respondError(ctx, r.id, s.fenced)
+			return
+		}
 	}
 	s.promptID, s.promptConn = r.id, r.conn
 	s.turnUsage = llm.Usage{}
@@ -902,23 +980,41 @@ func (s *session) record(ctx actor.Context, msg llm.Message) {
 		if title := store.TitleFrom(msg.TextOf()); title != "" {
 			s.meta.Title = title
 			s.saveMeta()
+			if s.fenced != nil {
+				return
+			}
 			s.emit(ctx, protocol.SessionInfoUpdate{SessionUpdate: protocol.UpdateSessionInfo, Title: title,
 				UpdatedAt: s.meta.UpdatedAt.UTC().Format(time.RFC3339)})
 		}
 	}
 }
 
+// append adds e to the history, in the store unless fenced.
 func (s *session) append(e store.Entry) {
 	entries := []store.Entry{e}
-	if err := s.store.Append(entries...); err != nil {
-		s.log.Error().Err(err).Msg("append to session history")
+	if s.fenced == nil {
+		if err := s.store.Append(entries...); err != nil {
+			s.writeFailed(err, "append to session history")
+		}
 	}
 	s.entries = append(s.entries, entries[0])
 }
 
+// closeStore lets go of the session in the store for good (Close is
+// idempotent): before session/close is answered, so that another process
+// can load the session as soon as the client hears it is closed.
+func (s *session) closeStore() {
+	if err := s.store.Close(); err != nil {
+		s.log.Error().Err(err).Msg("close session store")
+	}
+}
+
 func (s *session) syncStore() {
+	if s.fenced != nil {
+		return
+	}
 	if err := s.store.Sync(); err != nil {
-		s.log.Error().Err(err).Msg("sync session history")
+		s.writeFailed(err, "sync session history")
 	}
 }
 
@@ -947,9 +1043,17 @@ func (s *session) endTurn(ctx actor.Context, m *turnFinished) {
 	}
 	s.turn = nil
 	s.dropPermissionAsks()
-	repaired, added, err := store.RepairSession(s.store, s.entries)
+	var (
+		repaired, added []store.Entry
+		err             error
+	)
+	if s.fenced == nil {
+		repaired, added, err = store.RepairSession(s.store, s.entries)
+	} else {
+		repaired, added = store.Repair(s.entries) // for the client only
+	}
 	if err != nil {
-		s.log.Error().Err(err).Msg("repair session history")
+		s.writeFailed(err, "repair session history")
 	} else if len(added) > 0 {
 		s.entries = repaired
 		// Tool calls cut short (cancel, close, crash) got no final update
@@ -965,13 +1069,18 @@ func (s *session) endTurn(ctx actor.Context, m *turnFinished) {
 	s.syncStore()
 	s.meta.Usage = s.meta.Usage.Add(m.usage)
 	s.saveMeta()
-	if m.err != nil {
+	switch {
+	case s.fenced != nil:
+		// Whatever the turn's end: what it did since the takeover is lost.
+		s.respondTo(ctx, s.promptConn, s.promptID, nil, s.fenced)
+	case m.err != nil:
 		s.respondTo(ctx, s.promptConn, s.promptID, nil, m.err)
-	} else {
+	default:
 		s.respondTo(ctx, s.promptConn, s.promptID, protocol.PromptResponse{StopReason: m.stopReason, Usage: promptUsage(m.usage)}, nil)
 	}
 	s.promptID, s.promptConn = nil, nil
 	if s.closing {
+		s.closeStore()
 		s.respondTo(ctx, s.closeConn, s.closeID, struct{}{}, nil)
 		ctx.Stop(ctx.Self())
 	}

@@ -14,18 +14,22 @@ import (
 	"github.com/iac-code/iac-code/tools"
 )
 
-// sessionHarness is a server with a configurable store root and config, and
-// any number of connections on it (the HTTP edge gives each client its own).
+// sessionHarness is a server with a configurable store and config, and any
+// number of connections on it (the HTTP edge gives each client its own).
 type sessionHarness struct {
 	srv      *Server
-	st       *store.FileStore
 	provider *scriptedProvider
 	conns    []*harness
 }
 
+// newSessionHarness is a server on the file store under root.
 func newSessionHarness(p *scriptedProvider, root string, cfg func(*Config), extra ...tools.Tool) *sessionHarness {
 	st, err := store.New(root)
 	Expect(err).NotTo(HaveOccurred())
+	return newSessionHarnessOn(p, st, cfg, extra...)
+}
+
+func newSessionHarnessOn(p *scriptedProvider, st store.Store, cfg func(*Config), extra ...tools.Tool) *sessionHarness {
 	c := Config{Version: "test", LLM: llm.Config{APIKey: "k", Model: "m"}}
 	if cfg != nil {
 		cfg(&c)
@@ -37,7 +41,7 @@ func newSessionHarness(p *scriptedProvider, root string, cfg func(*Config), extr
 		Tools:    tools.NewRegistry(extra...),
 		Log:      zerolog.New(GinkgoWriter).Level(zerolog.WarnLevel),
 	})
-	return &sessionHarness{srv: srv, st: st, provider: p}
+	return &sessionHarness{srv: srv, provider: p}
 }
 
 // connect opens one more connection and initializes it.

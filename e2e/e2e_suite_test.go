@@ -13,6 +13,8 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	"github.com/onsi/gomega/gexec"
+
+	"github.com/iac-code/iac-code/store/pgtest"
 )
 
 func TestE2E(t *testing.T) {
@@ -45,7 +47,9 @@ var _ = SynchronizedBeforeSuite(func() []byte {
 	schemaV1 = loadSchema(filepath.Join(nodeDir, "node_modules", "@agentclientprotocol", "sdk", "schema", "v1", "schema.json"))
 })
 
-var _ = SynchronizedAfterSuite(func() {}, func() { gexec.CleanupBuildArtifacts() })
+// The PostgreSQL server of the specs that need one (started on first use)
+// stops with each process.
+var _ = SynchronizedAfterSuite(func() { _ = pgtest.StopShared() }, func() { gexec.CleanupBuildArtifacts() })
 
 // ensureNodeModules installs the Node harness from its committed lockfile
 // when a fresh clone has no node_modules yet.

@@ -18,7 +18,7 @@ const (
 	CodeResourceNotFound = -32002
 	// Server-defined codes (JSON-RPC's server error range; the ACP schema
 	// allows any other integer).
-	CodeSessionInUse = -32010 // the session is open in another iac-code process
+	CodeSessionInUse = -32010 // the session is open in (or was taken over by) another iac-code process
 	CodeLimit        = -32011 // a server limit was reached (sessions, descriptors)
 )
 
@@ -62,16 +62,39 @@ func ErrSessionNotFound() *Error {
 	return ErrInvalidParams(map[string]string{"session_id": "Session not found"})
 }
 
-// ErrSessionInUse: another iac-code process (pid when known) holds the
-// session: two editor windows on one IAC_CODE_HOME. Nothing was changed.
-func ErrSessionInUse(sessionID string, pid int) *Error {
+// ErrSessionInUse: another iac-code process holds the session: two editor
+// windows on one IAC_CODE_HOME (pid, when known), or another pod on the
+// shared store (its incarnation id). Nothing was changed.
+func ErrSessionInUse(sessionID string, pid int, incarnation string) *Error {
 	data := map[string]any{"reason": "session_in_use", "sessionId": sessionID}
-	msg := "Session is open in another iac-code process"
-	if pid > 0 {
-		data["pid"] = pid
-		msg += " (pid " + strconv.Itoa(pid) + ")"
-	}
+	msg := "Session is open in another iac-code process" + holder(data, pid, incarnation)
 	return NewError(CodeSessionInUse, msg+"; close it there (or wait until it is idle) and try again", data)
+}
+
+// ErrSessionTakenOver: while this process had the session open, the shared
+// store handed it to another process (this one stopped renewing its hold in
+// time: a network partition, a stall). Nothing of the request was saved
+// from then on, and the session writes nothing more here until it is taken
+// back: the next request does that, with what the other process wrote, or
+// answers ErrSessionInUse while that process still holds it.
+func ErrSessionTakenOver(sessionID string, pid int, incarnation string) *Error {
+	data := map[string]any{"reason": "session_taken_over", "sessionId": sessionID}
+	msg := "Session was taken over by another iac-code process" + holder(data, pid, incarnation)
+	return NewError(CodeSessionInUse, msg+"; what followed was not saved. Try again to continue from what that process saved", data)
+}
+
+// holder names a session's holding process in data and as " (…)" for the
+// message; "" when unknown.
+func holder(data map[string]any, pid int, incarnation string) string {
+	switch {
+	case incarnation != "":
+		data["incarnation"] = incarnation
+		return " (incarnation " + incarnation + ")"
+	case pid > 0:
+		data["pid"] = pid
+		return " (pid " + strconv.Itoa(pid) + ")"
+	}
+	return ""
 }
 
 // ErrLimit: a server limit refused the request; reason names it.

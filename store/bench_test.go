@@ -35,11 +35,8 @@ func benchMessages(n int) []llm.Message {
 	return msgs
 }
 
-func BenchmarkOpen5000(b *testing.B) {
-	st, err := store.New(b.TempDir())
-	if err != nil {
-		b.Fatal(err)
-	}
+// createBig makes the session "big" with 5,000 messages, appended by 100.
+func createBig(b *testing.B, st store.Store) {
 	s, err := st.Create(store.Meta{ID: "big", Cwd: "/p"})
 	if err != nil {
 		b.Fatal(err)
@@ -57,6 +54,14 @@ func BenchmarkOpen5000(b *testing.B) {
 	if err := s.Close(); err != nil {
 		b.Fatal(err)
 	}
+}
+
+func BenchmarkOpen5000(b *testing.B) {
+	st, err := store.New(b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	createBig(b, st)
 	b.ReportAllocs()
 	b.ResetTimer()
 	for b.Loop() {
@@ -104,6 +109,11 @@ func BenchmarkList1000(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	benchList1000(b, st)
+}
+
+// benchList1000 times the first page of 50 of 1,000 sessions in one cwd.
+func benchList1000(b *testing.B, st store.Store) {
 	for i := range 1000 {
 		s, err := st.Create(store.Meta{ID: fmt.Sprintf("s%04d", i), Cwd: "/p", Title: "a session title"})
 		if err != nil {

@@ -53,30 +53,22 @@ func sameVersion(a, b os.FileInfo) bool {
 
 var _ Store = (*FileStore)(nil)
 
-// Option configures New.
-type Option func(*FileStore)
-
-// WithLogger sets the logger that receives warnings (skipped lines, repaired
-// tails, unreadable metas). Default: no logging.
-func WithLogger(l zerolog.Logger) Option { return func(s *FileStore) { s.log = l } }
-
-// WithClock replaces time.Now for timestamps (tests).
-func WithClock(now func() time.Time) Option { return func(s *FileStore) { s.now = now } }
-
 // New opens (creating it if needed) the store under root, e.g. DefaultRoot().
 // Leftovers of interrupted creates and deletes older than an hour are removed.
+// Options about leases are ignored.
 func New(root string, opts ...Option) (*FileStore, error) {
-	s := &FileStore{dir: filepath.Join(root, "sessions"), log: zerolog.Nop(), now: time.Now,
+	o := newOptions(opts)
+	s := &FileStore{dir: filepath.Join(root, "sessions"), log: o.log, now: o.now,
 		open: map[string]bool{}, metas: map[string]cachedMeta{}}
-	for _, o := range opts {
-		o(s)
-	}
 	if err := os.MkdirAll(s.dir, dirPerm); err != nil {
 		return nil, fmt.Errorf("store: %w", err)
 	}
 	s.sweep()
 	return s, nil
 }
+
+// Close implements Backend. The file store holds nothing between calls.
+func (s *FileStore) Close() error { return nil }
 
 // Dir is the directory holding one subdirectory per session.
 func (s *FileStore) Dir() string { return s.dir }
@@ -121,11 +113,7 @@ func (s *FileStore) Create(meta Meta) (Session, error) {
 	if !ValidID(meta.ID) {
 		return nil, fmt.Errorf("%w: %q", ErrInvalidID, meta.ID)
 	}
-	meta = meta.clone()
-	meta.Version = FormatVersion
-	meta.CreatedAt = s.stamp()
-	meta.UpdatedAt = meta.CreatedAt
-	sess, err := s.build(meta, nil, 0)
+	sess, err := s.build(meta.born(meta.ID, meta.ForkedFrom, s.stamp()), nil, 0)
 	if err != nil {
 		return nil, err // not a typed nil in the interface
 	}
@@ -155,12 +143,7 @@ func (s *FileStore) Fork(srcID, newID string) (Session, []Entry, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	meta = meta.clone()
-	meta.Version = FormatVersion
-	meta.ID = newID
-	meta.ForkedFrom = srcID
-	meta.CreatedAt = s.stamp()
-	meta.UpdatedAt = meta.CreatedAt
+	meta = meta.born(newID, srcID, s.stamp())
 	var last int64
 	if n := len(h.entries); n > 0 {
 		last = h.entries[n-1].Seq
@@ -303,7 +286,7 @@ func (s *FileStore) Open(id string) (_ Session, _ []Entry, err error) {
 		return nil, nil, fmt.Errorf("%w: invalid id %q", ErrNotFound, id)
 	}
 	if !s.acquire(id) {
-		return nil, nil, fmt.Errorf("%w: %s", ErrInUse, id)
+		return nil, nil, &InUseError{ID: id}
 	}
 	defer func() {
 		if err != nil {
@@ -382,7 +365,7 @@ func (s *FileStore) Delete(id string) error {
 		return fmt.Errorf("%w: invalid id %q", ErrNotFound, id)
 	}
 	if !s.acquire(id) {
-		return fmt.Errorf("%w: %s", ErrInUse, id)
+		return &InUseError{ID: id}
 	}
 	defer s.release(id)
 	dir := filepath.Join(s.dir, id)
@@ -569,28 +552,15 @@ func (s *fileSession) Append(entries ...Entry) error {
 	if err := s.writable(); err != nil {
 		return err
 	}
-	now := s.st.stamp()
-	seq := s.lastSeq
+	stamped, err := stampAppend(entries, s.lastSeq, s.st.stamp())
+	if err != nil {
+		return err
+	}
 	buf := s.buf[:0]
-	stamped := make([]Entry, 0, len(entries))
-	for _, e := range entries {
-		if e.Seq == 0 {
-			e.Seq = seq + 1
-		} else if e.Seq <= seq {
-			return fmt.Errorf("%w: append seq %d after %d", ErrBadSeq, e.Seq, seq)
-		}
-		seq = e.Seq
-		if e.Time.IsZero() {
-			e.Time = now
-		}
-		if e.Kind == "" {
-			e.Kind = KindMessage
-		}
-		var err error
-		if buf, err = appendLine(buf, &e); err != nil {
+	for i := range stamped {
+		if buf, err = appendLine(buf, &stamped[i]); err != nil {
 			return err
 		}
-		stamped = append(stamped, e)
 	}
 	n, err := s.f.Write(buf)
 	if cap(buf) <= maxKeptBuf {
@@ -606,7 +576,7 @@ func (s *fileSession) Append(entries ...Entry) error {
 		return fmt.Errorf("append history: %w", err)
 	}
 	s.size += int64(n)
-	s.lastSeq = seq
+	s.lastSeq = stamped[len(stamped)-1].Seq
 	s.dirty = true
 	copy(entries, stamped)
 	return nil
@@ -651,12 +621,7 @@ func (s *fileSession) SaveMeta(m Meta) error {
 	if err := s.writable(); err != nil {
 		return err
 	}
-	m = m.clone()
-	m.Version = FormatVersion
-	m.ID = s.id
-	m.CreatedAt = s.meta.CreatedAt
-	m.ForkedFrom = s.meta.ForkedFrom
-	m.UpdatedAt = s.st.stamp()
+	m = m.replacing(s.meta, s.st.stamp())
 	data, err := protocol.Marshal(m)
 	if err != nil {
 		return fmt.Errorf("encode meta: %w", err)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -98,6 +99,31 @@ func decodeEntry(raw []byte, e *Entry) (err error) {
 	return nil
 }
 
+// stampAppend returns entries ready to append after lastSeq, in a new
+// slice: Seq 0 becomes the next number (a non-zero Seq must be greater than
+// the previous one, else ErrBadSeq), a zero Time becomes now, an empty Kind
+// a message.
+func stampAppend(entries []Entry, lastSeq int64, now time.Time) ([]Entry, error) {
+	stamped := make([]Entry, 0, len(entries))
+	seq := lastSeq
+	for _, e := range entries {
+		if e.Seq == 0 {
+			e.Seq = seq + 1
+		} else if e.Seq <= seq {
+			return nil, fmt.Errorf("%w: append seq %d after %d", ErrBadSeq, e.Seq, seq)
+		}
+		seq = e.Seq
+		if e.Time.IsZero() {
+			e.Time = now
+		}
+		if e.Kind == "" {
+			e.Kind = KindMessage
+		}
+		stamped = append(stamped, e)
+	}
+	return stamped, nil
+}
+
 // appendLine encodes e as one JSONL line onto buf.
 func appendLine(buf []byte, e *Entry) ([]byte, error) {
 	b, err := protocol.Marshal(e)
@@ -108,9 +134,32 @@ func appendLine(buf []byte, e *Entry) ([]byte, error) {
 	return append(buf, '\n'), nil
 }
 
-// encodeAll encodes a whole history, checking that seqs strictly increase.
+// encodeAll encodes a whole history as JSONL, checking that seqs strictly
+// increase.
 func encodeAll(entries []Entry) ([]byte, error) {
 	var buf []byte
+	err := encodeEach(entries, func(_ int64, b []byte) {
+		buf = append(buf, b...)
+		buf = append(buf, '\n')
+	})
+	return buf, err
+}
+
+// encodeRows encodes a whole history as one JSON document per entry,
+// checking that seqs strictly increase.
+func encodeRows(entries []Entry) (seqs []int64, rows [][]byte, err error) {
+	seqs = make([]int64, 0, len(entries))
+	rows = make([][]byte, 0, len(entries))
+	err = encodeEach(entries, func(seq int64, b []byte) {
+		seqs = append(seqs, seq)
+		rows = append(rows, b)
+	})
+	return seqs, rows, err
+}
+
+// encodeEach encodes every entry (kind defaulting to message) in order,
+// failing with ErrBadSeq unless seqs are positive and strictly increase.
+func encodeEach(entries []Entry, emit func(seq int64, b []byte)) error {
 	var last int64
 	for i := range entries {
 		e := entries[i]
@@ -118,13 +167,14 @@ func encodeAll(entries []Entry) ([]byte, error) {
 			e.Kind = KindMessage
 		}
 		if e.Seq <= last {
-			return nil, fmt.Errorf("%w: entry %d has seq %d after %d", ErrBadSeq, i, e.Seq, last)
+			return fmt.Errorf("%w: entry %d has seq %d after %d", ErrBadSeq, i, e.Seq, last)
 		}
 		last = e.Seq
-		var err error
-		if buf, err = appendLine(buf, &e); err != nil {
-			return nil, err
+		b, err := protocol.Marshal(&e)
+		if err != nil {
+			return fmt.Errorf("encode entry %d: %w", e.Seq, err)
 		}
+		emit(e.Seq, b)
 	}
-	return buf, nil
+	return nil
 }

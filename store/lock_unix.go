@@ -22,7 +22,7 @@ type sessionLock struct{ f *os.File }
 
 // lockSession takes the lock of the session directory dir without waiting.
 // When another open file description holds it (another process, or another
-// Store value in this one), it returns a *LockedError naming the holder's
+// Store value in this one), it returns an *InUseError naming the holder's
 // pid as written in the file.
 func lockSession(dir, id string) (*sessionLock, error) {
 	f, err := os.OpenFile(dir+"/"+lockFile, os.O_RDWR|os.O_CREATE, filePerm)
@@ -38,7 +38,7 @@ func lockSession(dir, id string) (*sessionLock, error) {
 	if err != nil {
 		defer f.Close()
 		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, &LockedError{ID: id, PID: readPID(f)}
+			return nil, &InUseError{ID: id, PID: readPID(f)}
 		}
 		return nil, err
 	}

@@ -19,10 +19,16 @@
 // Across processes (two servers on one IAC_CODE_HOME, or two Store values on
 // one root) a session has one writer at a time: a handle holds an exclusive
 // flock(2) on <id>/lock from Open/Create/Fork until Release or Close, and an
-// Open, Acquire or Delete elsewhere meanwhile fails with a *LockedError
-// (errors.Is ErrLocked and ErrInUse). A released handle holds no file
-// descriptor; Acquire takes the lock again and reloads the session when
-// another writer changed it meanwhile, so lines never interleave.
+// Open, Acquire or Delete elsewhere meanwhile fails with an *InUseError
+// naming the holder's pid. A released handle holds no file descriptor;
+// Acquire takes the lock again and reloads the session when another writer
+// changed it meanwhile, so lines never interleave.
+//
+// That is the file store (FileStore), for the processes of one machine.
+// PGStore keeps the same sessions in PostgreSQL for several processes (the
+// pods of a cluster), with a lease per held session instead of the lock;
+// Open picks one by URL (IAC_CODE_STORE_URL). Both pass one contract test
+// suite.
 package store
 
 import (
@@ -46,14 +52,18 @@ var (
 	ErrExists = errors.New("session already exists")
 	// ErrInvalidID: an id that cannot be used as a directory name.
 	ErrInvalidID = errors.New("invalid session id")
-	// ErrInUse: the session is already open in this process (Open, Delete),
-	// or elsewhere (then the error is a *LockedError).
+	// ErrInUse: the session is held by another handle: in this process, in
+	// another process on the same root (file lock), or under another
+	// process's lease (shared store). Open, Acquire and Delete return it as
+	// an *InUseError naming the holder when it is known.
 	ErrInUse = errors.New("session is open")
-	// ErrLocked: another process (or another Store on the same root) holds
-	// the session; the error is a *LockedError.
-	ErrLocked = errors.New("session is open in another iac-code process")
 	// ErrReleased: a write on a released handle; Acquire it first.
 	ErrReleased = errors.New("session handle released; acquire it first")
+	// ErrFenced: this handle lost the session's lease while holding it (it
+	// expired, or its owner was declared dead, and another process took the
+	// session over). It can never write at that lease again: Close it, or
+	// Release and Acquire it, which reloads what the new holder wrote.
+	ErrFenced = errors.New("session lease lost to another owner")
 	// ErrClosed: the Session handle was closed.
 	ErrClosed = errors.New("session handle closed")
 	// ErrInvalidCursor: List got a cursor it did not produce.
@@ -62,13 +72,44 @@ var (
 	ErrBadSeq = errors.New("sequence numbers must increase")
 )
 
+// InUseError is the ErrInUse of Open, Acquire and Delete:
+// errors.Is(err, ErrInUse) holds, and errors.As names the holder.
+type InUseError struct {
+	ID string
+	// Owner is the incarnation id of the process whose lease holds the
+	// session (shared store); "" for the file store.
+	Owner string
+	// PID is the process id of the holder of the session's file lock (file
+	// store, as written in the lock file); 0 when unknown.
+	PID int
+}
+
+func (e *InUseError) Error() string {
+	switch {
+	case e.Owner != "":
+		return fmt.Sprintf("session %s is open in another iac-code process (incarnation %s)", e.ID, e.Owner)
+	case e.PID > 0:
+		return fmt.Sprintf("session %s is open in another iac-code process (pid %d)", e.ID, e.PID)
+	}
+	return fmt.Sprintf("session %s is already open", e.ID)
+}
+
+// Is makes errors.Is(err, ErrInUse) true.
+func (e *InUseError) Is(target error) bool { return target == ErrInUse }
+
 // Store creates, opens, forks, lists and deletes sessions.
+//
+// Exactly one writer: a Session handle is the only one that can write its
+// session. A second Open of a held session fails with ErrInUse until the
+// holder's Release or Close; the shared store also hands the session over when the
+// holder's lease expires or its owner is declared dead, and the old handle's
+// writes then fail with ErrFenced.
 type Store interface {
 	// Create makes a new session directory from meta (meta.ID required;
 	// CreatedAt/UpdatedAt are stamped by the store). ErrExists if taken.
 	Create(meta Meta) (Session, error)
 	// Open loads meta and history (bad lines are skipped and logged) and
-	// returns the writer handle, acquired. ErrNotFound, ErrInUse, ErrLocked.
+	// returns the writer handle, acquired. ErrNotFound, ErrInUse.
 	Open(id string) (Session, []Entry, error)
 	// Fork copies srcID's meta and valid history into the new session newID
 	// (ForkedFrom = srcID, fresh timestamps). The source may be open.
@@ -78,27 +119,16 @@ type Store interface {
 	// previous call; nextCursor is "" on the last page. limit <= 0 means
 	// DefaultListLimit. Reads meta files only.
 	List(cwd, cursor string, limit int) (metas []Meta, nextCursor string, err error)
-	// Delete removes a session. ErrNotFound, ErrInUse, ErrLocked.
+	// Delete removes a session. ErrNotFound, ErrInUse.
 	Delete(id string) error
 }
 
-// LockedError reports a session held by another writer: another process on
-// the same IAC_CODE_HOME (PID, when known), or another store instance.
-type LockedError struct {
-	ID string
-	// PID is the holder's process id, 0 when unknown.
-	PID int
+// Backend is a Store with resources to release at exit: Close releases them
+// (the shared store: this process's leases and its connections).
+type Backend interface {
+	Store
+	Close() error
 }
-
-func (e *LockedError) Error() string {
-	if e.PID > 0 {
-		return fmt.Sprintf("session %s is open in another iac-code process (pid %d)", e.ID, e.PID)
-	}
-	return fmt.Sprintf("session %s is open in another iac-code process", e.ID)
-}
-
-// Is makes errors.Is(err, ErrLocked) and errors.Is(err, ErrInUse) hold.
-func (e *LockedError) Is(target error) bool { return target == ErrLocked || target == ErrInUse }
 
 // Session is the writer handle of one session, owned by one actor.
 type Session interface {
@@ -112,7 +142,7 @@ type Session interface {
 	// LastSeq is the highest sequence number in the history (0 if empty).
 	LastSeq() int64
 	// Sync fsyncs the history if anything was appended since the last Sync.
-	// Call at every turn end.
+	// Call at every turn end. (The shared store commits every Append: no-op.)
 	Sync() error
 	// Meta returns a copy of the current metadata.
 	Meta() Meta
@@ -123,17 +153,21 @@ type Session interface {
 	// rename, fsync dir). Used to persist a repair that inserts entries in
 	// the middle. Seqs must be positive and strictly increasing.
 	Rewrite(entries []Entry) error
-	// Release syncs, then lets go of the session's lock and open files while
-	// the owner is idle; the handle stays valid (ID, Meta, LastSeq). Writes
-	// on a released handle fail with ErrReleased. No-op when released.
+	// Release syncs, then lets go of the session while the owner is idle:
+	// the file store closes its files and its lock, the shared store gives
+	// up the lease. The handle stays valid (ID, Meta, LastSeq); writes on a
+	// released handle fail with ErrReleased. No-op when released.
 	Release() error
-	// Acquire takes the lock again (a *LockedError when another writer holds
-	// it now). When another writer changed the session while it was
-	// released, changed is true, entries is the history as it is now (LastSeq
-	// and Meta follow it) and the owner must replace what it keeps in
-	// memory; otherwise entries is nil. No-op on an acquired handle.
+	// Acquire takes the session again: an *InUseError when another handle
+	// holds it now. When another writer may have changed it while this
+	// handle did not hold it (file store: its files are not the ones this
+	// handle left; shared store: another owner took the lease since this
+	// handle's), changed is true, entries is the history as it is now
+	// (LastSeq and Meta follow it) and the owner must replace what it keeps
+	// in memory; otherwise entries is nil. No-op on an acquired handle.
 	Acquire() (entries []Entry, changed bool, err error)
-	// Close syncs and releases the handle. Further calls return ErrClosed.
+	// Close syncs and lets go of the handle for good; other calls then
+	// return ErrClosed, Close again nil.
 	Close() error
 }
 
@@ -224,6 +258,30 @@ type Meta struct {
 
 // FormatVersion is the version written into meta.json.
 const FormatVersion = 1
+
+// born is a copy of m for a new session id (Create, Fork): current format
+// version, created and updated now.
+func (m Meta) born(id, forkedFrom string, now time.Time) Meta {
+	m = m.clone()
+	m.Version = FormatVersion
+	m.ID = id
+	m.ForkedFrom = forkedFrom
+	m.CreatedAt = now
+	m.UpdatedAt = now
+	return m
+}
+
+// replacing is a copy of m ready to replace stored (SaveMeta): id, creation
+// time and fork origin stay as stored; updated now.
+func (m Meta) replacing(stored Meta, now time.Time) Meta {
+	m = m.clone()
+	m.Version = FormatVersion
+	m.ID = stored.ID
+	m.CreatedAt = stored.CreatedAt
+	m.ForkedFrom = stored.ForkedFrom
+	m.UpdatedAt = now
+	return m
+}
 
 func (m Meta) clone() Meta {
 	if m.Config != nil {

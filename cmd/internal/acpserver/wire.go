@@ -1,4 +1,4 @@
-package main
+package acpserver
 
 import (
 	"fmt"
@@ -14,24 +14,26 @@ import (
 
 // wire builds what both transports serve: the live model configuration
 // (environment > settings.yml > .credentials.yml; authenticate re-reads
-// it), the session store and the actor system.
-func wire(cfg settings, log zerolog.Logger) (*actors.Server, error) {
+// it), the session store (IAC_CODE_STORE_URL: files under the home, or
+// PostgreSQL shared by several processes) and the actor system. The store
+// is closed by shutdown, after the actor system.
+func wire(cfg settings, log zerolog.Logger) (*actors.Server, store.Backend, error) {
 	models, err := llm.NewLive(func() (llm.Config, error) {
 		c, err := llm.LoadConfig(cfg.actors.Home, os.Getenv)
 		c.Log = log
 		return c, err
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	for _, w := range models.Config().Warnings {
 		log.Warn().Msg(w)
 	}
 	log.Info().EmbedObject(models.Config()).Msg("model provider")
-	sessions, err := store.New(cfg.actors.Home, store.WithLogger(log))
+	sessions, err := store.OpenFromEnv(cfg.actors.Home, os.Getenv, store.WithLogger(log))
 	if err != nil {
-		return nil, fmt.Errorf("session store: %w", err)
+		return nil, nil, fmt.Errorf("session store: %w", err)
 	}
 	return actors.NewServer(actors.Deps{Config: cfg.actors, Provider: models, LLM: models,
-		Tools: tools.Default(), Store: sessions, Log: log}), nil
+		Tools: tools.Default(), Store: sessions, Log: log}), sessions, nil
 }

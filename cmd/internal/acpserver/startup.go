@@ -1,4 +1,4 @@
-package main
+package acpserver
 
 import cmap "github.com/orcaman/concurrent-map"
 

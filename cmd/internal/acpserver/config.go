@@ -1,4 +1,4 @@
-package main
+package acpserver
 
 import (
 	"errors"
@@ -31,7 +31,7 @@ func loadConfig(getenv func(string) string) (settings, error) {
 		home = filepath.Join(dir, ".iac-code")
 	}
 	s := settings{
-		actors: actors.Config{Version: version, Home: home, SessionIdle: time.Hour},
+		actors: actors.Config{Home: home, SessionIdle: time.Hour},
 		http:   httpsse.Config{Token: getenv("IACCODE_ACP_HTTP_TOKEN")},
 	}
 	e := envReader{getenv: getenv}

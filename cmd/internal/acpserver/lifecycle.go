@@ -1,4 +1,4 @@
-package main
+package acpserver
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/iac-code/iac-code/actors"
+	"github.com/iac-code/iac-code/store"
 	"github.com/iac-code/iac-code/tools/procgroup"
 )
 
@@ -83,10 +84,15 @@ func onSignals(parent context.Context, log zerolog.Logger, exit func(int)) (cont
 }
 
 // shutdown is the end of every run, after the transport has drained its
-// connections: the actor system stops, tool process groups still
-// registered are killed, the watchdog is let go.
-func shutdown(srv *actors.Server, wd *procgroup.Watchdog, log zerolog.Logger) {
+// connections: the actor system stops (its sessions close their handles),
+// the session store closes (the shared store releases this process's
+// leases at once), tool process groups still registered are killed, the
+// watchdog is let go.
+func shutdown(srv *actors.Server, sessions store.Backend, wd *procgroup.Watchdog, log zerolog.Logger) {
 	srv.Shutdown()
+	if err := sessions.Close(); err != nil {
+		log.Warn().Err(err).Msg("close session store")
+	}
 	if n := procgroup.KillAll(shutdownKillGrace); n > 0 {
 		log.Info().Int("groups", n).Msg("killed tool process groups left at shutdown")
 	}

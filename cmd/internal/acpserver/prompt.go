@@ -1,4 +1,4 @@
-package main
+package acpserver
 
 import (
 	"context"
@@ -16,14 +16,14 @@ import (
 	"github.com/rs/zerolog"
 	"golang.org/x/term"
 
-	"github.com/iac-code/iac-code/cmd/iac-code/internal/termclient"
+	"github.com/iac-code/iac-code/cmd/internal/termclient"
 	"github.com/iac-code/iac-code/transport/stdio"
 )
 
 // runPrompt is `iac-code prompt`: the same server as `acp` (wire), served
 // over an in-process pipe by the stdio transport, driven by the terminal
 // client — every byte is the real protocol. It returns the exit code.
-func runPrompt(args []string) int {
+func runPrompt(name, version string, args []string) int {
 	fs := flag.NewFlagSet("prompt", flag.ContinueOnError)
 	cwd := fs.String("cwd", "", "working directory of the session (default: the current one; with --session: the session's)")
 	session := fs.String("session", "", "continue this stored session")
@@ -40,13 +40,13 @@ func runPrompt(args []string) int {
 		}
 		in, err := io.ReadAll(os.Stdin)
 		if err != nil {
-			fmt.Fprintln(os.Stderr, "iac-code: reading the prompt from stdin:", err)
+			fmt.Fprintln(os.Stderr, name+": reading the prompt from stdin:", err)
 			return termclient.ExitUsage
 		}
 		text = string(in)
 	}
 	if strings.TrimSpace(text) == "" {
-		fmt.Fprintln(os.Stderr, "iac-code: no prompt text (give it as an argument or on stdin)\n"+usage)
+		fmt.Fprintf(os.Stderr, "%s: no prompt text (give it as an argument or on stdin)\n"+usage+"\n", name, name, name, name)
 		return termclient.ExitUsage
 	}
 	dir := *cwd
@@ -56,7 +56,7 @@ func runPrompt(args []string) int {
 	if dir != "" {
 		abs, err := filepath.Abs(dir)
 		if err != nil {
-			fmt.Fprintln(os.Stderr, "iac-code:", err)
+			fmt.Fprintln(os.Stderr, name+":", err)
 			return termclient.ExitUsage
 		}
 		dir = abs
@@ -70,15 +70,16 @@ func runPrompt(args []string) int {
 	log := newLoggerTo(logOut, zerolog.WarnLevel)
 	cfg, err := loadConfig(os.Getenv)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "iac-code:", err)
+		fmt.Fprintln(os.Stderr, name+":", err)
 		return termclient.ExitError
 	}
+	cfg.actors.Version = version
 	checkFileLimit(log)
 	watchdog := startWatchdog(log)
-	srv, err := wire(cfg, log)
+	srv, sessions, err := wire(cfg, log)
 	if err != nil {
 		watchdog.Close(time.Second)
-		fmt.Fprintln(os.Stderr, "iac-code:", err)
+		fmt.Fprintln(os.Stderr, name+":", err)
 		return termclient.ExitError
 	}
 
@@ -118,6 +119,6 @@ func runPrompt(args []string) int {
 	if err := <-served; err != nil && !errors.Is(err, io.ErrClosedPipe) {
 		log.Warn().Err(err).Msg("stdio transport")
 	}
-	shutdown(srv, watchdog, log)
+	shutdown(srv, sessions, watchdog, log)
 	return code
 }

@@ -1,0 +1,123 @@
+// Package acpserver is the iac-code server command: flags and environment →
+// configuration → wiring → serving until stdin EOF or a signal → ordered
+// shutdown. cmd/iac-code and its profiling build
+// (cmd/acp-bench/internal/profserver) are both this, so they cannot drift.
+package acpserver
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/iac-code/iac-code/transport/httpsse"
+	"github.com/iac-code/iac-code/transport/stdio"
+)
+
+// usage takes the command name three times.
+const usage = `usage: %s acp [--transport stdio|http] [--host 127.0.0.1] [--port 8765] [--allowed-hosts a,b] [--allowed-origins https://x,…]
+       %s prompt [--cwd DIR] [--session ID] [--mode MODE] [--yes] [--json] "text"   (text on stdin without it)
+       %s --version`
+
+// Main runs the command named name (for messages) with os.Args and exits:
+// the server, the terminal client (prompt), or the watchdog process the
+// server starts from its own executable.
+func Main(name, version string) {
+	if len(os.Args) > 1 {
+		switch os.Args[1] {
+		case watchdogCommand:
+			os.Exit(runWatchdog())
+		case "--version", "-version", "version":
+			fmt.Println(name, version)
+			return
+		case "prompt":
+			os.Exit(runPrompt(name, version, os.Args[2:]))
+		}
+	}
+	if err := run(name, version, os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, name+":", err)
+		os.Exit(1)
+	}
+}
+
+func run(name, version string, args []string) error {
+	if len(args) == 0 || args[0] != "acp" {
+		return fmt.Errorf(usage, name, name, name)
+	}
+	fs := flag.NewFlagSet("acp", flag.ContinueOnError)
+	transport := fs.String("transport", "stdio", "stdio or http")
+	host := fs.String("host", httpsse.DefaultHost, "HTTP bind address")
+	port := fs.Int("port", httpsse.DefaultPort, "HTTP port")
+	allowedHosts := fs.String("allowed-hosts", os.Getenv("IAC_CODE_ALLOWED_HOSTS"),
+		"HTTP: Host names accepted besides loopback ones, comma-separated (* = any)")
+	allowedOrigins := fs.String("allowed-origins", os.Getenv("IAC_CODE_ALLOWED_ORIGINS"),
+		"HTTP: browser origins (scheme://host[:port]) allowed to send requests, comma-separated (* = any)")
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	if *transport != "stdio" && *transport != "http" {
+		return fmt.Errorf("unknown transport %q", *transport)
+	}
+
+	// stdout is the protocol in stdio mode and clients often show the
+	// agent's stderr to the user: only warnings and errors by default.
+	level := zerolog.WarnLevel
+	if *transport == "http" {
+		level = zerolog.InfoLevel
+	}
+	log := newLogger(level)
+	cfg, err := loadConfig(os.Getenv)
+	if err != nil {
+		return err
+	}
+	cfg.actors.Version = version
+	cfg.http.Host, cfg.http.Port = *host, *port
+	cfg.http.AllowedHosts, cfg.http.AllowedOrigins = splitList(*allowedHosts), splitList(*allowedOrigins)
+	checkFileLimit(log)
+	watchdog := startWatchdog(log)
+	srv, sessions, err := wire(cfg, log)
+	if err != nil {
+		watchdog.Close(time.Second)
+		return err
+	}
+	ctx, stop := onSignals(context.Background(), log, os.Exit)
+	defer stop()
+
+	if *transport == "stdio" {
+		err = stdio.Serve(ctx, srv, os.Stdin, os.Stdout, log)
+	} else {
+		err = httpsse.Serve(ctx, srv, cfg.http, log)
+	}
+	shutdown(srv, sessions, watchdog, log)
+	return err
+}
+
+// splitList splits a comma-separated flag value, dropping empty items.
+func splitList(s string) []string {
+	var out []string
+	for _, item := range strings.Split(s, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			out = append(out, item)
+		}
+	}
+	return out
+}
+
+// newLogger logs JSON to stderr (in stdio mode stdout is the protocol) at
+// IAC_CODE_LOG_LEVEL, else at def.
+func newLogger(def zerolog.Level) zerolog.Logger {
+	return newLoggerTo(os.Stderr, def)
+}
+
+func newLoggerTo(w io.Writer, def zerolog.Level) zerolog.Logger {
+	lvl, err := zerolog.ParseLevel(strings.ToLower(os.Getenv("IAC_CODE_LOG_LEVEL")))
+	if err != nil || lvl == zerolog.NoLevel {
+		lvl = def
+	}
+	return zerolog.New(w).Level(lvl).With().Timestamp().Str("svc", "iac-code").Logger()
+}
