@@ -67,14 +67,21 @@ workloads:
                  (mean --drop-every 5s) and resume with Last-Event-ID
   all            every workload above except soak, with the defaults
 
+compare with a previous build: add --compare REF (a git ref: main, HEAD~1, a commit);
+the ref is built into bin/compare/<commit>/ and the workload runs --rounds times
+against each build, alternating (before, after, after, before, ...), then the
+medians of every figure are printed side by side, e.g.
+  acp-bench stdio-stream --compare main --rounds 5
+
 flags:
 `
 
 type config struct {
 	server, jsonPath, htmlPath, home, logLevel, cpuProfile string
-	selfProfile                                            string
+	selfProfile, compareRef, beforeServer                  string
 	noProgress, debug, baseline                            bool
 	chunks, streams, clients, runs, maxCycles, setupWidth  int
+	rounds                                                 int
 	conns                                                  string
 	rate                                                   float64
 	duration, dropEvery, reconnectMax, timeout, hold       time.Duration
@@ -113,6 +120,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&c.baseline, "baseline", true, "also run the plain-writer baseline (stdio-stream)")
 	fs.IntVar(&c.setupWidth, "setup-width", 64, "connections set up at once")
 	fs.DurationVar(&c.timeout, "timeout", 0, "bound of one run (default: derived from the sizes)")
+	fs.StringVar(&c.compareRef, "compare", "", "compare --server with the build of this git ref, in alternating rounds")
+	fs.IntVar(&c.rounds, "rounds", 3, "rounds per build (--compare)")
+	fs.StringVar(&c.beforeServer, "before-server", "", "with --compare: use this binary as the before build instead of building the ref")
 	if err := fs.Parse(args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -162,6 +172,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 		defer pprof.StopCPUProfile()
+	}
+	if c.compareRef != "" || c.beforeServer != "" {
+		return runCompare(ctx, names, args, o, &c, stdout, stderr)
 	}
 	var results []*bench.Result
 	failed := false

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -159,5 +160,43 @@ func TestUsage(t *testing.T) {
 	errb.Reset()
 	if code := run(context.Background(), []string{"nope"}, &out, &errb); code != 2 {
 		t.Fatalf("unknown workload: %d", code)
+	}
+}
+
+// TestCompareSmoke runs --compare with the same binary on both sides
+// (--before-server skips building a ref) and checks the alternation and
+// the summary.
+func TestCompareSmoke(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts the server")
+	}
+	bin := buildServer(t)
+	jsonPath := filepath.Join(t.TempDir(), "compare.json")
+	var stdout, stderr bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	args := []string{"startup", "--runs", "2", "--server", bin, "--before-server", bin, "--rounds", "2", "--no-progress", "--json", jsonPath}
+	if code := run(ctx, args, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d\n%s%s", code, stdout.String(), stderr.String())
+	}
+	for _, want := range []string{"== compare:", "before", "after", "median", "load average"} {
+		if !strings.Contains(stdout.String(), want) {
+			t.Fatalf("summary lacks %q:\n%s", want, stdout.String())
+		}
+	}
+	var doc compareDoc
+	b, err := os.ReadFile(jsonPath)
+	if err != nil || json.Unmarshal(b, &doc) != nil {
+		t.Fatalf("json: %v", err)
+	}
+	var sides []int
+	for _, r := range doc.Runs {
+		sides = append(sides, r.Side)
+		if len(r.Results) != 1 || !r.Results[0].OK {
+			t.Fatalf("run %+v", r)
+		}
+	}
+	if fmt.Sprint(sides) != "[0 1 1 0]" {
+		t.Fatalf("sides in order %v, want before, after, after, before", sides)
 	}
 }

@@ -90,6 +90,14 @@ func (o *Options) Prepare() error {
 	return nil
 }
 
+// Clone is a copy of o that owns none of o's temporary directories (its
+// own Prepare and Cleanup leave o's alone).
+func (o *Options) Clone() *Options {
+	c := *o
+	c.cleanup = nil
+	return &c
+}
+
 // Cleanup removes what Prepare created.
 func (o *Options) Cleanup() {
 	for _, f := range o.cleanup {

@@ -144,6 +144,7 @@ func StdioStream(ctx context.Context, o *Options, p StdioStreamParams) (*Result,
 	r.add("server CPU", (u1.CPU - u0.CPU).Seconds(), "s")
 	r.add("server CPU/chunk", float64((u1.CPU-u0.CPU).Nanoseconds())/1e3/float64(max(p.Chunks, 1)), "µs")
 	r.add("server RSS", mib(u1.RSS), "MiB")
+	r.add("server RSS peak", mib(u1.PeakRSS), "MiB").Note = "VmHWM: the highest RSS since the server started"
 	if ms0 != nil && ms1 != nil {
 		r.add("server allocs/chunk", float64(ms1.Mallocs-ms0.Mallocs)/float64(max(p.Chunks, 1)), "allocs")
 		r.add("server alloc bytes/chunk", float64(ms1.TotalAlloc-ms0.TotalAlloc)/float64(max(p.Chunks, 1)), "B")

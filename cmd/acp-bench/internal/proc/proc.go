@@ -21,6 +21,8 @@ const userHZ = 100
 type Usage struct {
 	// RSS is VmRSS in bytes.
 	RSS int64
+	// PeakRSS is VmHWM in bytes: the highest RSS since the process started.
+	PeakRSS int64
 	// CPU is user + system time.
 	CPU time.Duration
 	// Threads is the number of OS threads.
@@ -42,6 +44,9 @@ func Read(pid int) (Usage, error) {
 		return u, err
 	}
 	u.RSS *= 1024
+	if hwm, err := statusField(status, "VmHWM:"); err == nil {
+		u.PeakRSS = hwm * 1024
+	}
 	if th, err := statusField(status, "Threads:"); err == nil {
 		u.Threads = int(th)
 	}
