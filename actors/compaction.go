@@ -96,8 +96,8 @@ func (t *turn) startCompaction(ctx actor.Context, keepTurns int) bool {
 
 func (t *turn) endCompaction(ctx actor.Context, err error) {
 	t.compacting = false
-	summary := t.text.String()
-	t.text.Reset()
+	msg := t.asm.Message()
+	summary := msg.TextOf()
 	if err != nil || summary == "" {
 		t.log.Warn().AnErr("error", err).Msg("compaction failed; continuing with the full context")
 		if t.compactOnly {

@@ -3,7 +3,6 @@ package actors
 import (
 	"context"
 	"errors"
-	"strings"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -17,11 +16,8 @@ import (
 // Messages of the turn actor.
 type (
 	cancelTurn struct{}
-	// streamEvent is one provider event; gen tells stale model calls apart.
-	streamEvent struct {
-		gen int
-		ev  llm.Event
-	}
+	// streamEnd: the model call of generation gen returned (its events were
+	// queued before, see eventQueue); gen tells stale model calls apart.
 	streamEnd struct {
 		gen int
 		err error
@@ -68,7 +64,6 @@ type turnOptions struct {
 	turnID int64
 }
 
-func (*streamEvent) IgnoreDeadLetterLogging()    {}
 func (*streamEnd) IgnoreDeadLetterLogging()      {}
 func (*goroutinePanic) IgnoreDeadLetterLogging() {}
 func (*toolDone) IgnoreDeadLetterLogging()       {}
@@ -121,8 +116,8 @@ type turn struct {
 	gen          int
 	ended        bool
 
-	// State of the model call being streamed.
-	text    strings.Builder
+	// State of the model call being streamed: its events wait in queue.
+	queue   *eventQueue
 	asm     llm.Assembler
 	pending []*pendingCall
 	stop    llm.StopReason
@@ -180,12 +175,11 @@ func (t *turn) Receive(ctx actor.Context) {
 			return
 		}
 		t.callModel(ctx)
-	case *streamEvent:
-		if m.gen == t.gen && !t.ended {
-			t.onEvent(ctx, &m.ev)
-		}
+	case *streamBatch:
+		t.takeEvents(ctx, m.q)
 	case *streamEnd:
 		if m.gen == t.gen && !t.ended {
+			t.takeEvents(ctx, t.queue)
 			t.onStreamEnd(ctx, m.err)
 		}
 	case *goroutinePanic:
@@ -215,9 +209,8 @@ func (t *turn) Receive(ctx actor.Context) {
 // emit sends a session/update for this session through the session actor,
 // which keeps it ordered with everything else the session says.
 func (t *turn) emit(ctx actor.Context, update any) {
-	data := protocol.EncodeNotification(protocol.MethodSessionUpdate,
-		protocol.SessionNotification{SessionID: t.sessionID, Update: update})
-	ctx.Send(ctx.Parent(), &outbound{frame: Frame{Data: data, SessionID: t.sessionID}})
+	t.emitRaw(ctx, protocol.EncodeNotification(protocol.MethodSessionUpdate,
+		protocol.SessionNotification{SessionID: t.sessionID, Update: update}))
 }
 
 // emitRaw sends an already encoded session/update.
@@ -272,23 +265,36 @@ func (t *turn) stream(ctx actor.Context, req *llm.Request) {
 	t.modelCalls++
 	t.streaming = true
 	t.gen++
-	t.text.Reset()
 	t.asm = llm.Assembler{}
 	t.pending = nil
 	t.stop = ""
+	t.queue = newEventQueue(t.gen)
 
-	gen, self, root, provider, runCtx := t.gen, ctx.Self(), ctx.ActorSystem().Root, t.deps.Provider, t.ctx
+	q, self, root, provider, runCtx := t.queue, ctx.Self(), ctx.ActorSystem().Root, t.deps.Provider, t.ctx
+	wake := func(m *streamBatch) { root.Send(self, m) }
 	go func() {
 		defer func() {
 			if r := recover(); r != nil {
 				root.Send(self, &goroutinePanic{p: recovered(r)})
 			}
 		}()
-		err := provider.Stream(runCtx, req, func(ev llm.Event) {
-			root.Send(self, &streamEvent{gen: gen, ev: ev})
-		})
-		root.Send(self, &streamEnd{gen: gen, err: err})
+		err := provider.Stream(runCtx, req, func(ev llm.Event) { q.push(runCtx, ev, wake) })
+		root.Send(self, &streamEnd{gen: q.gen, err: err})
 	}()
+}
+
+// takeEvents handles the events waiting in q: those of the current model
+// call, unless the turn has ended; a stale call's are only taken, so that
+// its reader never waits for room.
+func (t *turn) takeEvents(ctx actor.Context, q *eventQueue) {
+	if q == nil {
+		return
+	}
+	evs := q.take()
+	if q == t.queue && !t.ended && len(evs) > 0 {
+		t.onEvents(ctx, evs)
+	}
+	q.recycle(evs)
 }
 
 // currentTools are the turn's own tools plus the MCP tools available now
@@ -311,32 +317,6 @@ func toolSpecs(r *tools.Registry) []llm.ToolSpec {
 		specs[i] = llm.ToolSpec{Name: tl.Name(), Description: tl.Description(), InputSchema: tl.Schema()}
 	}
 	return specs
-}
-
-func (t *turn) onEvent(ctx actor.Context, ev *llm.Event) {
-	// The assembler keeps every block in stream order (several signed
-	// thinking blocks, redacted thinking, tool calls) for the next call.
-	t.asm.Add(*ev)
-	switch ev.Type {
-	case llm.EventTextDelta:
-		if ev.Text == "" {
-			return
-		}
-		t.text.WriteString(ev.Text)
-		if t.compacting || t.subagent != "" {
-			return // summaries and sub-agent text are not streamed
-		}
-		t.emitRaw(ctx, protocol.EncodeChunkNotification(t.sessionID, protocol.UpdateAgentMessageChunk, ev.Text))
-	case llm.EventThinkingDelta:
-		if ev.Text == "" || t.compacting || t.subagent != "" {
-			return
-		}
-		t.emitRaw(ctx, protocol.EncodeChunkNotification(t.sessionID, protocol.UpdateAgentThoughtChunk, ev.Text))
-	case llm.EventUsage:
-		t.pendingUsage = ev.Usage
-	case llm.EventStop:
-		t.stop = ev.StopReason
-	}
 }
 
 // assistantMessage is the message the model produced so far (all of it, or
@@ -365,8 +345,12 @@ func (t *turn) onStreamEnd(ctx actor.Context, err error) {
 		t.emit(ctx, protocol.UsageUpdate{SessionUpdate: protocol.UpdateUsage,
 			Used: callUsage.InputTokens + callUsage.OutputTokens, Size: int64(t.deps.contextWindow(t.model))})
 	}
+	msg := t.assistantMessage()
+	// The message holds the text now: the assembler's blocks can go before
+	// the session encodes the message for the store.
+	t.asm = llm.Assembler{}
 	if err != nil {
-		t.record(ctx, t.assistantMessage())
+		t.record(ctx, msg)
 		if errors.Is(err, context.Canceled) {
 			t.finish(ctx, protocol.StopCancelled, nil)
 			return
@@ -374,7 +358,6 @@ func (t *turn) onStreamEnd(ctx actor.Context, err error) {
 		t.failModel(ctx, err)
 		return
 	}
-	msg := t.assistantMessage()
 	// Each call is decoded and resolved once, here: what the client is
 	// shown and asked about is what runs.
 	var calls []toolCall

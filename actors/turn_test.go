@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -75,12 +76,81 @@ var _ = Describe("a prompt turn", func() {
 		Expect(res["stopReason"]).To(Equal("end_turn"))
 		Expect(res["usage"]).To(Equal(map[string]any{"inputTokens": 7.0, "outputTokens": 3.0, "totalTokens": 10.0}))
 		ups := h.out.updates()
-		Expect(ups).To(HaveLen(3))
+		// The deltas were queued together: consecutive ones of a kind are
+		// sent as one chunk.
+		Expect(ups).To(HaveLen(2))
 		Expect(ups[0]["sessionUpdate"]).To(Equal("agent_thought_chunk"))
-		Expect(ups[1]["content"]).To(Equal(map[string]any{"type": "text", "text": "Hel"}))
+		Expect(ups[0]["content"]).To(Equal(map[string]any{"type": "text", "text": "hmm"}))
+		Expect(ups[1]["sessionUpdate"]).To(Equal("agent_message_chunk"))
+		Expect(ups[1]["content"]).To(Equal(map[string]any{"type": "text", "text": "Hello"}))
 		// the response is the last frame: every update precedes it
 		all := h.out.all()
 		Expect(all[len(all)-1]["id"]).To(Equal(id))
+	})
+
+	It("sends each delta as its own chunk while it keeps up with the model", func() {
+		chunks := func() []string {
+			var out []string
+			for _, u := range h.out.updates() {
+				if u["sessionUpdate"] == "agent_message_chunk" {
+					out = append(out, u["content"].(map[string]any)["text"].(string))
+				}
+			}
+			return out
+		}
+		p.then(func(_ context.Context, emit func(llm.Event)) error {
+			for _, w := range []string{"one ", "two ", "three"} {
+				n := len(chunks())
+				emit(llm.Event{Type: llm.EventTextDelta, Text: w})
+				Eventually(func() int { return len(chunks()) }).Should(Equal(n + 1))
+			}
+			emit(llm.Event{Type: llm.EventStop, StopReason: llm.StopEndTurn})
+			return nil
+		})
+		start()
+		Expect(h.result(prompt("hi"))["stopReason"]).To(Equal("end_turn"))
+		Expect(chunks()).To(Equal([]string{"one ", "two ", "three"}))
+	})
+
+	It("joins waiting deltas into chunks of at most 64 KiB, thinking and text apart, nothing lost", func() {
+		var want strings.Builder
+		p.then(func(_ context.Context, emit func(llm.Event)) error {
+			for i := range 20000 {
+				w := fmt.Sprintf("w%05d ", i)
+				if i%5000 == 4999 {
+					emit(llm.Event{Type: llm.EventThinkingDelta, Text: "thought"})
+				}
+				emit(llm.Event{Type: llm.EventTextDelta, Text: w})
+				want.WriteString(w)
+			}
+			emit(llm.Event{Type: llm.EventStop, StopReason: llm.StopEndTurn})
+			return nil
+		})
+		start()
+		Expect(h.result(prompt("hi"))["stopReason"]).To(Equal("end_turn"))
+		var got strings.Builder
+		var kinds []string
+		for _, u := range h.out.updates() {
+			text := u["content"].(map[string]any)["text"].(string)
+			Expect(len(text)).To(BeNumerically("<=", 64<<10+7))
+			kind := u["sessionUpdate"].(string)
+			if kind == "agent_thought_chunk" {
+				Expect(text).To(Equal("thought"))
+			} else {
+				got.WriteString(text)
+			}
+			if len(kinds) == 0 || kinds[len(kinds)-1] != kind {
+				kinds = append(kinds, kind)
+			}
+		}
+		Expect(got.String()).To(Equal(want.String()))
+		Expect(kinds).To(Equal([]string{"agent_message_chunk", "agent_thought_chunk", "agent_message_chunk",
+			"agent_thought_chunk", "agent_message_chunk", "agent_thought_chunk", "agent_message_chunk",
+			"agent_thought_chunk", "agent_message_chunk"}))
+		// the history has the whole answer too
+		p.then(say("ok"))
+		h.result(prompt("again"))
+		Expect(p.requests()[1].Messages[1].TextOf()).To(Equal(want.String()))
 	})
 
 	It("maps provider stop reasons", func() {

@@ -13,8 +13,8 @@ import (
 // concurrent use.
 type Assembler struct {
 	blocks []Block
-	text   []strings.Builder // text / thinking / tool arguments, per block
-	calls  map[int]int       // tool call index -> block position
+	text   []textBuf   // text / thinking / tool arguments, per block
+	calls  map[int]int // tool call index -> block position
 	usage  Usage
 	gotUse bool
 	stop   StopReason
@@ -55,7 +55,7 @@ func (a *Assembler) Add(ev Event) {
 
 // last returns the builder of the last block if it has type t (and, for
 // thinking, no signature yet), else of a new block of type t.
-func (a *Assembler) last(t BlockType) *strings.Builder {
+func (a *Assembler) last(t BlockType) *textBuf {
 	if n := len(a.blocks); n > 0 {
 		b := &a.blocks[n-1]
 		if b.Type == t && (t != BlockThinking || b.Signature == "") {
@@ -68,7 +68,7 @@ func (a *Assembler) last(t BlockType) *strings.Builder {
 
 func (a *Assembler) add(b Block) {
 	a.blocks = append(a.blocks, b)
-	a.text = append(a.text, strings.Builder{})
+	a.text = append(a.text, textBuf{})
 }
 
 // Message returns the assistant message so far (also after a failed or

@@ -24,6 +24,11 @@ type RawMessage = json.RawMessage
 // and escaping costs bytes and time on every streamed chunk).
 func Marshal(v any) ([]byte, error) { return json.MarshalNoEscape(v) }
 
+// EncodeLine writes v, encoded as by Marshal, and a newline to w in one
+// Write, without the copy of the encoding Marshal returns (a history line
+// may hold a whole answer).
+func EncodeLine(w io.Writer, v any) error { return json.NewEncoder(w).Encode(v) }
+
 // Unmarshal decodes data into v. The decoder copies what it keeps, so data
 // may be reused by the caller afterwards.
 func Unmarshal(data []byte, v any) error { return json.Unmarshal(data, v) }
@@ -168,20 +173,54 @@ func MustMarshal(v any) []byte {
 // SessionNotification{sessionID, ChunkUpdate{kind, Text(text)}}) without
 // reflection: the same bytes, one allocation.
 func EncodeChunkNotification(sessionID, kind, text string) []byte {
-	b := make([]byte, 0, 160+len(sessionID)+len(kind)+len(text)+len(text)/8)
+	c := StartChunkNotification(sessionID, kind, len(text))
+	c.Append(text)
+	return c.Bytes()
+}
+
+// ChunkNotification encodes one text chunk notification from several
+// pieces: the bytes EncodeChunkNotification makes of their concatenation,
+// without building the concatenated string first. It lets a streaming
+// turn send consecutive deltas that are already waiting as one message.
+type ChunkNotification struct{ b []byte }
+
+// StartChunkNotification begins the notification; textLen is the expected
+// length of the text, for sizing the buffer once.
+func StartChunkNotification(sessionID, kind string, textLen int) ChunkNotification {
+	b := make([]byte, 0, 160+len(sessionID)+len(kind)+textLen+textLen/8)
 	b = append(b, `{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":`...)
 	b = AppendJSONString(b, sessionID)
 	b = append(b, `,"update":{"sessionUpdate":`...)
 	b = AppendJSONString(b, kind)
-	b = append(b, `,"content":{"type":"text","text":`...)
-	b = AppendJSONString(b, text)
-	return append(b, "}}}}"...)
+	b = append(b, `,"content":{"type":"text","text":"`...)
+	return ChunkNotification{b: b}
+}
+
+// Append adds text to the chunk's text.
+func (c *ChunkNotification) Append(text string) { c.b = appendJSONStringBody(c.b, text) }
+
+// Len is the size of the encoding so far.
+func (c *ChunkNotification) Len() int { return len(c.b) }
+
+// Bytes ends the notification and returns it; c must not be used after.
+func (c *ChunkNotification) Bytes() []byte {
+	b := append(c.b, `"}}}}`...)
+	c.b = nil
+	return b
 }
 
 // AppendJSONString appends s as a JSON string, escaped like Marshal.
 func AppendJSONString(b []byte, s string) []byte {
-	const hex = "0123456789abcdef"
 	b = append(b, '"')
+	b = appendJSONStringBody(b, s)
+	return append(b, '"')
+}
+
+// appendJSONStringBody appends s escaped as inside a JSON string. Each rune
+// is escaped on its own, so the pieces of a text escape to the pieces of
+// its escape.
+func appendJSONStringBody(b []byte, s string) []byte {
+	const hex = "0123456789abcdef"
 	start := 0
 	for i := 0; i < len(s); {
 		c := s[i]
@@ -228,6 +267,5 @@ func AppendJSONString(b []byte, s string) []byte {
 		}
 		i += size
 	}
-	b = append(b, s[start:]...)
-	return append(b, '"')
+	return append(b, s[start:]...)
 }

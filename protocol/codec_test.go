@@ -3,6 +3,7 @@ package protocol
 import (
 	"math/rand/v2"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -21,6 +22,51 @@ func TestEncodeChunkNotificationMatchesMarshal(t *testing.T) {
 		var a, b any
 		if Unmarshal(got, &a) != nil || Unmarshal(want, &b) != nil || !reflect.DeepEqual(a, b) {
 			t.Fatalf("%q:\n got %s\nwant %s", s, got, want)
+		}
+	}
+}
+
+func TestChunkNotificationJoinsPieces(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	alphabet := []string{"a", "é", "\"", "\\", "\n", "\x01", "\u2028", "😀", "12@34|"}
+	for range 5000 {
+		var pieces []string
+		whole := ""
+		for range 1 + r.IntN(6) {
+			var p string
+			for range r.IntN(5) {
+				p += alphabet[r.IntN(len(alphabet))]
+			}
+			pieces = append(pieces, p)
+			whole += p
+		}
+		c := StartChunkNotification("sess-1", UpdateAgentThoughtChunk, 0)
+		for _, p := range pieces {
+			c.Append(p)
+		}
+		got, want := c.Bytes(), EncodeChunkNotification("sess-1", UpdateAgentThoughtChunk, whole)
+		if string(got) != string(want) {
+			t.Fatalf("%q:\n got %s\nwant %s", pieces, got, want)
+		}
+	}
+}
+
+func TestEncodeLineIsMarshalAndNewline(t *testing.T) {
+	for _, v := range []any{
+		map[string]any{"text": "<a & b> é \u2028 \xff", "n": 1},
+		SessionNotification{SessionID: "s", Update: ChunkUpdate{SessionUpdate: UpdateAgentMessageChunk, Content: Text("x\ny")}},
+		[]int{1, 2},
+	} {
+		var buf strings.Builder
+		if err := EncodeLine(&buf, v); err != nil {
+			t.Fatal(err)
+		}
+		want, err := Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if buf.String() != string(want)+"\n" {
+			t.Fatalf("EncodeLine %s\nMarshal    %s", buf.String(), want)
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -556,17 +557,30 @@ func (s *fileSession) Append(entries ...Entry) error {
 	if err != nil {
 		return err
 	}
-	buf := s.buf[:0]
-	for i := range stamped {
-		if buf, err = appendLine(buf, &stamped[i]); err != nil {
-			return err
+	var n int
+	if len(stamped) == 1 {
+		// The usual case: the line goes from the encoder to the file, not
+		// copied on the way (a message can hold a whole long answer).
+		w := countingWriter{w: s.f}
+		err = protocol.EncodeLine(&w, &stamped[0])
+		n = w.n
+		if err != nil && n == 0 {
+			return fmt.Errorf("encode entry %d: %w", stamped[0].Seq, err)
 		}
-	}
-	n, err := s.f.Write(buf)
-	if cap(buf) <= maxKeptBuf {
-		s.buf = buf[:0]
 	} else {
-		s.buf = nil
+		// Several entries: one write, so they land together.
+		buf := s.buf[:0]
+		for i := range stamped {
+			if buf, err = appendLine(buf, &stamped[i]); err != nil {
+				return err
+			}
+		}
+		n, err = s.f.Write(buf)
+		if cap(buf) <= maxKeptBuf {
+			s.buf = buf[:0]
+		} else {
+			s.buf = nil
+		}
 	}
 	if err != nil {
 		// Cut a partial write so the next append starts on a fresh line.
@@ -580,6 +594,18 @@ func (s *fileSession) Append(entries ...Entry) error {
 	s.dirty = true
 	copy(entries, stamped)
 	return nil
+}
+
+// countingWriter counts what reached w.
+type countingWriter struct {
+	w io.Writer
+	n int
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += n
+	return n, err
 }
 
 // writable reports why the handle cannot write now, if it cannot. s.mu held.

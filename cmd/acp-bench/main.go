@@ -54,8 +54,9 @@ var workloads = []string{"stdio-stream", "http-fanout", "idle-streams", "churn",
 const usage = `usage: acp-bench <workload> [flags]
 
 workloads:
-  stdio-stream   one session over stdio; the model streams --chunks (200000) as fast as it can;
-                 compared with a plain writer pushing the same lines through a pipe
+  stdio-stream   one session over stdio; the model streams --chunks (200000) as fast as it can
+                 (--model-flush: a socket write per chunk); compared with a plain writer pushing
+                 the same chunks, one line each, through a pipe
   http-fanout    --conns (100,1000,5000) HTTP+SSE connections, each its own session and prompt,
                  --chunks (500) per prompt at --rate (50) chunks/s each
   idle-streams   --streams (10000) open idle SSE streams: server RSS per stream; --hold 90s
@@ -79,7 +80,7 @@ flags:
 type config struct {
 	server, jsonPath, htmlPath, home, logLevel, cpuProfile string
 	selfProfile, compareRef, beforeServer                  string
-	noProgress, debug, baseline                            bool
+	noProgress, debug, baseline, modelFlush                bool
 	chunks, streams, clients, runs, maxCycles, setupWidth  int
 	rounds                                                 int
 	conns                                                  string
@@ -118,6 +119,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&c.dropEvery, "drop-every", 5*time.Second, "mean time between stream drops per connection (soak)")
 	fs.DurationVar(&c.reconnectMax, "reconnect-max", 200*time.Millisecond, "longest pause before a dropped stream resumes (soak)")
 	fs.BoolVar(&c.baseline, "baseline", true, "also run the plain-writer baseline (stdio-stream)")
+	fs.BoolVar(&c.modelFlush, "model-flush", false, "the fake model flushes every chunk, a socket write each (stdio-stream; default: full buffers, as a model that outruns the network)")
 	fs.IntVar(&c.setupWidth, "setup-width", 64, "connections set up at once")
 	fs.DurationVar(&c.timeout, "timeout", 0, "bound of one run (default: derived from the sizes)")
 	fs.StringVar(&c.compareRef, "compare", "", "compare --server with the build of this git ref, in alternating rounds")
@@ -261,7 +263,7 @@ func runWorkload(ctx context.Context, name string, o *bench.Options, c *config) 
 	switch name {
 	case "stdio-stream":
 		return one(bench.StdioStream(ctx, o, bench.StdioStreamParams{
-			Chunks: orDefault(c.chunks, 200_000), Baseline: c.baseline, Timeout: c.timeout}))
+			Chunks: orDefault(c.chunks, 200_000), Baseline: c.baseline, ModelFlush: c.modelFlush, Timeout: c.timeout}))
 	case "http-fanout":
 		var out []*bench.Result
 		for _, n := range connList(c.conns, name) {

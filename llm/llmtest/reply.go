@@ -49,6 +49,11 @@ type Reply struct {
 	// ChunkFunc is called just before chunk i is written, so it can embed a
 	// sequence number and a send timestamp. Go API only.
 	ChunkFunc func(i int) string `json:"-"`
+	// Buffered, with no Delay, writes ChunkFunc's chunks without a flush
+	// each: the HTTP server sends them when its buffer is full, as a model
+	// server does whose output outruns the network. Without it every chunk
+	// is its own socket write, so a client reads one chunk per read.
+	Buffered bool `json:"buffered,omitempty"`
 
 	// ToolCalls are streamed after the text; Interleave sends their argument
 	// fragments round-robin by index instead of one call after the other

@@ -369,7 +369,7 @@ func newPacer(srv *Server, w http.ResponseWriter, r *http.Request, reply *Reply)
 	if reply.Disconnect || reply.Hang || reply.StreamError != "" {
 		p.cutAt = max(reply.AfterChunks, 0)
 	}
-	p.flush = reply.Chunks == 0 || reply.Delay > 0 || reply.ChunkFunc != nil
+	p.flush = reply.Chunks == 0 || reply.Delay > 0 || (reply.ChunkFunc != nil && !reply.Buffered)
 	return p
 }
 

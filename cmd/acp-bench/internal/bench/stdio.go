@@ -21,6 +21,10 @@ type StdioStreamParams struct {
 	Chunks int
 	// Baseline also pushes the same lines through a plain writer process.
 	Baseline bool
+	// ModelFlush makes the fake model flush every chunk (a socket write
+	// each, so the server reads one chunk per read); by default it writes
+	// as fast as it can and its HTTP server sends full buffers.
+	ModelFlush bool
 	// Timeout bounds the run (0: 5 minutes).
 	Timeout time.Duration
 }
@@ -83,10 +87,16 @@ func StdioStream(ctx context.Context, o *Options, p StdioStreamParams) (*Result,
 	if p.Timeout <= 0 {
 		p.Timeout = 5 * time.Minute
 	}
-	r := newResult("stdio-stream", "chunks="+strconv.Itoa(p.Chunks), map[string]any{"chunks": p.Chunks, "baseline": p.Baseline})
+	variant := "chunks=" + strconv.Itoa(p.Chunks)
+	if p.ModelFlush {
+		variant += " model-flush"
+	}
+	r := newResult("stdio-stream", variant, map[string]any{"chunks": p.Chunks, "baseline": p.Baseline, "modelFlush": p.ModelFlush})
 	fake, stopFake := startFake(0)
 	defer stopFake()
-	fake.Script(streamingReply(p.Chunks, 0))
+	reply := streamingReply(p.Chunks, 0)
+	reply.Buffered = !p.ModelFlush
+	fake.Script(reply)
 
 	srv, err := StartServer(ctx, o, "stdio", fake.URL())
 	if err != nil {
@@ -195,9 +205,11 @@ const (
 )
 
 // runBaseline runs the minimal writer (this executable, re-executed as
-// "baseline-writer") and reads its lines exactly as the server's.
+// "baseline-writer") and reads its lines exactly as the server's: one line
+// per chunk, the server's first chunk line with one marker (a server line
+// may carry several joined chunks).
 func runBaseline(ctx context.Context, o *Options, template []byte, n int, deadline time.Time) (*lineStats, error) {
-	start, end, ok := marker.Find(template)
+	start, end, ok := marker.Span(template)
 	if !ok {
 		return nil, errors.New("no marker in the chunk line")
 	}

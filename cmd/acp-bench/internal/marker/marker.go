@@ -56,6 +56,20 @@ func Find(text []byte) (start, end int, ok bool) {
 	return start, end, ok
 }
 
+// Span returns the byte span [start, end) from the first marker's start to
+// the last marker's end (a line carrying several joined chunks).
+func Span(text []byte) (start, end int, ok bool) {
+	_, _, start, end, ok = next(text, 0)
+	for ok {
+		_, _, _, e, more := next(text, end)
+		if !more {
+			break
+		}
+		end = e
+	}
+	return start, end, ok
+}
+
 // next finds the first marker at or after text[i:].
 func next(text []byte, i int) (seq, ts int64, start, end int, ok bool) {
 	for i < len(text) {

@@ -167,3 +167,14 @@ func TestFind(t *testing.T) {
 		t.Fatal("found a marker in none")
 	}
 }
+
+func TestSpan(t *testing.T) {
+	line := []byte(`{"text":"1@100|2@200|3@300|"}`)
+	start, end, ok := Span(line)
+	if !ok || string(line[:start]) != `{"text":"` || string(line[end:]) != `"}` {
+		t.Fatalf("%d %d %v", start, end, ok)
+	}
+	if _, _, ok := Span([]byte("no marker")); ok {
+		t.Fatal("span without a marker")
+	}
+}

@@ -1,0 +1,70 @@
+package llm
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestTextBufKeepsTheText(t *testing.T) {
+	var tb textBuf
+	var want strings.Builder
+	if tb.String() != "" {
+		t.Fatal("empty")
+	}
+	piece := "0123456789abcdefghij"
+	for i := range 20000 {
+		p := piece[:i%len(piece)]
+		if i%1000 == 999 {
+			p = strings.Repeat("L", 70<<10) // longer than a block
+		}
+		tb.WriteString(p)
+		want.WriteString(p)
+		if i%3000 == 0 {
+			// String between writes must not change earlier results.
+			s := tb.String()
+			if s != want.String() || tb.Len() != len(s) {
+				t.Fatalf("after %d writes: mismatch", i+1)
+			}
+			if again := tb.String(); again != s {
+				t.Fatal("second String differs")
+			}
+			tb.WriteString("x")
+			want.WriteString("x")
+			if s != want.String()[:len(s)] {
+				t.Fatal("a later write changed an earlier String")
+			}
+		}
+	}
+	if got := tb.String(); got != want.String() {
+		t.Fatalf("final text differs (%d vs %d bytes)", len(got), want.Len())
+	}
+}
+
+// BenchmarkAnswerText grows a 200,000-piece answer (the acp-bench
+// stdio-stream reply) and takes it as one string, as the assembler does:
+// textBuf against the strings.Builder it replaces. B/op is what the answer
+// costs in allocations.
+func BenchmarkAnswerText(b *testing.B) {
+	const pieces = 200_000
+	piece := "123456@1733000000000000000|"
+	b.Run("textBuf", func(b *testing.B) {
+		b.ReportAllocs()
+		for range b.N {
+			var tb textBuf
+			for range pieces {
+				tb.WriteString(piece)
+			}
+			_ = tb.String()
+		}
+	})
+	b.Run("strings.Builder", func(b *testing.B) {
+		b.ReportAllocs()
+		for range b.N {
+			var sb strings.Builder
+			for range pieces {
+				sb.WriteString(piece)
+			}
+			_ = sb.String()
+		}
+	})
+}
