@@ -12,6 +12,7 @@ import (
 
 	"github.com/iac-code/iac-code/cmd/acp-bench/internal/acpclient"
 	"github.com/iac-code/iac-code/cmd/acp-bench/internal/marker"
+	"github.com/iac-code/iac-code/cmd/acp-bench/internal/proc"
 	"github.com/iac-code/iac-code/cmd/acp-bench/internal/stats"
 )
 
@@ -120,6 +121,7 @@ func StdioStream(ctx context.Context, o *Options, p StdioStreamParams) (*Result,
 
 	ms0, _ := srv.MemStats(ctx)
 	u0 := srv.Usage()
+	sampler := proc.StartSampler(srv.Pid(), 5*time.Millisecond, 4000)
 	cw := watchCPU(srv.Pid())
 	prog := o.progress("stdio-stream", int64(p.Chunks), "chunks")
 	stopProfile := o.profile(ctx, srv, r, "stdio-stream")
@@ -133,6 +135,7 @@ func StdioStream(ctx context.Context, o *Options, p StdioStreamParams) (*Result,
 	cw.report(cpuReport)
 	prog.finish()
 	stopProfile()
+	sampler.Stop()
 	if err != nil {
 		return nil, fmt.Errorf("prompt: %w; stderr:\n%s", err, srv.Stderr())
 	}
@@ -155,6 +158,9 @@ func StdioStream(ctx context.Context, o *Options, p StdioStreamParams) (*Result,
 	r.add("server CPU/chunk", float64((u1.CPU-u0.CPU).Nanoseconds())/1e3/float64(max(p.Chunks, 1)), "µs")
 	r.add("server RSS", mib(u1.RSS), "MiB")
 	r.add("server RSS peak", mib(u1.PeakRSS), "MiB").Note = "VmHWM: the highest RSS since the server started"
+	r.add("server RSS before prompt", mib(u0.RSS), "MiB").Note = "after initialize and session/new"
+	r.add("server anon RSS peak", mib(sampler.PeakAnon()), "MiB").Note = "RssAnon sampled every 5 ms: the process's own memory, without the binary's pages"
+	r.add("server anon RSS before prompt", mib(u0.AnonRSS), "MiB")
 	if ms0 != nil && ms1 != nil {
 		r.add("server allocs/chunk", float64(ms1.Mallocs-ms0.Mallocs)/float64(max(p.Chunks, 1)), "allocs")
 		r.add("server alloc bytes/chunk", float64(ms1.TotalAlloc-ms0.TotalAlloc)/float64(max(p.Chunks, 1)), "B")

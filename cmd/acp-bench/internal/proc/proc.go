@@ -23,6 +23,9 @@ type Usage struct {
 	RSS int64
 	// PeakRSS is VmHWM in bytes: the highest RSS since the process started.
 	PeakRSS int64
+	// AnonRSS is RssAnon in bytes: the resident memory that is the
+	// process's own (heap, stacks), without the mapped binary's pages.
+	AnonRSS int64
 	// CPU is user + system time.
 	CPU time.Duration
 	// Threads is the number of OS threads.
@@ -46,6 +49,9 @@ func Read(pid int) (Usage, error) {
 	u.RSS *= 1024
 	if hwm, err := statusField(status, "VmHWM:"); err == nil {
 		u.PeakRSS = hwm * 1024
+	}
+	if anon, err := statusField(status, "RssAnon:"); err == nil {
+		u.AnonRSS = anon * 1024
 	}
 	if th, err := statusField(status, "Threads:"); err == nil {
 		u.Threads = int(th)
@@ -115,6 +121,7 @@ type Sampler struct {
 	mu    sync.Mutex
 	list  []Sample
 	peak  int64
+	anon  int64
 	max   int
 }
 
@@ -154,6 +161,7 @@ func (s *Sampler) take() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.peak = max(s.peak, u.RSS)
+	s.anon = max(s.anon, u.AnonRSS)
 	s.list = append(s.list, Sample{T: time.Since(s.start), Usage: u})
 	if len(s.list) < s.max {
 		return false
@@ -191,6 +199,13 @@ func (s *Sampler) Peak() int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.peak
+}
+
+// PeakAnon is the highest anonymous RSS seen.
+func (s *Sampler) PeakAnon() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.anon
 }
 
 // RaiseNoFile lifts this process's open-file soft limit to its hard limit

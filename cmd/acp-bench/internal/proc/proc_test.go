@@ -36,7 +36,7 @@ func TestReadSelf(t *testing.T) {
 		t.Skip("no /proc")
 	}
 	u, err := Read(os.Getpid())
-	if err != nil || u.RSS <= 0 || u.Threads <= 0 || u.PeakRSS < u.RSS {
+	if err != nil || u.RSS <= 0 || u.Threads <= 0 || u.PeakRSS < u.RSS || u.AnonRSS <= 0 || u.AnonRSS > u.RSS {
 		t.Fatalf("%+v %v", u, err)
 	}
 	s := StartSampler(0, time.Millisecond, 16)
