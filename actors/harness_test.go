@@ -147,6 +147,10 @@ func newHarness(provider *scriptedProvider, extra ...tools.Tool) *harness {
 func newHarnessWith(cfg Config, provider *scriptedProvider, extra ...tools.Tool) *harness {
 	st, err := store.New(GinkgoT().TempDir())
 	Expect(err).NotTo(HaveOccurred())
+	return newHarnessOn(st, cfg, provider, extra...)
+}
+
+func newHarnessOn(st store.Store, cfg Config, provider *scriptedProvider, extra ...tools.Tool) *harness {
 	cfg.Version, cfg.LLM = "test", llm.Config{APIKey: "k", Model: "m"}
 	srv := NewServer(Deps{
 		Store:    st,

@@ -165,11 +165,14 @@ func (s *session) permissionAnswered(ctx actor.Context, m *clientAnswer) {
 }
 
 func (s *session) remember(key string, d store.Decision) {
+	if s.meta.Permissions[key] == d {
+		return
+	}
 	if s.meta.Permissions == nil {
 		s.meta.Permissions = map[string]store.Decision{}
 	}
 	s.meta.Permissions[key] = d
-	s.saveMeta()
+	s.changeMeta()
 }
 
 func (s *session) dropPermissionAsks() {

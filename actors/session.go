@@ -159,11 +159,15 @@ type session struct {
 	forkSrc  string
 	log      zerolog.Logger
 
-	store   store.Session
-	meta    store.Meta
-	entries []store.Entry
-	failed  bool
-	failErr *protocol.Error // the answer to requests of a failed session
+	store store.Session
+	meta  store.Meta
+	// metaDirty: meta changed since it was last written. A change during
+	// a turn (title, mode, remembered permission) is written at the turn's
+	// end, with its usage: one metadata write per turn (see changeMeta).
+	metaDirty bool
+	entries   []store.Entry
+	failed    bool
+	failErr   *protocol.Error // the answer to requests of a failed session
 	// fenced: a write found the session taken over by another process
 	// (shared store, ErrFenced); the answer to what needed that write. The
 	// session writes nothing more until stopWriting has let go of it.
@@ -452,6 +456,7 @@ func (s *session) releaseIfIdle(ctx actor.Context) {
 		s.armRelease(ctx, left)
 		return
 	}
+	s.flushMeta()
 	if err := s.store.Release(); err != nil {
 		s.log.Error().Err(err).Msg("release session store")
 	}
@@ -521,6 +526,9 @@ func (s *session) stopWriting(ctx actor.Context) {
 }
 
 // adoptMeta takes the store's metadata, with mode and model made valid here.
+// A history without its title (the process was killed during the first
+// turn, before the turn's metadata write) gets it back from its first
+// prompt; it is written with the next change.
 func (s *session) adoptMeta() {
 	s.meta = s.store.Meta()
 	if !validMode(s.meta.Mode) {
@@ -528,6 +536,16 @@ func (s *session) adoptMeta() {
 	}
 	if !s.validModel(s.meta.Model) {
 		s.meta.Model = s.deps.llmConfig().Model
+	}
+	if s.meta.Title == "" {
+		for i := range s.entries {
+			if e := &s.entries[i]; e.Kind == store.KindMessage && e.Message.Role == llm.RoleUser {
+				if s.meta.Title = store.TitleFrom(e.Message.TextOf()); s.meta.Title != "" {
+					s.metaDirty = true
+					break
+				}
+			}
+		}
 	}
 }
 
@@ -607,7 +625,7 @@ func (s *session) attach(ctx actor.Context, m *attach) {
 	s.seen = 0
 	if m.cwd != "" && m.cwd != s.meta.Cwd {
 		s.meta.Cwd = m.cwd
-		s.saveMeta()
+		s.changeMeta()
 		if s.fenced != nil {
 			s.respondError(ctx, m.reqID, s.fenced)
 			return
@@ -715,7 +733,7 @@ func (s *session) respondTo(ctx actor.Context, conn *actor.PID, id protocol.RawM
 	ctx.Send(conn, &outbound{frame: Frame{Data: data, SessionID: s.id}})
 }
 
-// saveMeta persists s.meta (nothing once fenced: see writeFailed).
+// saveMeta persists s.meta now (nothing once fenced: see writeFailed).
 func (s *session) saveMeta() {
 	if s.fenced != nil {
 		return
@@ -725,6 +743,26 @@ func (s *session) saveMeta() {
 		return
 	}
 	s.meta = s.store.Meta()
+	s.metaDirty = false
+}
+
+// changeMeta persists a change of s.meta: at once when no turn runs, else
+// at the turn's end (endTurn writes the metadata once per turn anyway).
+// What is durable when: the history's lines at every message (fsynced at
+// the turn's end); the metadata at the turn's end, or at once for a change
+// made between turns.
+func (s *session) changeMeta() {
+	s.metaDirty = true
+	if s.turn == nil {
+		s.saveMeta()
+	}
+}
+
+// flushMeta writes a change still pending (a session closed or released).
+func (s *session) flushMeta() {
+	if s.metaDirty {
+		s.saveMeta()
+	}
 }
 
 func (s *session) handle(ctx actor.Context, r *sessionRequest) {
@@ -844,7 +882,7 @@ func (s *session) setMode(ctx actor.Context, reqID protocol.RawMessage, mode str
 		return
 	}
 	s.meta.Mode = mode
-	s.saveMeta()
+	s.changeMeta()
 	if s.fenced != nil {
 		s.respondError(ctx, reqID, s.fenced)
 		return
@@ -865,13 +903,13 @@ func (s *session) setConfig(ctx actor.Context, r *sessionRequest) {
 	case p.ConfigID == "mode" && validMode(value):
 		if value != s.meta.Mode {
 			s.meta.Mode = value
-			s.saveMeta()
+			s.changeMeta()
 			s.emit(ctx, protocol.CurrentModeUpdate{SessionUpdate: protocol.UpdateCurrentMode, CurrentModeID: value})
 		}
 	case p.ConfigID == "model" && s.validModel(value):
 		if value != s.meta.Model {
 			s.meta.Model = value
-			s.saveMeta()
+			s.changeMeta()
 		}
 	case p.ConfigID == "mode" || p.ConfigID == "model":
 		s.respondError(ctx, r.id, protocol.ErrInvalidParams(map[string]string{"value": "unknown value for " + p.ConfigID}))
@@ -978,13 +1016,13 @@ func (s *session) record(ctx actor.Context, msg llm.Message) {
 	s.append(store.MessageEntry(msg))
 	if s.meta.Title == "" && msg.Role == llm.RoleUser {
 		if title := store.TitleFrom(msg.TextOf()); title != "" {
-			s.meta.Title = title
-			s.saveMeta()
+			// Written with the turn this prompt starts, at its end.
+			s.meta.Title, s.meta.UpdatedAt, s.metaDirty = title, time.Now().UTC(), true
 			if s.fenced != nil {
 				return
 			}
 			s.emit(ctx, protocol.SessionInfoUpdate{SessionUpdate: protocol.UpdateSessionInfo, Title: title,
-				UpdatedAt: s.meta.UpdatedAt.UTC().Format(time.RFC3339)})
+				UpdatedAt: s.meta.UpdatedAt.Format(time.RFC3339)})
 		}
 	}
 }
@@ -1004,6 +1042,7 @@ func (s *session) append(e store.Entry) {
 // idempotent): before session/close is answered, so that another process
 // can load the session as soon as the client hears it is closed.
 func (s *session) closeStore() {
+	s.flushMeta()
 	if err := s.store.Close(); err != nil {
 		s.log.Error().Err(err).Msg("close session store")
 	}
@@ -1067,6 +1106,8 @@ func (s *session) endTurn(ctx actor.Context, m *turnFinished) {
 		}
 	}
 	s.syncStore()
+	// The turn's one metadata write: its usage, the time, and whatever
+	// changed while it ran (see changeMeta).
 	s.meta.Usage = s.meta.Usage.Add(m.usage)
 	s.saveMeta()
 	switch {

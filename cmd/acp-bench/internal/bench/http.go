@@ -413,6 +413,7 @@ func Churn(ctx context.Context, o *Options, p ChurnParams) (*Result, error) {
 	r.add("cycle max", sum.MaxMS, "ms")
 	r.add("errors", float64(errs.Total()), "")
 	r.add("server CPU", (u1.CPU - u0.CPU).Seconds(), "s")
+	r.add("server CPU/cycle", float64((u1.CPU-u0.CPU).Microseconds())/1e3/float64(max(n, 1)), "ms").Note = "robust to other load, unlike cycles/s"
 	r.add("server RSS start", mib(u0.RSS), "MiB")
 	r.add("server RSS end", mib(u1.RSS), "MiB")
 	r.Metrics = append(r.Metrics, cpuReport.Metrics...)
