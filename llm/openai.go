@@ -67,6 +67,9 @@ type openAIProvider struct {
 	maxCompletion bool
 }
 
+// maxIdleModelConns bounds the idle connections kept to the model host.
+const maxIdleModelConns = 256
+
 // newHTTPClient is the client both providers use.
 func newHTTPClient() *http.Client {
 	var transport http.RoundTripper = http.DefaultTransport
@@ -75,6 +78,10 @@ func newHTTPClient() *http.Client {
 		// A server that accepts but never answers fails instead of hanging
 		// (the idle timeout usually fires first).
 		t.ResponseHeaderTimeout = 10 * time.Minute
+		// Every session of the server talks to the same model host: keep a
+		// connection per concurrent call for the next one (the default is
+		// 2, so most model calls would dial and handshake again).
+		t.MaxIdleConnsPerHost = maxIdleModelConns
 		transport = t
 	}
 	return &http.Client{Transport: transport}

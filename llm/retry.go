@@ -332,10 +332,14 @@ func streamCall(ctx context.Context, name string, idleTimeout time.Duration,
 	redact func(error) error,
 ) error {
 	rctx, idle := watchIdle(ctx, idleTimeout)
-	defer idle.stop()
 	var resp *http.Response
 	stream := open(rctx, &resp)
-	defer stream.Close()
+	defer func() {
+		if stream != nil { // not handed to releaseConn
+			_ = stream.Close()
+			idle.stop()
+		}
+	}()
 	fail := func(err error, mapErr func(error) error) error {
 		if ctx.Err() != nil {
 			return ctx.Err() // the call failed because ctx ended
@@ -355,5 +359,45 @@ func streamCall(ctx context.Context, name string, idleTimeout time.Duration,
 	if err := decode(idle.body(resp.Body)); err != nil {
 		return fail(err, redact)
 	}
+	// The deferred Close and stop must wait for the drain: it owns them now.
+	release := releaseConn(resp.Body, stream, idle)
+	stream, idle = nil, nil
+	release()
 	return nil
+}
+
+// Bounds of releaseConn.
+const (
+	drainMax     = 64 << 10
+	drainWait    = 10 * time.Millisecond
+	drainTimeout = 2 * time.Second
+)
+
+// releaseConn reads what follows the end of a stream ([DONE], message_stop)
+// to the end of the body, so the connection goes back to the client's pool:
+// a body closed before its end closes the connection, and the next model
+// call dials (and over TLS handshakes) again. The returned func waits for
+// that up to drainWait (a server ends the response right after the stream's
+// end: microseconds); past it, the drain goes on in the background, up to
+// drainTimeout, so that a slow or odd server delays the turn by drainWait
+// at most and costs at worst the connection.
+func releaseConn(body io.Reader, stream openedStream, idle *idleWatch) (wait func()) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer func() { _ = recover() }() // nothing here may take the process down
+		t := time.AfterFunc(drainTimeout, idle.cancel)
+		_, _ = io.CopyN(io.Discard, body, drainMax)
+		t.Stop()
+		_ = stream.Close()
+		idle.stop()
+	}()
+	return func() {
+		t := time.NewTimer(drainWait)
+		defer t.Stop()
+		select {
+		case <-done:
+		case <-t.C:
+		}
+	}
 }
