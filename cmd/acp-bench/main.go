@@ -80,7 +80,7 @@ flags:
 type config struct {
 	server, jsonPath, htmlPath, home, logLevel, cpuProfile string
 	selfProfile, compareRef, beforeServer                  string
-	noProgress, debug, baseline, modelFlush                bool
+	noProgress, debug, baseline, modelFlush, valgrind      bool
 	chunks, streams, clients, runs, maxCycles, setupWidth  int
 	rounds                                                 int
 	conns                                                  string
@@ -104,6 +104,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&c.home, "home", "", "IAC_CODE_HOME of the server (default: a fresh directory on /dev/shm)")
 	fs.StringVar(&c.logLevel, "log-level", "warn", "IAC_CODE_LOG_LEVEL of the server")
 	fs.BoolVar(&c.noProgress, "no-progress", false, "no progress bar")
+	fs.BoolVar(&c.valgrind, "valgrind", false, "run the server under valgrind's cachegrind and report the instructions it executed (robust to other load; ~50× slower: use small sizes)")
 	fs.BoolVar(&c.debug, "debug", false, "read allocation counts from a profiling build of the server (bin/iac-code-prof, task bench:profserver)")
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "with a profiling build: write a CPU profile of each measured phase to PREFIX-<workload>.pprof (implies --debug)")
 	fs.StringVar(&c.selfProfile, "bench-cpuprofile", "", "write a CPU profile of acp-bench itself (fake model + clients) to this file")
@@ -154,7 +155,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	o := &bench.Options{
 		Bin: c.server, Home: c.home, LogLevel: c.logLevel, Debug: c.debug || c.cpuProfile != "",
-		CPUProfile: c.cpuProfile, Progress: !c.noProgress, ProgressOut: stderr, Log: stderr,
+		CPUProfile: c.cpuProfile, Progress: !c.noProgress, ProgressOut: stderr, Log: stderr, Valgrind: c.valgrind,
 	}
 	if err := o.Prepare(); err != nil {
 		fmt.Fprintln(stderr, "acp-bench:", err)

@@ -41,6 +41,10 @@ type Options struct {
 	// CPUProfile, when set (needs Debug and a profiling build), is the
 	// prefix of the files receiving a CPU profile of each measured phase.
 	CPUProfile string
+	// Valgrind runs the server under valgrind's cachegrind, which counts
+	// the instructions it executes: a figure that other load on the
+	// machine does not change (the run itself is ~50× slower).
+	Valgrind bool
 	// Progress shows a progress bar on ProgressOut (default stderr).
 	Progress    bool
 	ProgressOut io.Writer
@@ -339,6 +343,18 @@ func (o *Options) profile(ctx context.Context, s *Server, r *Result, name string
 		}
 		r.Profiles = append(r.Profiles, path)
 	}
+}
+
+// instructions adds the server's instruction count (Options.Valgrind),
+// in total and per unit of work (startup included: compare runs of one
+// size).
+func (r *Result) instructions(s *Server, n int64, unit string) {
+	ir, ok := s.Instructions()
+	if !ok {
+		return
+	}
+	r.add("server instructions", float64(ir), "instr").Note = "cachegrind, the whole run, startup included"
+	r.add("server instructions/"+unit, float64(ir)/float64(max(n, 1)), "instr")
 }
 
 // mib formats bytes as MiB.

@@ -231,6 +231,7 @@ func Fanout(ctx context.Context, o *Options, p FanoutParams) (*Result, error) {
 	if err := srv.Stop(); err != nil {
 		r.Notes = append(r.Notes, err.Error())
 	}
+	r.instructions(srv, events, "event")
 	r.finish(&total, errs.Snapshot())
 	return r, nil
 }
@@ -316,6 +317,7 @@ func Idle(ctx context.Context, o *Options, p IdleParams) (*Result, error) {
 	if err := srv.Stop(); err != nil {
 		r.Notes = append(r.Notes, err.Error())
 	}
+	r.instructions(srv, int64(open), "stream")
 	r.finish(nil, errs.Snapshot())
 	if open != p.Streams {
 		r.fail("%d of %d streams opened", open, p.Streams)
@@ -423,6 +425,7 @@ func Churn(ctx context.Context, o *Options, p ChurnParams) (*Result, error) {
 	if err := srv.Stop(); err != nil {
 		r.Notes = append(r.Notes, err.Error())
 	}
+	r.instructions(srv, n, "cycle")
 	r.finish(&total, errs.Snapshot())
 	return r, nil
 }

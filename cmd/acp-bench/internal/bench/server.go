@@ -41,6 +41,8 @@ type Server struct {
 	stderr *tailBuffer
 	exited chan struct{}
 	err    error
+	// cachegrind is valgrind's output file (Options.Valgrind).
+	cachegrind string
 }
 
 // serverEnv is the child's environment: ours without IAC_CODE_*/IACCODE_*
@@ -98,6 +100,18 @@ func StartServer(ctx context.Context, o *Options, transport, fakeURL string) (*S
 		args = append(args, "--host", "127.0.0.1", "--port", strconv.Itoa(port))
 	}
 	cmd := exec.Command(o.Bin, args...)
+	if o.Valgrind {
+		f, err := os.CreateTemp("", "acp-bench-cachegrind-")
+		if err != nil {
+			return nil, err
+		}
+		f.Close()
+		s.cachegrind = f.Name()
+		// Go's asynchronous preemption signals upset valgrind's tools.
+		extra = append(extra, "GODEBUG=asyncpreemptoff=1")
+		cmd = exec.Command("valgrind", append([]string{"--tool=cachegrind", "--cache-sim=no",
+			"--cachegrind-out-file=" + s.cachegrind, "--trace-children=no", o.Bin}, args...)...)
+	}
 	cmd.Env = o.serverEnv(fakeURL, extra...)
 	cmd.Dir = o.Workdir
 	cmd.Stderr = s.stderr
@@ -252,6 +266,26 @@ func (s *Server) StartCPUProfile(ctx context.Context) error {
 // StopCPUProfile stops it and returns the pprof file.
 func (s *Server) StopCPUProfile(ctx context.Context) ([]byte, error) {
 	return s.debugCall(ctx, "/debug/bench/cpu/stop")
+}
+
+// Instructions is what cachegrind counted for the whole life of a server
+// run under valgrind (after Stop); false when not measured.
+func (s *Server) Instructions() (int64, bool) {
+	if s.cachegrind == "" {
+		return 0, false
+	}
+	b, err := os.ReadFile(s.cachegrind)
+	_ = os.Remove(s.cachegrind)
+	if err != nil {
+		return 0, false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "summary:"); ok {
+			n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			return n, err == nil
+		}
+	}
+	return 0, false
 }
 
 // Exited is closed when the process has exited.
