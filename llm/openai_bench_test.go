@@ -75,3 +75,40 @@ func BenchmarkOpenAIStreamLatency(b *testing.B) {
 	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
 	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
 }
+
+// benchTools are twelve tool definitions shaped like the built-in ones.
+func benchTools() []llm.ToolSpec {
+	var out []llm.ToolSpec
+	for i := range 12 {
+		out = append(out, llm.ToolSpec{
+			Name:        "tool_" + strconv.Itoa(i),
+			Description: "Reads, writes or runs something in the working directory; paths are relative to it unless absolute.",
+			InputSchema: []byte(`{"type":"object","properties":{"path":{"type":"string","description":"File path"},` +
+				`"offset":{"type":"integer","minimum":0},"limit":{"type":"integer","minimum":1,"maximum":2000},` +
+				`"pattern":{"type":"string"},"flags":{"type":"array","items":{"type":"string"}}},"required":["path"]}`),
+		})
+	}
+	return out
+}
+
+// BenchmarkOpenAIShortCall is one short model call carrying twelve tool
+// definitions, as every turn of an agent makes: building and encoding the
+// request dominates, not the 5-chunk answer.
+func BenchmarkOpenAIShortCall(b *testing.B) {
+	srv := llmtest.Start(b)
+	srv.SetDefault(llmtest.Reply{Chunks: 5, ChunkText: "token "})
+	p, err := llm.New(llm.Config{Provider: "openai_compatible", BaseURL: srv.URL(), APIKey: "k", Model: "m", Retry: noRetry})
+	if err != nil {
+		b.Fatal(err)
+	}
+	req := userRequest("go")
+	req.Tools = benchTools()
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := p.Stream(ctx, req, func(llm.Event) {}); err != nil {
+			b.Fatal(err)
+		}
+		srv.Reset()
+	}
+}

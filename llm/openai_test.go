@@ -484,6 +484,15 @@ func TestOpenAIRequestBody(t *testing.T) {
 		c.Tools[1].Function.Name != "noop" || !strings.Contains(string(c.Tools[1].Function.Parameters), `"type":"object"`) {
 		t.Errorf("tools = %+v", c.Tools)
 	}
+	// A tool whose schema changed goes out changed (definitions are cached).
+	changed := `{"type":"object","properties":{"file":{"type":"string"}}}`
+	req.Tools[0].InputSchema = json.RawMessage(changed)
+	if _, err := stream(t, p, req); err != nil {
+		t.Fatal(err)
+	}
+	if got := srv.Requests()[1].Chat.Tools[0].Function.Parameters; string(got) != changed {
+		t.Errorf("changed schema sent as %s", got)
+	}
 	m := c.Messages
 	if len(m) != 6 {
 		t.Fatalf("messages = %s", r.Body)
