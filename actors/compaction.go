@@ -94,10 +94,8 @@ func (t *turn) startCompaction(ctx actor.Context, keepTurns int) bool {
 	return true
 }
 
-func (t *turn) endCompaction(ctx actor.Context, err error) {
+func (t *turn) endCompaction(ctx actor.Context, err error, summary string) {
 	t.compacting = false
-	msg := t.asm.Message()
-	summary := msg.TextOf()
 	if err != nil || summary == "" {
 		t.log.Warn().AnErr("error", err).Msg("compaction failed; continuing with the full context")
 		if t.compactOnly {

@@ -16,8 +16,8 @@ import (
 // Messages of the turn actor.
 type (
 	cancelTurn struct{}
-	// streamEnd: the model call of generation gen returned (its events were
-	// queued before, see eventQueue); gen tells stale model calls apart.
+	// streamEnd: the model call of generation gen returned (its events are
+	// in its modelCall); gen tells stale model calls apart.
 	streamEnd struct {
 		gen int
 		err error
@@ -110,15 +110,12 @@ type turn struct {
 	cancel     context.CancelFunc
 	modelCalls int
 	usage      llm.Usage
-	// pendingUsage is the usage reported by the model call being streamed.
-	pendingUsage llm.Usage
-	streaming    bool
-	gen          int
-	ended        bool
+	streaming  bool
+	gen        int
+	ended      bool
 
-	// State of the model call being streamed: its events wait in queue.
-	queue   *eventQueue
-	asm     llm.Assembler
+	// call is the model call being streamed; stop its stop reason.
+	call    *modelCall
 	pending []*pendingCall
 	stop    llm.StopReason
 
@@ -175,11 +172,8 @@ func (t *turn) Receive(ctx actor.Context) {
 			return
 		}
 		t.callModel(ctx)
-	case *streamBatch:
-		t.takeEvents(ctx, m.q)
 	case *streamEnd:
 		if m.gen == t.gen && !t.ended {
-			t.takeEvents(ctx, t.queue)
 			t.onStreamEnd(ctx, m.err)
 		}
 	case *goroutinePanic:
@@ -260,41 +254,32 @@ func (t *turn) forModel(msgs []llm.Message) []llm.Message {
 	return llm.ImagesAsText(msgs)
 }
 
-// stream starts one model call in a goroutine that feeds the actor.
+// stream starts one model call in a goroutine: it sends the answer's text
+// to the client as it comes (see modelCall) and tells the actor when the
+// call returned.
 func (t *turn) stream(ctx actor.Context, req *llm.Request) {
 	t.modelCalls++
 	t.streaming = true
 	t.gen++
-	t.asm = llm.Assembler{}
 	t.pending = nil
 	t.stop = ""
-	t.queue = newEventQueue(t.gen)
 
-	q, self, root, provider, runCtx := t.queue, ctx.Self(), ctx.ActorSystem().Root, t.deps.Provider, t.ctx
-	wake := func(m *streamBatch) { root.Send(self, m) }
+	gen, self, root, provider, runCtx := t.gen, ctx.Self(), ctx.ActorSystem().Root, t.deps.Provider, t.ctx
+	to, sid := ctx.Parent(), t.sessionID
+	call := newModelCall(sid, !t.compacting && t.subagent == "", func(data []byte) {
+		root.Send(to, &outbound{frame: Frame{Data: data, SessionID: sid}})
+	})
+	t.call = call
 	go func() {
 		defer func() {
 			if r := recover(); r != nil {
 				root.Send(self, &goroutinePanic{p: recovered(r)})
 			}
 		}()
-		err := provider.Stream(runCtx, req, func(ev llm.Event) { q.push(runCtx, ev, wake) })
-		root.Send(self, &streamEnd{gen: q.gen, err: err})
+		err := provider.Stream(runCtx, req, call.add)
+		call.end()
+		root.Send(self, &streamEnd{gen: gen, err: err})
 	}()
-}
-
-// takeEvents handles the events waiting in q: those of the current model
-// call, unless the turn has ended; a stale call's are only taken, so that
-// its reader never waits for room.
-func (t *turn) takeEvents(ctx actor.Context, q *eventQueue) {
-	if q == nil {
-		return
-	}
-	evs := q.take()
-	if q == t.queue && !t.ended && len(evs) > 0 {
-		t.onEvents(ctx, evs)
-	}
-	q.recycle(evs)
 }
 
 // currentTools are the turn's own tools plus the MCP tools available now
@@ -319,10 +304,6 @@ func toolSpecs(r *tools.Registry) []llm.ToolSpec {
 	return specs
 }
 
-// assistantMessage is the message the model produced so far (all of it, or
-// what the user saw of a cancelled or failed answer).
-func (t *turn) assistantMessage() llm.Message { return t.asm.Message() }
-
 func (t *turn) record(ctx actor.Context, msg llm.Message) {
 	if len(msg.Content) == 0 {
 		return
@@ -333,11 +314,12 @@ func (t *turn) record(ctx actor.Context, msg llm.Message) {
 
 func (t *turn) onStreamEnd(ctx actor.Context, err error) {
 	t.streaming = false
-	callUsage := t.pendingUsage
+	res := t.call.take()
+	callUsage := res.usage
 	t.usage = t.usage.Add(callUsage)
-	t.pendingUsage = llm.Usage{}
+	t.stop = res.stop
 	if t.compacting {
-		t.endCompaction(ctx, err)
+		t.endCompaction(ctx, err, res.msg.TextOf())
 		return
 	}
 	if err == nil && t.subagent == "" {
@@ -345,10 +327,7 @@ func (t *turn) onStreamEnd(ctx actor.Context, err error) {
 		t.emit(ctx, protocol.UsageUpdate{SessionUpdate: protocol.UpdateUsage,
 			Used: callUsage.InputTokens + callUsage.OutputTokens, Size: int64(t.deps.contextWindow(t.model))})
 	}
-	msg := t.assistantMessage()
-	// The message holds the text now: the assembler's blocks can go before
-	// the session encodes the message for the store.
-	t.asm = llm.Assembler{}
+	msg := res.msg
 	if err != nil {
 		t.record(ctx, msg)
 		if errors.Is(err, context.Canceled) {
@@ -463,10 +442,12 @@ func (t *turn) finish(ctx actor.Context, stopReason string, err *protocol.Error)
 	if t.cancel != nil {
 		t.cancel()
 	}
-	if t.streaming && !t.compacting {
+	if t.streaming {
 		// Keep what the user already saw of a cancelled answer (a summary
 		// being written is not an answer and is never shown).
-		t.record(ctx, t.assistantMessage())
+		if msg := t.call.take().msg; !t.compacting {
+			t.record(ctx, msg)
+		}
 	}
 	t.report = &turnFinished{stopReason: stopReason, usage: t.usage, err: err}
 	t.stopWait = map[int]bool{}

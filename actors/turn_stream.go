@@ -1,150 +1,121 @@
 package actors
 
 import (
-	"context"
 	"sync"
-
-	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/iac-code/iac-code/llm"
 	"github.com/iac-code/iac-code/protocol"
 )
 
-// maxQueuedEvents bounds the provider events waiting for the turn actor.
-// When the turn falls behind, the model call's reader waits, so the model's
-// stream waits in its socket (TCP backpressure) instead of in memory.
-const maxQueuedEvents = 1024
-
 // maxMergedChunk bounds the text of one chunk notification made of several
-// waiting deltas (see turn.onEvents).
+// deltas (see modelCall.add).
 const maxMergedChunk = 64 << 10
 
-// eventQueue hands one model call's events from its reader goroutine to
-// the turn actor in batches. The reader appends under a lock and sends the
-// actor a streamBatch only when none is pending, so the events decoded from
-// one socket read (or arriving while the actor is busy) cost one actor
-// message and no allocation each.
-type eventQueue struct {
-	gen   int
-	msg   *streamBatch // the one wake-up message of this queue
-	mu    sync.Mutex
-	evs   []llm.Event
-	spare []llm.Event
-	woken bool          // msg is in the mailbox, not yet taken
-	taken chan struct{} // a batch was taken (room for a waiting reader)
+// joinedChunkHint sizes a chunk that deltas already received will join:
+// about what one socket read of the model's stream holds.
+const joinedChunkHint = 4 << 10
+
+// modelCall is one streaming model call. Its reader goroutine (the
+// provider's emit) assembles the answer and sends its text to the client
+// as it comes, without a message to the turn actor per token: the turn
+// takes the message once, at the end of the call or when it cancels it.
+//
+// Deltas of one kind that arrive together (llm.Event.Buffered: the next
+// event is already received) go out as one chunk notification: while the
+// server keeps up with the model each delta is its own chunk, and a
+// backlog (a model faster than the client, the store or the machine)
+// costs one message per socket read, not one per token.
+type modelCall struct {
+	sessionID string
+	// stream: text is shown to the client (not a compaction summary, not a
+	// sub-agent's answer); send hands it a notification.
+	stream bool
+	send   func(data []byte)
+
+	mu  sync.Mutex
+	asm llm.Assembler
+	// kind and chunk are the notification being joined ("": none).
+	kind  string
+	chunk protocol.ChunkNotification
+	// taken: the turn has the message; nothing more is added or sent.
+	taken bool
 }
 
-// streamBatch tells the turn that events wait in q.
-type streamBatch struct{ q *eventQueue }
-
-func (*streamBatch) IgnoreDeadLetterLogging() {}
-
-func newEventQueue(gen int) *eventQueue {
-	q := &eventQueue{gen: gen, taken: make(chan struct{}, 1)}
-	q.msg = &streamBatch{q: q}
-	return q
+func newModelCall(sessionID string, stream bool, send func([]byte)) *modelCall {
+	return &modelCall{sessionID: sessionID, stream: stream, send: send}
 }
 
-// push appends ev, waking the actor with wake if no wake-up is pending. It
-// waits while the queue is full; it drops ev when ctx ends meanwhile (the
-// turn no longer wants it).
-func (q *eventQueue) push(ctx context.Context, ev llm.Event, wake func(*streamBatch)) {
-	q.mu.Lock()
-	for len(q.evs) >= maxQueuedEvents {
-		q.mu.Unlock()
-		select {
-		case <-q.taken:
-		case <-ctx.Done():
-			return
-		}
-		q.mu.Lock()
+// add handles one provider event (the reader goroutine).
+func (c *modelCall) add(ev llm.Event) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.taken {
+		return
 	}
-	q.evs = append(q.evs, ev)
-	notify := !q.woken
-	q.woken = true
-	q.mu.Unlock()
-	if notify {
-		wake(q.msg)
+	// The assembler keeps every block in stream order (several signed
+	// thinking blocks, redacted thinking, tool calls) for the next call.
+	c.asm.Add(ev)
+	var kind string
+	switch ev.Type {
+	case llm.EventTextDelta:
+		kind = protocol.UpdateAgentMessageChunk
+	case llm.EventThinkingDelta:
+		kind = protocol.UpdateAgentThoughtChunk
+	}
+	if kind != "" && ev.Text != "" && c.stream {
+		if kind != c.kind || c.chunk.Len() > maxMergedChunk {
+			c.flushLocked()
+			c.kind = kind
+			size := len(ev.Text)
+			if ev.Buffered {
+				size = max(size, joinedChunkHint) // more will join it
+			}
+			c.chunk = protocol.StartChunkNotification(c.sessionID, kind, size)
+		}
+		c.chunk.Append(ev.Text)
+	}
+	if !ev.Buffered {
+		c.flushLocked()
 	}
 }
 
-// take returns the waiting events (the actor calls it for every
-// streamBatch, and hands the slice back with recycle).
-func (q *eventQueue) take() []llm.Event {
-	q.mu.Lock()
-	evs := q.evs
-	q.evs, q.spare = q.spare[:0], nil
-	q.woken = false
-	q.mu.Unlock()
-	select {
-	case q.taken <- struct{}{}:
-	default:
+func (c *modelCall) flushLocked() {
+	if c.kind != "" {
+		c.send(c.chunk.Bytes())
+		c.kind = ""
 	}
-	return evs
 }
 
-// recycle keeps evs' array for the next batch, without its strings.
-func (q *eventQueue) recycle(evs []llm.Event) {
-	clear(evs)
-	q.mu.Lock()
-	if q.spare == nil {
-		q.spare = evs[:0]
+// end sends what is still joined (the reader goroutine, when the call
+// returned: after an error or a cancel no event says so).
+func (c *modelCall) end() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.taken {
+		c.flushLocked()
 	}
-	q.mu.Unlock()
 }
 
-// onEvents handles a batch of events in order. Consecutive text deltas of
-// one kind become one chunk notification: when the turn keeps up with the
-// model every delta is its own chunk; when deltas wait (the client, the
-// store or the machine are slower than the model), they are sent joined,
-// so a backlog costs one message per batch instead of one per token.
-func (t *turn) onEvents(ctx actor.Context, evs []llm.Event) {
-	var chunk protocol.ChunkNotification
-	kind := "" // of the chunk being built
-	flush := func() {
-		if kind != "" {
-			t.emitRaw(ctx, chunk.Bytes())
-			kind = ""
-		}
-	}
-	for i := range evs {
-		ev := &evs[i]
-		// The assembler keeps every block in stream order (several signed
-		// thinking blocks, redacted thinking, tool calls) for the next call.
-		t.asm.Add(*ev)
-		var k string
-		switch ev.Type {
-		case llm.EventTextDelta:
-			k = protocol.UpdateAgentMessageChunk
-		case llm.EventThinkingDelta:
-			k = protocol.UpdateAgentThoughtChunk
-		case llm.EventUsage:
-			t.pendingUsage = ev.Usage
-		case llm.EventStop:
-			t.stop = ev.StopReason
-		}
-		if k == "" || ev.Text == "" || t.compacting || t.subagent != "" {
-			continue // summaries and sub-agent text are not streamed
-		}
-		if kind != k || chunk.Len() > maxMergedChunk {
-			flush()
-			kind = k
-			chunk = protocol.StartChunkNotification(t.sessionID, k, runLength(evs[i:], ev.Type))
-		}
-		chunk.Append(ev.Text)
-	}
-	flush()
+// callResult is what the turn takes of a model call.
+type callResult struct {
+	msg   llm.Message
+	usage llm.Usage
+	stop  llm.StopReason
 }
 
-// runLength is the text length of the deltas of type typ at the start of
-// evs (what one merged chunk will hold, for sizing its buffer once).
-func runLength(evs []llm.Event, typ llm.EventType) int {
-	n := 0
-	for i := range evs {
-		if evs[i].Type != typ || n > maxMergedChunk {
-			break
-		}
-		n += len(evs[i].Text)
+// take ends the call for the turn: the message so far (all of it, or what
+// the client was sent of a cancelled or failed answer: a joined chunk
+// still pending is sent first), its usage and stop reason. Nothing is
+// added or sent after; the assembler's blocks are let go.
+func (c *modelCall) take() callResult {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.taken {
+		c.flushLocked()
+		c.taken = true
 	}
-	return n
+	r := callResult{msg: c.asm.Message(), stop: c.asm.StopReason()}
+	r.usage, _ = c.asm.Usage()
+	c.asm = llm.Assembler{}
+	return r
 }

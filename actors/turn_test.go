@@ -64,7 +64,8 @@ var _ = Describe("a prompt turn", func() {
 	It("streams text and thinking before the response and sums usage", func() {
 		p.then(func(_ context.Context, emit func(llm.Event)) error {
 			emit(llm.Event{Type: llm.EventThinkingDelta, Text: "hmm"})
-			emit(llm.Event{Type: llm.EventTextDelta, Text: "Hel"})
+			// "lo" arrived with "Hel" (one socket read): they go out as one chunk
+			emit(llm.Event{Type: llm.EventTextDelta, Text: "Hel", Buffered: true})
 			emit(llm.Event{Type: llm.EventTextDelta, Text: "lo"})
 			emit(llm.Event{Type: llm.EventUsage, Usage: llm.Usage{InputTokens: 7, OutputTokens: 3}})
 			emit(llm.Event{Type: llm.EventStop, StopReason: llm.StopEndTurn})
@@ -76,8 +77,6 @@ var _ = Describe("a prompt turn", func() {
 		Expect(res["stopReason"]).To(Equal("end_turn"))
 		Expect(res["usage"]).To(Equal(map[string]any{"inputTokens": 7.0, "outputTokens": 3.0, "totalTokens": 10.0}))
 		ups := h.out.updates()
-		// The deltas were queued together: consecutive ones of a kind are
-		// sent as one chunk.
 		Expect(ups).To(HaveLen(2))
 		Expect(ups[0]["sessionUpdate"]).To(Equal("agent_thought_chunk"))
 		Expect(ups[0]["content"]).To(Equal(map[string]any{"type": "text", "text": "hmm"}))
@@ -112,15 +111,15 @@ var _ = Describe("a prompt turn", func() {
 		Expect(chunks()).To(Equal([]string{"one ", "two ", "three"}))
 	})
 
-	It("joins waiting deltas into chunks of at most 64 KiB, thinking and text apart, nothing lost", func() {
+	It("joins received deltas into chunks of at most 64 KiB, thinking and text apart, nothing lost", func() {
 		var want strings.Builder
 		p.then(func(_ context.Context, emit func(llm.Event)) error {
 			for i := range 20000 {
 				w := fmt.Sprintf("w%05d ", i)
 				if i%5000 == 4999 {
-					emit(llm.Event{Type: llm.EventThinkingDelta, Text: "thought"})
+					emit(llm.Event{Type: llm.EventThinkingDelta, Text: "thought", Buffered: true})
 				}
-				emit(llm.Event{Type: llm.EventTextDelta, Text: w})
+				emit(llm.Event{Type: llm.EventTextDelta, Text: w, Buffered: true})
 				want.WriteString(w)
 			}
 			emit(llm.Event{Type: llm.EventStop, StopReason: llm.StopEndTurn})

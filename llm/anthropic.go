@@ -343,11 +343,13 @@ type anStream struct {
 // decodeAnthropicStream reads Messages API SSE events and emits Events. It
 // returns nil only after message_stop.
 func decodeAnthropicStream(body io.Reader, emit func(Event)) error {
-	s := &anStream{emit: emit}
-	err := readSSE(body, func(event, data []byte) (bool, error) {
+	more := false
+	s := &anStream{emit: func(ev Event) { ev.Buffered = more; emit(ev) }}
+	err := readSSE(body, func(event, data []byte, buffered bool) (bool, error) {
 		if len(data) == 0 {
 			return false, nil
 		}
+		more = buffered
 		return s.event(data)
 	})
 	if err != nil && err != io.EOF {

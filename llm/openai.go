@@ -499,13 +499,16 @@ type oaStream struct {
 // decodeOpenAIStream reads SSE events from body and emits Events. It returns
 // nil only when the stream carried a finish_reason.
 func decodeOpenAIStream(body io.Reader, emit func(Event)) error {
-	s := &oaStream{emit: emit}
-	err := readSSE(body, func(_, data []byte) (bool, error) {
+	more := false
+	s := &oaStream{emit: func(ev Event) { ev.Buffered = more; emit(ev) }}
+	err := readSSE(body, func(_, data []byte, buffered bool) (bool, error) {
 		if len(data) == 0 {
 			return false, nil
 		}
+		more = buffered
 		return s.event(data)
 	})
+	more = false
 	if err == io.EOF {
 		err = nil
 	}

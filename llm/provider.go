@@ -179,6 +179,12 @@ type Event struct {
 	Usage Usage
 	// StopReason is set on EventStop.
 	StopReason StopReason
+	// Buffered: the next event has already been received, so a consumer
+	// may hold this one back and send both together (text deltas joined
+	// into one message) without delaying anything. False when the next
+	// event has to come from the network, and from providers that cannot
+	// tell.
+	Buffered bool
 }
 
 // Usage counts tokens of one model call. InputTokens counts every prompt

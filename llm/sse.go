@@ -13,11 +13,12 @@ import (
 
 // readSSE reads server-sent events from body and calls fn with each event's
 // name and data (the data lines joined by "\n"). Both slices alias the read
-// buffer and are valid only during the call. Comments, id: and retry: are
-// ignored; an event ends at a blank line, or at EOF for a lenient server.
-// readSSE returns fn's error, nil when fn reports done, io.EOF at the end of
-// the body, or the read error.
-func readSSE(body io.Reader, fn func(event, data []byte) (done bool, err error)) error {
+// buffer and are valid only during the call. more reports that the next
+// event is already whole in the buffer (see Event.Buffered). Comments, id:
+// and retry: are ignored; an event ends at a blank line, or at EOF for a
+// lenient server. readSSE returns fn's error, nil when fn reports done,
+// io.EOF at the end of the body, or the read error.
+func readSSE(body io.Reader, fn func(event, data []byte, more bool) (done bool, err error)) error {
 	r := bufio.NewReaderSize(body, 32<<10)
 	var data, long, event []byte
 	for {
@@ -45,7 +46,7 @@ func readSSE(body io.Reader, fn func(event, data []byte) (done bool, err error))
 			event = append(event[:0], bytes.TrimSpace(v)...)
 		}
 		if (eol && len(line) == 0 || err == io.EOF) && (len(data) > 0 || len(event) > 0) {
-			done, ferr := fn(event, data)
+			done, ferr := fn(event, data, err == nil && eventBuffered(r))
 			if ferr != nil {
 				return ferr
 			}
@@ -58,6 +59,17 @@ func readSSE(body io.Reader, fn func(event, data []byte) (done bool, err error))
 			return err
 		}
 	}
+}
+
+// eventBuffered reports whether r holds a whole event (up to its blank
+// line): reading it will not wait for the network.
+func eventBuffered(r *bufio.Reader) bool {
+	n := r.Buffered()
+	if n == 0 {
+		return false
+	}
+	b, _ := r.Peek(n)
+	return bytes.Contains(b, []byte("\n\n")) || bytes.Contains(b, []byte("\n\r\n"))
 }
 
 // parseJSON parses an event payload without copying it; strings taken from
