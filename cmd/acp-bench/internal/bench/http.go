@@ -212,7 +212,12 @@ func Fanout(ctx context.Context, o *Options, p FanoutParams) (*Result, error) {
 	r.add("server RSS/conn", float64(uSetup.RSS-u0.RSS)/1024/float64(max(ok, 1)), "KiB").Note = "after setup, before prompts"
 	r.add("server CPU", (u1.CPU - u0.CPU).Seconds(), "s").Note = "whole run"
 	r.add("server CPU (stream)", (u1.CPU - uSetup.CPU).Seconds(), "s")
-	r.add("server CPU/event", float64((u1.CPU-uSetup.CPU).Nanoseconds())/1e3/float64(max(events, 1)), "µs")
+	r.add("server CPU/event", float64((u1.CPU-uSetup.CPU).Nanoseconds())/1e3/float64(max(events, 1)), "µs").Note = "= ms per 1,000 events"
+	r.add("server system CPU/event", float64((u1.SysCPU-uSetup.SysCPU).Nanoseconds())/1e3/float64(max(events, 1)), "µs").Note = "the kernel's part: socket reads and writes"
+	if u1.ReadCalls > 0 {
+		r.add("server read calls/event", float64(u1.ReadCalls-uSetup.ReadCalls)/float64(max(events, 1)), "calls")
+		r.add("server write calls/event", float64(u1.WriteCalls-uSetup.WriteCalls)/float64(max(events, 1)), "calls")
+	}
 	r.Metrics = append(r.Metrics, cpuReport.Metrics...)
 	if v, ok := m1.Get("iaccode_http_buffered_events"); ok {
 		r.add("server buffered events", v, "events").Note = "unsent + kept for Last-Event-ID replay, at the end"

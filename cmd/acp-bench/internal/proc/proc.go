@@ -26,10 +26,14 @@ type Usage struct {
 	// AnonRSS is RssAnon in bytes: the resident memory that is the
 	// process's own (heap, stacks), without the mapped binary's pages.
 	AnonRSS int64
-	// CPU is user + system time.
-	CPU time.Duration
+	// CPU is user + system time; SysCPU the system (kernel) part.
+	CPU    time.Duration
+	SysCPU time.Duration
 	// Threads is the number of OS threads.
 	Threads int
+	// ReadCalls and WriteCalls count the read and write system calls
+	// (syscr, syscw of /proc/<pid>/io; 0 when unreadable).
+	ReadCalls, WriteCalls int64
 }
 
 // Read reads pid's usage (pid 0: this process).
@@ -60,9 +64,16 @@ func Read(pid int) (Usage, error) {
 	if err != nil {
 		return u, err
 	}
-	u.CPU, err = cpuFromStat(stat)
+	u.CPU, u.SysCPU, err = cpuFromStat(stat)
+	if io, ierr := os.ReadFile(dir + "/io"); ierr == nil {
+		u.ReadCalls, _ = ioField(io, "syscr:")
+		u.WriteCalls, _ = ioField(io, "syscw:")
+	}
 	return u, err
 }
+
+// ioField parses a "name: 123" line of /proc/<pid>/io.
+func ioField(io []byte, name string) (int64, error) { return statusField(io, name) }
 
 // statusField parses "Name:   123 kB" lines of /proc/<pid>/status.
 func statusField(status []byte, name string) (int64, error) {
@@ -85,25 +96,25 @@ func statusField(status []byte, name string) (int64, error) {
 	return strconv.ParseInt(string(fields[0]), 10, 64)
 }
 
-// cpuFromStat sums utime and stime (fields 14 and 15) of /proc/<pid>/stat.
-// The command name (field 2) may hold spaces and parentheses, so fields are
-// counted from the last ')'.
-func cpuFromStat(stat []byte) (time.Duration, error) {
+// cpuFromStat sums utime and stime (fields 14 and 15) of /proc/<pid>/stat,
+// and returns stime too. The command name (field 2) may hold spaces and
+// parentheses, so fields are counted from the last ')'.
+func cpuFromStat(stat []byte) (total, sys time.Duration, err error) {
 	i := bytes.LastIndexByte(stat, ')')
 	if i < 0 {
-		return 0, errors.New("proc: malformed stat")
+		return 0, 0, errors.New("proc: malformed stat")
 	}
 	f := bytes.Fields(stat[i+1:])
 	// f[0] is field 3 (state); utime is field 14 → f[11], stime f[12].
 	if len(f) < 13 {
-		return 0, errors.New("proc: short stat")
+		return 0, 0, errors.New("proc: short stat")
 	}
 	ut, err1 := strconv.ParseInt(string(f[11]), 10, 64)
 	st, err2 := strconv.ParseInt(string(f[12]), 10, 64)
 	if err1 != nil || err2 != nil {
-		return 0, errors.New("proc: bad utime/stime")
+		return 0, 0, errors.New("proc: bad utime/stime")
 	}
-	return time.Duration(ut+st) * time.Second / userHZ, nil
+	return time.Duration(ut+st) * time.Second / userHZ, time.Duration(st) * time.Second / userHZ, nil
 }
 
 // Sample is a reading at an offset from the sampler's start.

@@ -9,11 +9,11 @@ import (
 func TestCPUFromStat(t *testing.T) {
 	// Field 2 with spaces and a parenthesis must not shift the fields.
 	stat := []byte("1234 (my (odd) prog) S 1 1234 1234 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 1 0 100 1000 10 18446744073709551615\n")
-	cpu, err := cpuFromStat(stat)
-	if err != nil || cpu != 3*time.Second {
-		t.Fatalf("cpu %v err %v", cpu, err)
+	cpu, sys, err := cpuFromStat(stat)
+	if err != nil || cpu != 3*time.Second || sys != 500*time.Millisecond {
+		t.Fatalf("cpu %v sys %v err %v", cpu, sys, err)
 	}
-	if _, err := cpuFromStat([]byte("1 (x) S 1")); err == nil {
+	if _, _, err := cpuFromStat([]byte("1 (x) S 1")); err == nil {
 		t.Fatal("short stat accepted")
 	}
 }
