@@ -281,6 +281,21 @@ func TestRetryIdleStream(t *testing.T) {
 	}
 }
 
+// A stream slower in total than the idle timeout, but never silent that
+// long, is not cut.
+func TestIdleTimeoutCountsSilenceNotDuration(t *testing.T) {
+	srv := llmtest.Start(t)
+	srv.Script(llmtest.Reply{Chunks: 8, ChunkText: "x", Delay: 40 * time.Millisecond})
+	s := &sleeps{}
+	cfg := formats[0].cfg(srv.URL())
+	cfg.Retry = llm.RetryPolicy{IdleTimeout: 120 * time.Millisecond, Sleep: s.sleep}
+	p, _ := llm.New(cfg)
+	evs, err := stream(t, p, userRequest("x"))
+	if err != nil || summarize(t, evs).text != "xxxxxxxx" || len(s.all()) != 0 {
+		t.Errorf("err %v, text %q, waits %v", err, summarize(t, evs).text, s.all())
+	}
+}
+
 func TestRetryCancelDuringBackoff(t *testing.T) {
 	srv := llmtest.Start(t)
 	srv.SetDefault(llmtest.Reply{Status: 503})
