@@ -294,7 +294,7 @@ func Idle(ctx context.Context, o *Options, p IdleParams) (*Result, error) {
 	}
 	per := float64(u1.RSS-u0.RSS) / 1024 / float64(max(open, 1))
 	r.add("open streams", float64(open), "streams")
-	r.add("server RSS/stream", per, "KiB").target("< 64 KiB", per < 64)
+	r.add("server RSS/stream", per, "KiB").target("≤ 32 KiB", per <= 32)
 	r.add("server RSS before", mib(u0.RSS), "MiB")
 	r.add("server RSS with streams", mib(u1.RSS), "MiB")
 	if d, ok := delta(m0, m1, "go_memstats_heap_inuse_bytes"); ok {

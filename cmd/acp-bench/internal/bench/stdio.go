@@ -327,7 +327,7 @@ func Startup(ctx context.Context, o *Options, p StartupParams) (*Result, error) 
 	}
 	ms := func(d time.Duration) float64 { return float64(d) / 1e6 }
 	med := stats.Exact(times, 50)
-	r.add("median", ms(med), "ms").target("≤ 50 ms", med <= 50*time.Millisecond)
+	r.add("median", ms(med), "ms").target("< 20 ms", med < 20*time.Millisecond)
 	r.add("min", ms(stats.Exact(times, 0.001)), "ms")
 	r.add("p90", ms(stats.Exact(times, 90)), "ms")
 	r.add("max", ms(stats.Exact(times, 100)), "ms")
