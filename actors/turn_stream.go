@@ -11,10 +11,6 @@ import (
 // deltas (see modelCall.add).
 const maxMergedChunk = 64 << 10
 
-// joinedChunkHint sizes a chunk that deltas already received will join:
-// about what one socket read of the model's stream holds.
-const joinedChunkHint = 4 << 10
-
 // modelCall is one streaming model call. Its reader goroutine (the
 // provider's emit) assembles the answer and sends its text to the client
 // as it comes, without a message to the turn actor per token: the turn
@@ -66,11 +62,7 @@ func (c *modelCall) add(ev llm.Event) {
 		if kind != c.kind || c.chunk.Len() > maxMergedChunk {
 			c.flushLocked()
 			c.kind = kind
-			size := len(ev.Text)
-			if ev.Buffered {
-				size = max(size, joinedChunkHint) // more will join it
-			}
-			c.chunk = protocol.StartChunkNotification(c.sessionID, kind, size)
+			c.chunk = protocol.StartChunkNotification(c.sessionID, kind, len(ev.Text))
 		}
 		c.chunk.Append(ev.Text)
 	}

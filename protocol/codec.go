@@ -203,9 +203,14 @@ func (c *ChunkNotification) Append(text string) { c.b = appendJSONStringBody(c.b
 func (c *ChunkNotification) Len() int { return len(c.b) }
 
 // Bytes ends the notification and returns it; c must not be used after.
+// A notification grown by appends is copied to its exact size: frames are
+// kept (for Last-Event-ID replay), and a quarter of slack on each adds up.
 func (c *ChunkNotification) Bytes() []byte {
 	b := append(c.b, `"}}}}`...)
 	c.b = nil
+	if cap(b)-len(b) > len(b)/4+64 {
+		b = append(make([]byte, 0, len(b)), b...)
+	}
 	return b
 }
 

@@ -48,6 +48,10 @@ func TestChunkNotificationJoinsPieces(t *testing.T) {
 		if string(got) != string(want) {
 			t.Fatalf("%q:\n got %s\nwant %s", pieces, got, want)
 		}
+		// Frames are kept for replay: no large slack.
+		if cap(got) > len(got)+len(got)/4+64 {
+			t.Fatalf("%d bytes in a buffer of %d", len(got), cap(got))
+		}
 	}
 }
 
