@@ -249,7 +249,17 @@ func (s *Server) debugCall(ctx context.Context, path string) ([]byte, error) {
 
 // MemStats reads the profiling build's runtime statistics.
 func (s *Server) MemStats(ctx context.Context) (*MemStats, error) {
-	b, err := s.debugCall(ctx, "/debug/bench/memstats")
+	return s.memStats(ctx, "/debug/bench/memstats")
+}
+
+// LiveMemStats is MemStats right after a garbage collection: HeapInuse is
+// the live heap.
+func (s *Server) LiveMemStats(ctx context.Context) (*MemStats, error) {
+	return s.memStats(ctx, "/debug/bench/memstats?gc=1")
+}
+
+func (s *Server) memStats(ctx context.Context, path string) (*MemStats, error) {
+	b, err := s.debugCall(ctx, path)
 	if err != nil {
 		return nil, err
 	}

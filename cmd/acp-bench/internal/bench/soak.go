@@ -60,6 +60,7 @@ func Soak(ctx context.Context, o *Options, p SoakParams) (*Result, error) {
 	conns, _ := setupConns(ctx, o, h, p.Conns, p.SetupWidth, deadline, false, &errs)
 	defer closeConns(context.Background(), conns, nil)
 
+	live0, _ := srv.LiveMemStats(ctx) // nil unless a profiling build
 	u0 := srv.Usage()
 	m0 := serverMetrics(ctx, h)
 	sampler := proc.StartSampler(srv.Pid(), time.Second, 4000)
@@ -75,33 +76,7 @@ func Soak(ctx context.Context, o *Options, p SoakParams) (*Result, error) {
 			prog.set(int64(time.Since(start) / time.Second))
 		}
 	}()
-	// The server's heap against its buffered events, every 5 s: the slope
-	// of one over the other is the heap an event buffered for replay takes.
-	var heapMu sync.Mutex
-	var buffered, heap []float64
-	heapDone := make(chan struct{})
-	go func() {
-		t := time.NewTicker(5 * time.Second)
-		defer t.Stop()
-		for {
-			select {
-			case <-heapDone:
-				return
-			case <-t.C:
-			}
-			if time.Since(start) < time.Duration(p.Warmup*float64(p.Duration)) {
-				continue
-			}
-			m := serverMetrics(ctx, h)
-			b, ok1 := m.Get("iaccode_http_buffered_events")
-			hi, ok2 := m.Get("go_memstats_heap_inuse_bytes")
-			if ok1 && ok2 {
-				heapMu.Lock()
-				buffered, heap = append(buffered, b), append(heap, hi)
-				heapMu.Unlock()
-			}
-		}
-	}()
+
 	var mu sync.Mutex
 	total := marker.Check{FirstGap: -1}
 	var turns, reconnects, gaveUp atomic.Int64
@@ -133,7 +108,6 @@ func Soak(ctx context.Context, o *Options, p SoakParams) (*Result, error) {
 	}
 	wg.Wait()
 	ticker.Stop()
-	close(heapDone)
 	end := time.Now()
 	cpuReport := &Result{}
 	cw.report(cpuReport)
@@ -142,6 +116,7 @@ func Soak(ctx context.Context, o *Options, p SoakParams) (*Result, error) {
 	sampler.Stop()
 	u1 := srv.Usage()
 	m1 := serverMetrics(ctx, h)
+	live1, _ := srv.LiveMemStats(ctx)
 	idRepeats := int64(0)
 	for _, c := range conns {
 		if c != nil {
@@ -181,13 +156,15 @@ func Soak(ctx context.Context, o *Options, p SoakParams) (*Result, error) {
 	if v, ok := m1.Get("go_memstats_heap_inuse_bytes"); ok {
 		r.add("server heap in use", v/(1<<20), "MiB")
 	}
-	heapMu.Lock()
-	if len(buffered) >= 3 {
-		per, r2 := stats.Slope(buffered, heap)
-		r.add("heap/buffered event", per, "B").Note = fmt.Sprintf(
-			"slope of heap in use over buffered events, %d samples after warm-up, R²=%.2f", len(buffered), r2)
+	// The live heap (after a collection, profiling build) grown since the
+	// streams were set up, over the events kept for replay at the end (the
+	// sessions of the turns are closed by then).
+	if live1 != nil && live0 != nil {
+		if v, ok := m1.Get("iaccode_http_buffered_events"); ok && v > 0 {
+			r.add("live heap/buffered event", (float64(live1.HeapInuse)-float64(live0.HeapInuse))/v, "B").Note =
+				"live heap (after a GC) grown since setup, over the events buffered at the end"
+		}
 	}
-	heapMu.Unlock()
 	if d, ok := delta(m0, m1, "iaccode_http_stream_reconnects_total"); ok {
 		r.add("server-side resumes", d, "")
 	}

@@ -2,7 +2,8 @@
 // (cmd/internal/acpserver: same flags, same environment, same wiring), plus
 // a debug listener on the loopback address in ACP_BENCH_DEBUG_ADDR serving
 // net/http/pprof, /debug/bench/memstats (allocation counters, for
-// allocations per chunk in stdio mode, where the server has no /metrics)
+// allocations per chunk in stdio mode, where the server has no /metrics;
+// with ?gc=1 after a garbage collection, for the live heap)
 // and /debug/bench/cpu/start|stop (a CPU profile of exactly the measured
 // phase).
 //
@@ -56,7 +57,10 @@ func serveDebug(addr string) error {
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	mux.HandleFunc("/debug/bench/memstats", func(w http.ResponseWriter, _ *http.Request) {
+	mux.HandleFunc("/debug/bench/memstats", func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("gc") == "1" {
+			runtime.GC() // heapInuse is then the live heap
+		}
 		var ms runtime.MemStats
 		runtime.ReadMemStats(&ms)
 		w.Header().Set("Content-Type", "application/json")
