@@ -427,7 +427,7 @@ func (c *connection) openSession(ctx actor.Context, id string, kind startKind, r
 	notices := c.notices
 	props := actor.PropsFromProducer(func() actor.Actor {
 		return newSession(c.deps, id, ctx.Self(), c.caps, kind, reqID, cwd, forkSrc, servers, notices)
-	}, actor.WithSupervisor(reportAndStop{}), actor.WithGuardian(&stopOnCrash{log: c.log}),
+	}, actor.WithSupervisor(reportAndStop{}), actor.WithGuardian(c.deps.sessionGuardian),
 		actor.WithReceiverMiddleware(keepStack))
 	name := "session-" + id
 	pid, err := ctx.ActorSystem().Root.SpawnNamed(props, name)

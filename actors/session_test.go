@@ -236,3 +236,28 @@ var _ = Describe("session persistence in the actor tree", func() {
 		}
 	})
 })
+
+var _ = Describe("session actors over time", func() {
+	It("leave no registered process behind once closed", func() {
+		h := newHarness(&scriptedProvider{})
+		defer h.close()
+		registered := func() int {
+			n := 0
+			for _, m := range h.srv.sys.ProcessRegistry.LocalPIDs.LocalPIDs {
+				n += m.Count()
+			}
+			return n
+		}
+		sid := h.newSession(GinkgoT().TempDir())
+		h.result(h.call("session/close", map[string]any{"sessionId": sid}))
+		Eventually(registered).Should(BeNumerically(">", 0))
+		base := registered()
+		for range 50 {
+			sid := h.newSession(GinkgoT().TempDir())
+			h.result(h.call("session/close", map[string]any{"sessionId": sid}))
+		}
+		// (futures of requests may linger a moment; a guardian per session
+		// did not go at all)
+		Eventually(registered).Should(BeNumerically("<=", base+5))
+	})
+})

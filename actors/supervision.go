@@ -67,9 +67,13 @@ func (reportAndStop) HandleFailure(sys *actor.ActorSystem, sup actor.Supervisor,
 	sup.StopChildren(child)
 }
 
-// stopOnCrash (used by pointer: protoactor keys guardians by value) is the guardian of session actors: a session that panics is
+// stopOnCrash is the guardian of session actors: a session that panics is
 // logged and stopped (its history is on disk; a later load brings it back)
-// rather than restarted with its state reset.
+// rather than restarted with its state reset. protoactor registers a
+// guardian actor per distinct strategy value, for good: there is one
+// stopOnCrash per server (Deps.sessionGuardian), used by pointer (its
+// logger cannot be a map key). One per session spawn was one more
+// registered process per session, never freed.
 type stopOnCrash struct{ log zerolog.Logger }
 
 func (g *stopOnCrash) HandleFailure(_ *actor.ActorSystem, sup actor.Supervisor, child *actor.PID, _ *actor.RestartStatistics, reason any, _ any) {

@@ -78,6 +78,10 @@ type Deps struct {
 	Log   zerolog.Logger
 	// Metrics may be shared with an edge that exports them; nil = private.
 	Metrics *Metrics
+
+	// sessionGuardian is the one guardian of every session actor (see
+	// stopOnCrash).
+	sessionGuardian *stopOnCrash
 }
 
 // Frame is one encoded outbound JSON-RPC message. SessionID names the
@@ -132,6 +136,7 @@ func NewServer(deps Deps) *Server {
 	if deps.Store == nil {
 		panic("actors: Deps.Store is required")
 	}
+	deps.sessionGuardian = &stopOnCrash{log: deps.Log}
 	lib := deps.Log.With().Str("lib", "protoactor").Logger()
 	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(s *actor.ActorSystem) *slog.Logger {
 		return slog.New(zerolog.NewSlogHandler(lib.With().Str("system", s.ID).Logger()))
