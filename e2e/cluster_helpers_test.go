@@ -214,7 +214,9 @@ func (c *acpConn) wait(id float64) map[string]any {
 	return evs[len(evs)-1].msg
 }
 
-func (c *acpConn) call(method string, params any) map[string]any { return c.wait(c.send(method, params)) }
+func (c *acpConn) call(method string, params any) map[string]any {
+	return c.wait(c.send(method, params))
+}
 
 func (c *acpConn) result(method string, params any) map[string]any {
 	m := c.call(method, params)
