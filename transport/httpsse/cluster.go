@@ -185,6 +185,11 @@ func (e *Edge) Take(connID string, handle uint64, dst []Event) ([]Event, []byte,
 	for i := range batch {
 		out = append(out, Event{ID: batch[i].id, Data: batch[i].data})
 	}
+	if end {
+		// The other pod's writer stops here: the handle goes now, whether
+		// or not its Detach arrives.
+		e.Detach(connID, handle)
+	}
 	return out, final, end
 }
 
