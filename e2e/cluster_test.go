@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -94,6 +95,10 @@ var _ = Describe("cluster mode: pods behind a round-robin load balancer", Label(
 			Expect(r.status).To(Equal(http.StatusBadRequest))
 			Expect(string(r.body)).To(ContainSubstring("Connection not found"))
 		}
+		By("an id naming no pod at all is not found either")
+		r = lb.post("00000000-0000-4000-8000-000000000000."+strings.Split(conn, ".")[1], jrpc(9, "session/list", map[string]any{}))
+		Expect(r.status).To(Equal(http.StatusBadRequest))
+		Expect(string(r.body)).To(ContainSubstring("Connection not found"))
 		Expect(lb.check.Violations()).To(BeEmpty(), "schema violations")
 
 		By("the pods counted forwarded requests, remote streams and their hops")

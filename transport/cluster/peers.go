@@ -46,9 +46,19 @@ type peers struct {
 	n  *Node
 	mu sync.Mutex
 	m  map[string]*peer
+	// unknown remembers ids no pod has (until when), so that requests with
+	// made-up connection ids do not each cost a database query.
+	unknown map[string]time.Time
 }
 
-func newPeers(n *Node) *peers { return &peers{n: n, m: map[string]*peer{}} }
+// unknownFor is how long an id found in no row is taken as unknown; a pod
+// registers before it answers its first initialize, so an id of a real
+// connection is never in it.
+const unknownFor = 30 * time.Second
+
+func newPeers(n *Node) *peers {
+	return &peers{n: n, m: map[string]*peer{}, unknown: map[string]time.Time{}}
+}
 
 var (
 	errUnknownPod = errors.New("unknown pod")
@@ -78,12 +88,22 @@ func (ps *peers) addLocked(inc store.Incarnation) *peer {
 func (ps *peers) resolve(inc string) (*peer, error) {
 	ps.mu.Lock()
 	p := ps.m[inc]
+	until, unknown := ps.unknown[inc]
 	ps.mu.Unlock()
+	if p == nil && unknown && time.Now().Before(until) {
+		return nil, errUnknownPod
+	}
 	if p == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		row, err := ps.n.st.LookupIncarnation(ctx, inc)
 		if errors.Is(err, store.ErrUnknownIncarnation) {
+			ps.mu.Lock()
+			if len(ps.unknown) >= 4096 {
+				clear(ps.unknown)
+			}
+			ps.unknown[inc] = time.Now().Add(unknownFor)
+			ps.mu.Unlock()
 			return nil, errUnknownPod
 		}
 		if err != nil {
