@@ -160,7 +160,8 @@ var _ = Describe("cluster mode: pods behind a round-robin load balancer", Label(
 	})
 
 	It("moves sessions between pods: list everywhere, load elsewhere hands over, racing loads end with one owner", func() {
-		fake.Script(llmtest.Reply{Text: "Noted: 42."}, llmtest.Reply{Text: "It was 42."})
+		fake.Script(llmtest.Reply{Text: "Noted: 42."}, llmtest.Reply{Text: "a b c d e f", Hang: true, AfterChunks: 3},
+			llmtest.Reply{Text: "It was 42."})
 		cl := newCluster(fake, 3)
 		a, b, c := openConn(cl.pods[0]), openConn(cl.pods[1]), openConn(cl.pods[2])
 		sid := a.newSession(cwd)
@@ -170,15 +171,22 @@ var _ = Describe("cluster mode: pods behind a round-robin load balancer", Label(
 		list := b.result("session/list", map[string]any{"cwd": cwd})
 		Expect(list["sessions"]).To(ConsistOf(HaveKeyWithValue("sessionId", sid)))
 
-		By("a load on pod C while pod A holds the session: A hands it over")
+		By("a load on pod C while pod A runs a prompt in the session: A's prompt ends cancelled, C has the session")
+		running := a.prompt(sid, "count slowly")
+		a.s.until("first chunk", isAgentChunk)
 		from := len(c.events)
 		Expect(c.result("session/load", loadParams(sid, cwd))).To(HaveKey("modes"))
-		Expect(chatText(c.updatesOf(sid, from), "agent_message_chunk")).To(Equal("Noted: 42."))
+		Expect(a.wait(running)["result"]).To(HaveKeyWithValue("stopReason", "cancelled"))
+		Expect(chatText(c.updatesOf(sid, from), "user_message_chunk")).To(Equal("Remember 42count slowly"))
+		Expect(chatText(c.updatesOf(sid, from), "agent_message_chunk")).To(HavePrefix("Noted: 42."))
 		Expect(cl.pods[2].metric("iaccode_cluster_handovers_total")).To(Equal(1.0))
 		moved := a.call("session/prompt", map[string]any{"sessionId": sid, "prompt": []any{map[string]any{"type": "text", "text": "mine?"}}})
 		Expect(moved["error"]).To(HaveKeyWithValue("data", HaveKeyWithValue("session_id", "Session moved to another connection")), "%v", moved)
 		Expect(c.wait(c.prompt(sid, "what was it?"))["result"]).To(HaveKeyWithValue("stopReason", "end_turn"))
-		Expect(chatTexts(lastRequest(fake))).To(Equal([]string{"Remember 42", "Noted: 42.", "what was it?"}))
+		texts := chatTexts(lastRequest(fake))
+		Expect(texts[:3]).To(Equal([]string{"Remember 42", "Noted: 42.", "count slowly"}))
+		Expect(texts[len(texts)-1]).To(Equal("what was it?"))
+		Expect(texts).NotTo(ContainElement("mine?"))
 
 		By("two clients on pods A and B load it at once, then both prompt: one owner, one turn")
 		fake.Script(llmtest.Reply{Text: "one winner"}, llmtest.Reply{Text: "two winners"})
@@ -207,10 +215,10 @@ var _ = Describe("cluster mode: pods behind a round-robin load balancer", Label(
 				users = append(users, u["content"].(map[string]any)["text"].(string))
 			}
 		}
-		Expect(users).To(HaveLen(3))
-		Expect(users[:2]).To(Equal([]string{"Remember 42", "what was it?"}))
-		Expect(users[2]).To(BeElementOf("from A", "from B"))
-		Expect(chatText(d.updatesOf(sid, from), "agent_message_chunk")).To(Equal("Noted: 42.It was 42.one winner"))
+		Expect(users).To(HaveLen(4))
+		Expect(users[:3]).To(Equal([]string{"Remember 42", "count slowly", "what was it?"}))
+		Expect(users[3]).To(BeElementOf("from A", "from B"))
+		Expect(chatText(d.updatesOf(sid, from), "agent_message_chunk")).To(And(HavePrefix("Noted: 42."), HaveSuffix("It was 42.one winner")))
 		for _, conn := range []*acpConn{a, b, c, d} {
 			Expect(conn.via.check.Violations()).To(BeEmpty())
 		}
