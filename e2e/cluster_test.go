@@ -318,6 +318,29 @@ var _ = Describe("cluster mode: pods behind a round-robin load balancer", Label(
 		Expect(string(r.body)).To(ContainSubstring("Connection not found"))
 	})
 
+	It("SIGTERM of a pod serving another pod's stream: the stream ends at once, a reconnect elsewhere resumes it", func() {
+		fake.Script(llmtest.Reply{Text: "First."}, llmtest.Reply{Text: "Second."})
+		cl := newCluster(fake, 2)
+		a := openConn(cl.pods[0], cl.pods[1]) // owned by A, streamed by B
+		sid := a.newSession(cwd)
+		Expect(a.wait(a.prompt(sid, "one"))["result"]).To(HaveKeyWithValue("stopReason", "end_turn"))
+		last := a.events[len(a.events)-1].id
+
+		stopped := time.Now()
+		Expect(cl.pods[1].cmd.Process.Signal(syscall.SIGTERM)).To(Succeed())
+		a.s.waitEOF()
+		Expect(time.Since(stopped)).To(BeNumerically("<", 2*time.Second))
+		Eventually(cl.pods[1].exited, 10*time.Second).Should(Receive(BeNil()))
+
+		a.s = cl.pods[0].stream(a.id, "Last-Event-ID", last)
+		from := len(a.events)
+		Expect(a.wait(a.prompt(sid, "two"))["result"]).To(HaveKeyWithValue("stopReason", "end_turn"))
+		Expect(chatText(a.updatesOf(sid, from), "agent_message_chunk")).To(Equal("Second."))
+		for i, ev := range a.events {
+			Expect(ev.id).To(Equal(strconv.Itoa(i+1)), "ids 1..n over both streams: none lost or repeated")
+		}
+	})
+
 	It("refuses a pod that does not hold the cluster secret", func() {
 		cl := newCluster(fake, 1)
 		a := openConn(cl.pods[0])

@@ -232,6 +232,10 @@ func (e *Edge) remoteGet(ctx *fasthttp.RequestCtx, owner string, id, sid []byte,
 		nc:   nc,
 		wake: src.Ready(),
 		done: src.Gone(),
+		// At shutdown this pod's streams of other pods' connections just
+		// end: their events stay with the connection's pod, and the client
+		// resumes on another pod with Last-Event-ID.
+		quit: e.quit,
 		take: func(dst []event) ([]event, []byte, bool) {
 			var final []byte
 			var end bool

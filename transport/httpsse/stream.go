@@ -84,6 +84,8 @@ type pump struct {
 	nc   net.Conn
 	wake <-chan struct{}
 	done <-chan struct{}
+	// quit ends the stream at once, without a final event (nil: never).
+	quit <-chan struct{}
 	// take hands over the next events (see conn.take); detach is called
 	// once when the writer exits.
 	take   func(dst []event) (batch []event, final []byte, end bool)
@@ -104,6 +106,8 @@ func (p *pump) run(w *bufio.Writer) {
 		select {
 		case <-p.wake:
 		case <-p.done:
+		case <-p.quit:
+			return
 		case <-beat.C:
 			if !peerOpen(p.nc) {
 				return
