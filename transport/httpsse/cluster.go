@@ -206,13 +206,9 @@ func (e *Edge) Detach(connID string, handle uint64) {
 }
 
 // remoteGet serves a GET whose connection lives on another pod: a local
-// writer fed by the owner's outbox (see RemoteSource).
+// writer fed by the owner's outbox (see RemoteSource). The stream is
+// counted in e.streams already.
 func (e *Edge) remoteGet(ctx *fasthttp.RequestCtx, owner string, id, sid []byte, last *uint64) {
-	if e.streams.Add(1) > int64(e.cfg.MaxStreams) {
-		e.streams.Add(-1)
-		jsonError(ctx, fasthttp.StatusServiceUnavailable, "Too many open streams")
-		return
-	}
 	src, r, reject, _ := e.cluster.Attach(owner, string(id), string(sid), last)
 	if r.Status != fasthttp.StatusOK {
 		e.streams.Add(-1)

@@ -548,13 +548,13 @@ func (e *Edge) get(ctx *fasthttp.RequestCtx) {
 		jsonError(ctx, fasthttp.StatusServiceUnavailable, msgShuttingDown)
 		return
 	}
-	if owner != "" {
-		e.remoteGet(ctx, owner, id, sid, last)
-		return
-	}
 	if e.streams.Add(1) > int64(e.cfg.MaxStreams) {
 		e.streams.Add(-1)
 		jsonError(ctx, fasthttp.StatusServiceUnavailable, "Too many open streams")
+		return
+	}
+	if owner != "" {
+		e.remoteGet(ctx, owner, id, sid, last)
 		return
 	}
 	e.settle(c)
