@@ -117,6 +117,9 @@ func Start(srv *actors.Server, st *store.PGStore, cfg Config) (*Node, error) {
 		cfg.Refresh = DefaultRefresh
 	}
 	log := cfg.Log.With().Str("component", "cluster").Logger()
+	if len(cfg.Secret) < 16 {
+		log.Warn().Int("length", len(cfg.Secret)).Msg("cluster: IAC_CODE_CLUSTER_SECRET is short; use at least 32 random bytes")
+	}
 	n := &Node{sys: srv.System(), srv: srv, st: st, log: log, self: st.Incarnation(),
 		quit: make(chan struct{}), done: make(chan struct{})}
 	n.met = newMetrics(st)
