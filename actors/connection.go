@@ -103,6 +103,10 @@ type connection struct {
 	// shows `notice` updates.
 	mcpServers map[string][]protocol.McpServerConfig
 	notices    bool
+	// moved are sessions handed over to another process (cluster pod):
+	// their requests are answered as for a session moved to another
+	// connection, until this connection loads them again.
+	moved map[string]bool
 }
 
 func newConnection(deps *Deps, id string, out Outlet) *connection {
@@ -169,6 +173,22 @@ func (c *connection) Receive(ctx actor.Context) {
 		for _, id := range gone {
 			c.stopped(ctx, id) // may respawn a session of that name
 		}
+	case *sessionLeft:
+		// Its Terminated (a system message) may have come first.
+		if pid, ok := c.sessions[m.id]; ok {
+			if !pid.Equal(m.pid) {
+				return // the session is here again already
+			}
+			delete(c.sessions, m.id)
+			delete(c.sent, m.id)
+			c.stopping[m.id] = pid
+		}
+		delete(c.known, m.id)
+		delete(c.mcpServers, m.id)
+		if c.moved == nil {
+			c.moved = map[string]bool{}
+		}
+		c.moved[m.id] = true
 	case *sessionMoved:
 		// A close this connection sent reached a session that another
 		// connection took over: it will not stop for us.
@@ -429,7 +449,8 @@ func (c *connection) openSession(ctx actor.Context, id string, kind startKind, r
 		return newSession(c.deps, id, ctx.Self(), c.caps, kind, reqID, cwd, forkSrc, servers, notices)
 	}, actor.WithSupervisor(reportAndStop{}), actor.WithGuardian(c.deps.sessionGuardian),
 		actor.WithReceiverMiddleware(keepStack))
-	name := "session-" + id
+	name := sessionActorName(id)
+	delete(c.moved, id)
 	pid, err := ctx.ActorSystem().Root.SpawnNamed(props, name)
 	if errors.Is(err, actor.ErrNameExists) {
 		pid = actor.NewPID(ctx.ActorSystem().Address(), name)
@@ -449,6 +470,9 @@ func (c *connection) openSession(ctx actor.Context, id string, kind startKind, r
 	c.mcpServers[id] = servers
 	ctx.Watch(pid)
 }
+
+// sessionActorName is the actor name of session id in its process.
+func sessionActorName(id string) string { return "session-" + id }
 
 // deferIfStopping keeps m for later when session id is still stopping.
 func (c *connection) deferIfStopping(id string, m *protocol.Message) bool {
@@ -545,6 +569,10 @@ func (c *connection) toSession(ctx actor.Context, m *protocol.Message, method st
 		return
 	}
 	if c.deferIfStopping(ref.SessionID, m) {
+		return
+	}
+	if c.moved[ref.SessionID] {
+		c.fail(m.ID, errSessionMoved())
 		return
 	}
 	pid, ok := c.sessions[ref.SessionID]

@@ -113,6 +113,16 @@ type (
 		id  string
 		pid *actor.PID
 	}
+	// handOff asks the session to let go of its store lease for another
+	// process (Server.HandOff); answered with handedOff once it did.
+	handOff   struct{}
+	handedOff struct{}
+	// sessionLeft tells the session's connection that it went to another
+	// process.
+	sessionLeft struct {
+		id  string
+		pid *actor.PID
+	}
 )
 
 func (*messageDone) IgnoreDeadLetterLogging()        {}
@@ -122,6 +132,13 @@ func (*sessionMoved) IgnoreDeadLetterLogging()       {}
 func (*idleTick) IgnoreDeadLetterLogging()           {}
 func (*releaseTick) IgnoreDeadLetterLogging()        {}
 func (*cancelTurns) IgnoreDeadLetterLogging()        {}
+func (*sessionLeft) IgnoreDeadLetterLogging()        {}
+
+// errSessionMoved answers a request for a session that another connection
+// (or another process) took over.
+func errSessionMoved() *protocol.Error {
+	return protocol.ErrInvalidParams(map[string]string{"session_id": "Session moved to another connection"})
+}
 
 // idleTick is the session's idle timer firing (see armIdle); releaseTick
 // its store-release timer (see armRelease).
@@ -200,6 +217,12 @@ type session struct {
 	releaseTimer *time.Timer
 	releaseArmed bool
 
+	// handingOff are the askers of a handOff, answered once the session
+	// let go of its lease (after its running turn ended).
+	handingOff []*actor.PID
+	// left is closed once the session, handed off, stopped.
+	left chan struct{}
+
 	// Permission requests are asked one at a time.
 	permQueue  []*permissionAsk
 	permActive *permissionAsk
@@ -246,6 +269,10 @@ func (s *session) receive(ctx actor.Context) {
 		s.open(ctx)
 	case *actor.Stopped:
 		s.deps.Metrics.Sessions.Add(-1)
+		if s.left != nil {
+			s.deps.leaving.CompareAndDelete(s.id, s.left)
+			close(s.left)
+		}
 		if s.idleTimer != nil {
 			s.idleTimer.Stop()
 		}
@@ -291,8 +318,7 @@ func (s *session) receive(ctx actor.Context) {
 		}
 	case *sessionRequest:
 		if m.conn != nil && !m.conn.Equal(s.conn) {
-			s.respondTo(ctx, m.conn, m.id, nil, protocol.ErrInvalidParams(map[string]string{
-				"session_id": "Session moved to another connection"}))
+			s.respondTo(ctx, m.conn, m.id, nil, errSessionMoved())
 			ctx.Send(m.conn, &sessionMoved{id: s.id, pid: ctx.Self()})
 			return
 		}
@@ -303,8 +329,20 @@ func (s *session) receive(ctx actor.Context) {
 			return
 		}
 		s.handle(ctx, m)
+	case *handOff:
+		s.handingOff = append(s.handingOff, ctx.Sender())
+		if len(s.handingOff) > 1 {
+			return
+		}
+		s.cancelHeldPrompt(ctx)
+		s.answerPendingStarts(ctx)
+		if s.turn != nil {
+			ctx.Send(s.turn, &cancelTurn{})
+			return // see endTurn
+		}
+		s.leave(ctx)
 	case *attach:
-		if !s.failed && !s.acquire(ctx, m.conn, m.reqID) {
+		if !s.failed && !s.acquire(ctx, m.conn, m.reqID, true) {
 			return
 		}
 		s.attach(ctx, m)
@@ -376,6 +414,9 @@ func (s *session) open(ctx actor.Context) {
 		s.store, entries, err = s.deps.Store.Fork(s.forkSrc, s.id)
 	default:
 		s.store, entries, err = s.deps.Store.Open(s.id)
+		for try := 0; try < 2 && s.takeOver(err); try++ {
+			s.store, entries, err = s.deps.Store.Open(s.id)
+		}
 	}
 	if err == nil {
 		entries, _, err = store.RepairSession(s.store, entries)
@@ -397,6 +438,45 @@ func (s *session) open(ctx actor.Context) {
 	s.answerWhenReady(ctx, s.start, s.startReq)
 	s.armIdle(ctx, s.deps.Config.SessionIdle)
 	s.armRelease(ctx, s.deps.Config.SessionRelease)
+}
+
+// takeOver asks the process named by an in-use error to hand the session
+// over (cluster mode), and reports whether it did, so that opening it again
+// may succeed. It blocks the actor for that round trip, as the store calls
+// around it do: the requests queued meanwhile are served in order after it.
+func (s *session) takeOver(err error) bool {
+	var inUse *store.InUseError
+	if s.deps.Handover == nil || !errors.As(err, &inUse) || errors.Is(err, store.ErrFenced) || inUse.Owner == "" {
+		return false
+	}
+	start := time.Now()
+	if herr := s.deps.Handover.TakeOver(s.id, inUse.Owner); herr != nil {
+		s.log.Info().Err(herr).Str("holder", inUse.Owner).Msg("session not handed over")
+		return false
+	}
+	s.log.Info().Str("from", inUse.Owner).Dur("took", time.Since(start)).Msg("session handed over by another pod")
+	return true
+}
+
+// leave lets go of the session for another process (handOff): the lease is
+// released, the connection forgets the session, the askers are answered
+// and the actor stops.
+func (s *session) leave(ctx actor.Context) {
+	if s.store != nil {
+		s.closeStore()
+	}
+	ctx.Send(s.conn, &sessionLeft{id: s.id, pid: ctx.Self()})
+	for _, p := range s.handingOff {
+		if p != nil {
+			ctx.Send(p, &handedOff{})
+		}
+	}
+	s.handingOff = nil
+	s.closing = true
+	s.left = make(chan struct{})
+	s.deps.leaving.Store(s.id, s.left)
+	s.log.Info().Msg("session handed over to another pod")
+	ctx.Stop(ctx.Self())
 }
 
 // storeError is the client's view of a store failure to open a session:
@@ -467,12 +547,17 @@ func (s *session) releaseIfIdle(ctx actor.Context) {
 // (released sessions only). When another process wrote the session
 // meanwhile, the session reloads it from disk. When another process holds
 // it now, reqID is answered with an error naming the situation and the
-// request is not served.
-func (s *session) acquire(ctx actor.Context, conn *actor.PID, reqID protocol.RawMessage) bool {
+// request is not served; an explicit load or resume (takeOver) asks that
+// process to hand the session over first (cluster mode), a prompt does not:
+// the session went elsewhere, as to another connection.
+func (s *session) acquire(ctx actor.Context, conn *actor.PID, reqID protocol.RawMessage, takeOver bool) bool {
 	if !s.released {
 		return true
 	}
 	entries, changed, err := s.store.Acquire()
+	for try := 0; takeOver && try < 2 && s.takeOver(err); try++ {
+		entries, changed, err = s.store.Acquire()
+	}
 	if err != nil {
 		s.respondTo(ctx, conn, reqID, nil, s.storeError(err, "cannot reopen the session"))
 		return false
@@ -770,7 +855,7 @@ func (s *session) handle(ctx actor.Context, r *sessionRequest) {
 	case protocol.MethodSessionCancel, protocol.MethodSessionClose:
 		// they write nothing: a released handle stays released
 	default:
-		if !s.acquire(ctx, r.conn, r.id) {
+		if !s.acquire(ctx, r.conn, r.id, false) {
 			return
 		}
 	}
@@ -1120,6 +1205,10 @@ func (s *session) endTurn(ctx actor.Context, m *turnFinished) {
 		s.respondTo(ctx, s.promptConn, s.promptID, protocol.PromptResponse{StopReason: m.stopReason, Usage: promptUsage(m.usage)}, nil)
 	}
 	s.promptID, s.promptConn = nil, nil
+	if len(s.handingOff) > 0 && !s.closing {
+		s.leave(ctx)
+		return
+	}
 	if s.closing {
 		s.closeStore()
 		s.respondTo(ctx, s.closeConn, s.closeID, struct{}{}, nil)

@@ -5,7 +5,9 @@
 package actors
 
 import (
+	"errors"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -82,6 +84,21 @@ type Deps struct {
 	// sessionGuardian is the one guardian of every session actor (see
 	// stopOnCrash).
 	sessionGuardian *stopOnCrash
+	// Handover, in cluster mode, brings a session held by another pod here
+	// (see Server.SetHandover); nil otherwise.
+	Handover Handover
+	// leaving are the sessions handed off to another process that are still
+	// stopping: id → channel closed once stopped (see HandOff).
+	leaving *sync.Map
+}
+
+// Handover moves sessions between processes that share a store (cluster
+// pods).
+type Handover interface {
+	// TakeOver asks owner, the incarnation holding sessionID's lease, to let
+	// go of the session (its running prompt ends cancelled). nil once it
+	// did, or once owner is known dead (its lease can be taken at once).
+	TakeOver(sessionID, owner string) error
 }
 
 // Frame is one encoded outbound JSON-RPC message. SessionID names the
@@ -130,6 +147,7 @@ func NewServer(deps Deps) *Server {
 	if deps.Metrics == nil {
 		deps.Metrics = &Metrics{}
 	}
+	deps.leaving = &sync.Map{}
 	if deps.Tools == nil {
 		deps.Tools = tools.Default()
 	}
@@ -159,9 +177,20 @@ type Conn struct {
 	root *actor.RootContext
 }
 
+// SetHandover makes session/load and session/resume take a session held
+// by another process over through h. Call it before serving.
+func (s *Server) SetHandover(h Handover) { s.deps.Handover = h }
+
+// System is the actor system, for a transport that makes its actors
+// reachable from other processes (cluster mode). Call it before serving.
+func (s *Server) System() *actor.ActorSystem { return s.sys }
+
 // Connect spawns a connection actor writing to out.
-func (s *Server) Connect(out Outlet) *Conn {
-	id := uuid.NewString()
+func (s *Server) Connect(out Outlet) *Conn { return s.ConnectID(uuid.NewString(), out) }
+
+// ConnectID is Connect with the connection id chosen by the transport
+// (cluster mode: it names the pod).
+func (s *Server) ConnectID(id string, out Outlet) *Conn {
 	log := s.deps.Log.With().Str("conn", id).Logger()
 	props := actor.PropsFromProducer(func() actor.Actor { return newConnection(s.deps, id, out) },
 		actor.WithReceiverMiddleware(survivePanics(log, out)))
@@ -188,6 +217,46 @@ func (c *Conn) CancelTurns() { c.root.Send(c.pid, &cancelTurns{}) }
 func (c *Conn) Close(timeout time.Duration) {
 	_, _ = c.root.RequestFuture(c.pid, &drain{}, timeout).Result()
 	_ = c.root.StopFuture(c.pid).Wait()
+}
+
+// HandOff makes the live session sessionID of this process let go of its
+// store lease for another process: its running prompt ends cancelled, its
+// connection answers later requests for it "Session moved to another
+// connection", and the actor stops. nil also when no session of that id is
+// live here.
+func (s *Server) HandOff(sessionID string, timeout time.Duration) error {
+	pid := actor.NewPID(s.sys.Address(), sessionActorName(sessionID))
+	f := s.sys.Root.RequestFuture(pid, &handOff{}, timeout)
+	answered := make(chan error, 1)
+	go func() {
+		_, err := f.Result()
+		answered <- err
+	}()
+	// A session that is leaving already (for another asker) drops the
+	// request unanswered while it stops: its stop answers it.
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-answered:
+			if errors.Is(err, actor.ErrDeadLetter) {
+				return nil
+			}
+			return err
+		case <-tick.C:
+			if left, ok := s.deps.leaving.Load(sessionID); ok {
+				select {
+				case <-left.(chan struct{}):
+					return nil
+				case err := <-answered:
+					if errors.Is(err, actor.ErrDeadLetter) {
+						return nil
+					}
+					return err
+				}
+			}
+		}
+	}
 }
 
 // Metrics returns the live counters of the tree.

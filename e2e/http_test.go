@@ -155,13 +155,18 @@ type sseStream struct {
 	eof    chan struct{}
 }
 
-func (a *httpAgent) stream(conn string) *sseStream {
+// stream opens GET /acp for conn; hdr alternates names and values of more
+// headers (Last-Event-ID, Acp-Session-Id).
+func (a *httpAgent) stream(conn string, hdr ...string) *sseStream {
 	ctx, cancel := context.WithCancel(context.Background())
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, a.base+"/acp", nil)
 	Expect(err).NotTo(HaveOccurred())
 	a.auth(req)
 	req.Header.Set("Acp-Connection-Id", conn)
 	req.Header.Set("Accept", "*/*") // as curl sends it
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
 	resp, err := (&http.Transport{DisableCompression: true}).RoundTrip(req)
 	Expect(err).NotTo(HaveOccurred())
 	Expect(resp.StatusCode).To(Equal(http.StatusOK))

@@ -55,6 +55,10 @@ type mcpServerJSON struct {
 	Headers RawMessage `json:"headers"`
 }
 
+// MaxMcpServers bounds the entries of one mcpServers list: every stdio entry
+// is a process (and a process group) for as long as the session lives.
+const MaxMcpServers = 64
+
 // ParseMcpServers validates the `mcpServers` member of a session request.
 // Missing or null is an empty list. An entry without `type` (or "stdio")
 // needs name and command (args and env may be absent or null); "http" and
@@ -70,6 +74,9 @@ func ParseMcpServers(raw RawMessage) (servers []McpServerConfig, warnings []stri
 	var entries []RawMessage
 	if raw[0] != '[' || Unmarshal(raw, &entries) != nil {
 		return nil, nil, mcpError("mcpServers must be an array of MCP server entries")
+	}
+	if len(entries) > MaxMcpServers {
+		return nil, nil, mcpError(fmt.Sprintf("at most %d MCP servers per session (got %d)", MaxMcpServers, len(entries)))
 	}
 	index := map[string]int{}
 	for i, entry := range entries {

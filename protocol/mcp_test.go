@@ -1,6 +1,7 @@
 package protocol
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -86,5 +87,25 @@ func TestParseMcpServersRejectsNamingTheEntry(t *testing.T) {
 		if !strings.Contains(msg, c.want) {
 			t.Errorf("%s: message %q does not contain %q", c.raw, msg, c.want)
 		}
+	}
+}
+
+func TestParseMcpServersBoundsTheList(t *testing.T) {
+	entry := func(i int) string {
+		return fmt.Sprintf(`{"name":"s%d","command":"true","args":[],"env":[]}`, i)
+	}
+	list := func(n int) RawMessage {
+		parts := make([]string, n)
+		for i := range parts {
+			parts[i] = entry(i)
+		}
+		return RawMessage("[" + strings.Join(parts, ",") + "]")
+	}
+	if servers, _, err := ParseMcpServers(list(MaxMcpServers)); err != nil || len(servers) != MaxMcpServers {
+		t.Fatalf("%d servers: got %d, %v", MaxMcpServers, len(servers), err)
+	}
+	_, _, err := ParseMcpServers(list(MaxMcpServers + 1))
+	if err == nil || err.Code != CodeInvalidParams || !strings.Contains(fmt.Sprint(err.Data), "at most 64 MCP servers") {
+		t.Fatalf("%d servers: want -32602 naming the bound, got %+v", MaxMcpServers+1, err)
 	}
 }

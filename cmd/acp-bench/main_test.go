@@ -15,6 +15,7 @@ import (
 
 	"github.com/iac-code/iac-code/cmd/acp-bench/internal/bench"
 	"github.com/iac-code/iac-code/cmd/acp-bench/internal/report"
+	"github.com/iac-code/iac-code/store/pgtest"
 )
 
 // serverBin is the iac-code binary the smoke runs measure, built once.
@@ -119,6 +120,17 @@ func TestSmokeHTTPFanout(t *testing.T) {
 	r := doc.Results[0]
 	if r.Check.Received != 20*50 || metric(t, r, "lost events") != 0 || metric(t, r, "events/s") <= 0 {
 		t.Fatalf("%+v", r.Metrics)
+	}
+}
+
+func TestSmokeHTTPFanoutPods(t *testing.T) {
+	if !pgtest.Available() {
+		t.Skip(pgtest.SkipMessage)
+	}
+	doc := smoke(t, "http-fanout", "--pods", "2", "--conns", "6", "--chunks", "50", "--rate", "200")
+	r := doc.Results[0]
+	if r.Check.Received != 6*50 || metric(t, r, "lost events") != 0 || r.Params["pods"] != 2.0 {
+		t.Fatalf("%+v %+v", r.Params, r.Metrics)
 	}
 }
 

@@ -31,6 +31,9 @@ const (
 
 // Config configures the HTTP+SSE edge. Zero fields take the defaults above.
 type Config struct {
+	// Cluster, in cluster mode, is the mesh of pods this edge forwards
+	// requests and streams through (transport/cluster); nil: one process.
+	Cluster Cluster
 	// Host and Port are the listen address of Serve (default host
 	// 127.0.0.1; Port 0 takes a free port, which Serve logs; the command's
 	// --port flag defaults to DefaultPort).

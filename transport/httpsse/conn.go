@@ -286,6 +286,12 @@ func (c *conn) split(sessionID string) error {
 // (an error event) for a Last-Event-ID that cannot be honoured; the slot is
 // left untouched then.
 func (c *conn) attach(sessionID string, last *uint64, nc net.Conn) (st *stream, reject []byte, replaced bool, err error) {
+	return c.attachStream(sessionID, last, nc, nil)
+}
+
+// attachStream is attach for a local GET (nc) or for the GET of another pod
+// (notify, called when the stream has events or ended).
+func (c *conn) attachStream(sessionID string, last *uint64, nc net.Conn, notify func()) (st *stream, reject []byte, replaced bool, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.state != stateOpen {
@@ -318,6 +324,7 @@ func (c *conn) attach(sessionID string, last *uint64, nc net.Conn) (st *stream, 
 	}
 	c.hadStream = true
 	st = newStream(c, sl, nc)
+	st.notify = notify
 	sl.stream = st
 	st.wake() // write the backlog (replay and events queued while detached)
 	return st, nil, replaced, nil

@@ -574,7 +574,8 @@ var _ = Describe("session-scoped streams (Streamable HTTP)", func() {
 var _ = Describe("limits", func() {
 	It("closes a connection whose events are never read, with a clear reason", func() {
 		e := startEnv(httpsse.Config{ReplayBuffer: 50, KeepAlive: 50 * time.Millisecond})
-		e.fake.Script(llmtest.Reply{Text: strings.Repeat("y ", 200)})
+		// A delay per chunk: deltas that arrive together go out joined.
+		e.fake.Script(llmtest.Reply{Text: strings.Repeat("y ", 200), Delay: time.Millisecond})
 		conn := e.initialize()
 		e.send(conn, rpc(2, "session/new", map[string]any{"cwd": e.cwd}))
 		// No stream: the session/new response waits in the buffer; read it

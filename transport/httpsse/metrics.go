@@ -92,6 +92,9 @@ func newMetrics(e *Edge) *metrics {
 	}
 	reg.MustRegister(m.eventsSent, m.dropped, m.reconnects, m.closed, m.abandoned, m.requests,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if e.cluster != nil {
+		reg.MustRegister(e.cluster.Collectors()...)
+	}
 	m.handler = fasthttpadaptor.NewFastHTTPHandler(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	return m
 }

@@ -23,6 +23,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/rs/zerolog"
 	"github.com/valyala/fasthttp"
 
@@ -87,6 +88,13 @@ type Edge struct {
 	// holdInit (tests only) withholds initialize from the actor.
 	holdInit bool
 
+	// cluster, in cluster mode, reaches the other pods; remotes are the
+	// streams of this pod's connections whose GET is on another pod, by
+	// handle (e.mu).
+	cluster    Cluster
+	remotes    map[uint64]*stream
+	nextHandle uint64
+
 	streams  atomic.Int64
 	closing  atomic.Bool
 	quit     chan struct{}
@@ -106,6 +114,9 @@ func New(srv *actors.Server, cfg Config, log zerolog.Logger) *Edge {
 		quit:   make(chan struct{}),
 		reaped: make(chan struct{}),
 		guard:  newEdgeGuard(cfg),
+
+		cluster: cfg.Cluster,
+		remotes: map[uint64]*stream{},
 	}
 	if cfg.Token != "" {
 		e.auth = true
@@ -127,6 +138,9 @@ func New(srv *actors.Server, cfg Config, log zerolog.Logger) *Edge {
 		CloseOnShutdown: true,
 		ErrorHandler:    errorHandler,
 		Logger:          fasthttpLogger{e.log},
+	}
+	if e.cluster != nil {
+		e.cluster.Bind(e)
 	}
 	return e
 }
@@ -364,36 +378,49 @@ func (e *Edge) post(ctx *fasthttp.RequestCtx) {
 	id := ctx.Request.Header.Peek(HeaderConnectionID)
 	c := e.lookup(id)
 	if c == nil {
+		if owner := e.ownerOf(id); owner != "" {
+			e.forwardPost(ctx, owner, id, body)
+			return
+		}
 		jsonError(ctx, fasthttp.StatusBadRequest, e.notFound(id, msgConnNotFoundPost))
 		return
 	}
-	c.touch()
-	e.settle(c)
-	if sid := ctx.Request.Header.Peek(HeaderSessionID); len(sid) > 0 {
-		if !validSessionID(sid) {
-			jsonError(ctx, fasthttp.StatusBadRequest, "Invalid Acp-Session-Id header")
-			return
-		}
-		if p := paramsSessionID(msg); p != "" && p != string(sid) {
-			jsonError(ctx, fasthttp.StatusBadRequest, "Mismatched Acp-Session-Id")
-			return
-		}
-		if err := c.split(string(sid)); err != nil {
-			e.connError(ctx, err)
-			return
-		}
+	r := e.postTo(c, ctx.Request.Header.Peek(HeaderSessionID), msg)
+	if r.Status != fasthttp.StatusAccepted {
+		e.replyError(ctx, r)
+		return
 	}
-	c.actor.Deliver(msg)
 	ctx.SetStatusCode(fasthttp.StatusAccepted)
 }
 
-func (e *Edge) connError(ctx *fasthttp.RequestCtx, err error) {
-	if errors.Is(err, errTooManySessions) {
-		jsonError(ctx, fasthttp.StatusBadRequest, "Too many session streams on this connection")
-		return
+// postTo delivers a POSTed message to its connection (of this pod, the
+// POST possibly forwarded by another pod): 202 or an error.
+func (e *Edge) postTo(c *conn, sid []byte, msg *protocol.Message) Reply {
+	c.touch()
+	e.settle(c)
+	if len(sid) > 0 {
+		if !validSessionID(sid) {
+			return Reply{fasthttp.StatusBadRequest, "Invalid Acp-Session-Id header"}
+		}
+		if p := paramsSessionID(msg); p != "" && p != string(sid) {
+			return Reply{fasthttp.StatusBadRequest, "Mismatched Acp-Session-Id"}
+		}
+		if err := c.split(string(sid)); err != nil {
+			return connReply(err)
+		}
 	}
-	jsonError(ctx, fasthttp.StatusBadRequest, msgConnNotFound)
+	c.actor.Deliver(msg)
+	return Reply{Status: fasthttp.StatusAccepted}
 }
+
+func connReply(err error) Reply {
+	if errors.Is(err, errTooManySessions) {
+		return Reply{fasthttp.StatusBadRequest, "Too many session streams on this connection"}
+	}
+	return Reply{fasthttp.StatusBadRequest, msgConnNotFound}
+}
+
+func (e *Edge) connError(ctx *fasthttp.RequestCtx, err error) { e.replyError(ctx, connReply(err)) }
 
 func detail(e *protocol.Error) string {
 	if m, ok := e.Data.(map[string]string); ok && m["error"] != "" {
@@ -428,7 +455,12 @@ func (e *Edge) initialize(ctx *fasthttp.RequestCtx, msg *protocol.Message) {
 	w := &initWait{id: msg.ID, ch: make(chan []byte, 1)}
 	c.init = w
 	c.touch()
-	c.actor = e.srv.Connect(c)
+	if e.cluster != nil {
+		// The id names this pod, so that any pod finds the connection.
+		c.actor = e.srv.ConnectID(e.cluster.Incarnation()+"."+uuid.NewString(), c)
+	} else {
+		c.actor = e.srv.Connect(c)
+	}
 	c.id = c.actor.ID
 	c.log = e.log.With().Str("conn", c.id).Logger()
 	e.mu.Lock()
@@ -489,11 +521,15 @@ func (e *Edge) get(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	c := e.lookup(id)
+	owner := ""
 	if c == nil {
-		jsonError(ctx, fasthttp.StatusBadRequest, e.notFound(id, msgConnNotFound))
-		return
+		if owner = e.ownerOf(id); owner == "" {
+			jsonError(ctx, fasthttp.StatusBadRequest, e.notFound(id, msgConnNotFound))
+			return
+		}
+	} else {
+		c.touch()
 	}
-	c.touch()
 	if !acceptsEventStream(h.Peek(fasthttp.HeaderAccept)) {
 		jsonError(ctx, fasthttp.StatusNotAcceptable, "Accept must allow text/event-stream")
 		return
@@ -517,6 +553,10 @@ func (e *Edge) get(ctx *fasthttp.RequestCtx) {
 		jsonError(ctx, fasthttp.StatusServiceUnavailable, "Too many open streams")
 		return
 	}
+	if owner != "" {
+		e.remoteGet(ctx, owner, id, sid, last)
+		return
+	}
 	e.settle(c)
 	st, reject, replaced, err := c.attach(string(sid), last, ctx.Conn())
 	if err != nil {
@@ -524,10 +564,7 @@ func (e *Edge) get(ctx *fasthttp.RequestCtx) {
 		e.connError(ctx, err)
 		return
 	}
-	ctx.SetContentType("text/event-stream")
-	ctx.Response.Header.Set(fasthttp.HeaderCacheControl, "no-cache")
-	ctx.Response.Header.Set("X-Accel-Buffering", "no")
-	ctx.SetConnectionClose()
+	setStreamHeaders(ctx)
 	if reject != nil {
 		e.streams.Add(-1)
 		c.log.Info().Str("session", string(sid)).Uint64("last_event_id", *last).Msg("Last-Event-ID cannot be replayed")
@@ -542,6 +579,13 @@ func (e *Edge) get(ctx *fasthttp.RequestCtx) {
 	ctx.SetBodyStreamWriter(st.run)
 }
 
+func setStreamHeaders(ctx *fasthttp.RequestCtx) {
+	ctx.SetContentType("text/event-stream")
+	ctx.Response.Header.Set(fasthttp.HeaderCacheControl, "no-cache")
+	ctx.Response.Header.Set("X-Accel-Buffering", "no")
+	ctx.SetConnectionClose()
+}
+
 // delete handles DELETE /acp. Closing an unknown connection succeeds
 // (idempotent), as in the original.
 func (e *Edge) delete(ctx *fasthttp.RequestCtx) {
@@ -552,6 +596,11 @@ func (e *Edge) delete(ctx *fasthttp.RequestCtx) {
 	}
 	if c := e.lookup(id); c != nil {
 		e.closeConn(c, reasonDelete, true, e.cfg.CloseTimeout)
+	} else if owner := e.ownerOf(id); owner != "" {
+		if r := e.cluster.Delete(owner, string(id)); r.Status != fasthttp.StatusOK {
+			e.replyError(ctx, r)
+			return
+		}
 	}
 	ctx.SetStatusCode(fasthttp.StatusOK)
 }

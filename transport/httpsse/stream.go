@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"net"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/iac-code/iac-code/protocol"
@@ -30,6 +31,10 @@ type stream struct {
 	ended bool
 	drain bool
 	final []byte
+	// notify, for the stream of a GET on another pod, replaces wakeCh: it
+	// tells that pod to take (once until it does: pending).
+	notify  func()
+	pending atomic.Bool
 }
 
 func newStream(c *conn, sl *slot, nc net.Conn) *stream {
@@ -37,6 +42,12 @@ func newStream(c *conn, sl *slot, nc net.Conn) *stream {
 }
 
 func (st *stream) wake() {
+	if st.notify != nil {
+		if st.pending.CompareAndSwap(false, true) {
+			st.notify()
+		}
+		return
+	}
 	select {
 	case st.wakeCh <- struct{}{}:
 	default:
@@ -52,27 +63,53 @@ func (st *stream) end(final []byte, drain bool) {
 	if nc := st.nc; nc != nil {
 		time.AfterFunc(endGrace, func() { _ = nc.Close() })
 	}
+	if st.notify != nil {
+		st.pending.Store(true)
+		st.notify()
+	}
+}
+
+// run is the body stream writer of a local GET.
+func (st *stream) run(w *bufio.Writer) {
+	p := pump{e: st.c.e, nc: st.nc, wake: st.wakeCh, done: st.done,
+		take:   func(dst []event) ([]event, []byte, bool) { return st.c.take(st, dst) },
+		detach: func() { st.c.detach(st); st.c.e.streams.Add(-1) }}
+	p.run(w)
+}
+
+// pump writes a stream's events to its client: those of a connection of
+// this pod (stream.run) or of another pod (remoteGet).
+type pump struct {
+	e    *Edge
+	nc   net.Conn
+	wake <-chan struct{}
+	done <-chan struct{}
+	// quit ends the stream at once, without a final event (nil: never).
+	quit <-chan struct{}
+	// take hands over the next events (see conn.take); detach is called
+	// once when the writer exits.
+	take   func(dst []event) (batch []event, final []byte, end bool)
+	detach func()
 }
 
 // run is the body stream writer. It returns when the stream is ended by the
 // server or a write fails (the only sign that the client went away; the
 // keep-alive comment bounds how late that is noticed).
-func (st *stream) run(w *bufio.Writer) {
-	e := st.c.e
-	defer func() {
-		st.c.detach(st)
-		e.streams.Add(-1)
-	}()
+func (p *pump) run(w *bufio.Writer) {
+	e := p.e
+	defer p.detach()
 	beat := time.NewTicker(e.cfg.KeepAlive)
 	defer beat.Stop()
 	var batch []event
 	var num []byte
 	for {
 		select {
-		case <-st.wakeCh:
-		case <-st.done:
+		case <-p.wake:
+		case <-p.done:
+		case <-p.quit:
+			return
 		case <-beat.C:
-			if !peerOpen(st.nc) {
+			if !peerOpen(p.nc) {
 				return
 			}
 			if _, err := w.WriteString(": ping\n\n"); err != nil {
@@ -86,12 +123,12 @@ func (st *stream) run(w *bufio.Writer) {
 		// A client that closed its side must not be handed events: they
 		// would count as written and a GET without Last-Event-ID would
 		// miss them.
-		if !peerOpen(st.nc) {
+		if !peerOpen(p.nc) {
 			return
 		}
 		var final []byte
 		var end bool
-		batch, final, end = st.c.take(st, batch)
+		batch, final, end = p.take(batch)
 		for i := range batch {
 			num = writeEvent(w, &batch[i], num)
 			batch[i] = event{}

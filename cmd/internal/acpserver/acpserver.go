@@ -15,12 +15,14 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/iac-code/iac-code/transport/cluster"
 	"github.com/iac-code/iac-code/transport/httpsse"
 	"github.com/iac-code/iac-code/transport/stdio"
 )
 
 // usage takes the command name three times.
 const usage = `usage: %s acp [--transport stdio|http] [--host 127.0.0.1] [--port 8765] [--allowed-hosts a,b] [--allowed-origins https://x,…]
+           [--cluster-listen HOST:PORT [--advertise HOST:PORT]]   (http; several pods sharing IAC_CODE_STORE_URL)
        %s prompt [--cwd DIR] [--session ID] [--mode MODE] [--yes] [--json] "text"   (text on stdin without it)
        %s --version`
 
@@ -57,11 +59,18 @@ func run(name, version string, args []string) error {
 		"HTTP: Host names accepted besides loopback ones, comma-separated (* = any)")
 	allowedOrigins := fs.String("allowed-origins", os.Getenv("IAC_CODE_ALLOWED_ORIGINS"),
 		"HTTP: browser origins (scheme://host[:port]) allowed to send requests, comma-separated (* = any)")
+	clusterListen := fs.String("cluster-listen", os.Getenv("IAC_CODE_CLUSTER_LISTEN"),
+		"HTTP: run as a pod of a cluster, reached by the other pods at this HOST:PORT (needs IAC_CODE_STORE_URL and IAC_CODE_CLUSTER_SECRET)")
+	advertise := fs.String("advertise", os.Getenv("IAC_CODE_CLUSTER_ADVERTISE"),
+		"cluster: the HOST:PORT other pods reach this one at (Kubernetes: the pod IP); default the --cluster-listen address")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
 	if *transport != "stdio" && *transport != "http" {
 		return fmt.Errorf("unknown transport %q", *transport)
+	}
+	if err := checkCluster(*transport, *clusterListen, *advertise, os.Getenv); err != nil {
+		return err
 	}
 
 	// stdout is the protocol in stdio mode and clients often show the
@@ -85,6 +94,14 @@ func run(name, version string, args []string) error {
 		watchdog.Close(time.Second)
 		return err
 	}
+	var pod *cluster.Node
+	if *clusterListen != "" {
+		if pod, err = joinCluster(srv, sessions, *clusterListen, *advertise, log); err != nil {
+			shutdown(srv, sessions, watchdog, log)
+			return err
+		}
+		cfg.http.Cluster = pod
+	}
 	ctx, stop := onSignals(context.Background(), log, os.Exit)
 	defer stop()
 
@@ -94,6 +111,9 @@ func run(name, version string, args []string) error {
 		err = httpsse.Serve(ctx, srv, cfg.http, log)
 	}
 	shutdown(srv, sessions, watchdog, log)
+	if pod != nil {
+		pod.Stop() // after the store released this pod's leases and declared it dead
+	}
 	return err
 }
 

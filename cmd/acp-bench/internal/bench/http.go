@@ -99,6 +99,9 @@ type FanoutParams struct {
 	SetupWidth int
 	// Timeout bounds the run (0: derived from the sizes).
 	Timeout time.Duration
+	// Pods > 0 runs that many cluster pods (a throwaway PostgreSQL) behind
+	// a round-robin proxy, which the clients talk to (see cluster.go).
+	Pods int
 }
 
 func (p *FanoutParams) defaults() {
@@ -126,12 +129,28 @@ func Fanout(ctx context.Context, o *Options, p FanoutParams) (*Result, error) {
 	fake, stopFake := startFake(2 * time.Second)
 	defer stopFake()
 	fake.SetDefault(streamingReply(p.Chunks, interval(p.Rate)))
-	srv, err := StartServer(ctx, o, "http", fake.URL())
-	if err != nil {
-		return nil, err
+	var (
+		srv  *Server
+		addr string
+		err  error
+	)
+	if p.Pods > 0 {
+		var cl *benchCluster
+		if cl, err = startCluster(ctx, o, fake.URL(), p.Pods); err != nil {
+			return nil, err
+		}
+		defer cl.stop()
+		srv, addr = cl.pods[0], cl.addr
+		r.Params["pods"] = p.Pods
+		r.Variant += ",pods=" + strconv.Itoa(p.Pods)
+	} else {
+		if srv, err = StartServer(ctx, o, "http", fake.URL()); err != nil {
+			return nil, err
+		}
+		defer srv.Stop()
+		addr = srv.Addr
 	}
-	defer srv.Stop()
-	h := acpclient.NewHTTP(srv.Addr, 256)
+	h := acpclient.NewHTTP(addr, 256)
 	defer h.Close()
 	deadline := time.Now().Add(p.Timeout)
 	var errs stats.Counter

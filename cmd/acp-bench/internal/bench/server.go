@@ -80,6 +80,11 @@ func FreePort() (int, error) {
 // StartServer starts the binary in the given transport ("stdio" or "http")
 // and, in HTTP mode, waits until /health answers.
 func StartServer(ctx context.Context, o *Options, transport, fakeURL string) (*Server, error) {
+	return startServer(ctx, o, transport, fakeURL, nil)
+}
+
+// startServer is StartServer with more environment (cluster pods).
+func startServer(ctx context.Context, o *Options, transport, fakeURL string, env []string) (*Server, error) {
 	args := []string{"acp", "--transport", transport}
 	s := &Server{Transport: transport, stderr: &tailBuffer{max: 64 << 10}, exited: make(chan struct{})}
 	var extra []string
@@ -112,7 +117,7 @@ func StartServer(ctx context.Context, o *Options, transport, fakeURL string) (*S
 		cmd = exec.Command("valgrind", append([]string{"--tool=cachegrind", "--cache-sim=no",
 			"--cachegrind-out-file=" + s.cachegrind, "--trace-children=no", o.Bin}, args...)...)
 	}
-	cmd.Env = o.serverEnv(fakeURL, extra...)
+	cmd.Env = o.serverEnv(fakeURL, append(extra, env...)...)
 	cmd.Dir = o.Workdir
 	cmd.Stderr = s.stderr
 	// Its own process group, so a Ctrl-C of acp-bench reaches it only

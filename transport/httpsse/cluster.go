@@ -1,0 +1,276 @@
+package httpsse
+
+import (
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/valyala/fasthttp"
+
+	"github.com/iac-code/iac-code/protocol"
+)
+
+// Cluster is what the edge needs, in cluster mode, from the pods' mesh
+// (transport/cluster): connections stay on the pod that answered their
+// initialize, and every other pod forwards their requests and streams
+// there. nil in single-process mode, which then pays nothing for it.
+type Cluster interface {
+	// Incarnation is this pod's incarnation id: the first part of the ids
+	// of its connections ("<incarnation>.<random>").
+	Incarnation() string
+	// Bind hands the mesh the edge that serves this pod's connections.
+	Bind(o Owner)
+	// Post forwards a POST /acp (not initialize) to the pod owner.
+	Post(owner, connID, sessionID string, body []byte) Reply
+	// Delete forwards a DELETE /acp to the pod owner.
+	Delete(owner, connID string) Reply
+	// Attach makes a GET on this pod the stream of a connection of the pod
+	// owner. On success (Reply.Status 200) the source delivers the stream's
+	// events, unless reject (an SSE error body for a Last-Event-ID that
+	// cannot be honoured) is set.
+	Attach(owner, connID, sessionID string, last *uint64) (src RemoteSource, r Reply, reject []byte, replaced bool)
+	// Collectors are the mesh's metrics, exported on /metrics.
+	Collectors() []prometheus.Collector
+}
+
+// Reply is the outcome of a request served by another pod: an HTTP status
+// and, for errors, the text of the {"error": …} body.
+type Reply struct {
+	Status int
+	Error  string
+}
+
+// RemoteSource is a stream whose events come from the connection's pod.
+type RemoteSource interface {
+	// Ready fires when the stream has events or ended; Gone closes when the
+	// owner went away.
+	Ready() <-chan struct{}
+	Gone() <-chan struct{}
+	// Take hands over the next events (see conn.take); an error means the
+	// owner cannot be reached.
+	Take(dst []Event) (batch []Event, final []byte, end bool, err error)
+	// Close detaches the stream from the owner (the client left).
+	Close()
+}
+
+// Event is one numbered SSE event.
+type Event struct {
+	ID   uint64
+	Data []byte
+}
+
+// Owner is the side of the edge that serves, for other pods, the
+// connections of this one. *Edge implements it.
+type Owner interface {
+	ServePost(connID, sessionID string, body []byte) Reply
+	ServeDelete(connID string) Reply
+	AttachRemote(connID, sessionID string, last *uint64, ready func()) (handle uint64, reject []byte, replaced bool, r Reply)
+	Take(connID string, handle uint64, dst []Event) (batch []Event, final []byte, end bool)
+	Detach(connID string, handle uint64)
+	// RemoteStreams counts the streams of this pod's connections whose GET
+	// is on another pod.
+	RemoteStreams() int
+}
+
+var _ Owner = (*Edge)(nil)
+
+// ownerOf is the incarnation that owns connection id in cluster mode (its
+// prefix), "" for an id of this pod or that is not a cluster id.
+func (e *Edge) ownerOf(id []byte) string {
+	if e.cluster == nil {
+		return ""
+	}
+	inc, _, ok := strings.Cut(string(id), ".")
+	if !ok || inc == "" || len(inc) > 64 || inc == e.cluster.Incarnation() {
+		return ""
+	}
+	for _, r := range inc {
+		if !(r >= '0' && r <= '9' || r >= 'a' && r <= 'f' || r == '-') {
+			return ""
+		}
+	}
+	return inc
+}
+
+func (e *Edge) replyError(ctx *fasthttp.RequestCtx, r Reply) {
+	jsonError(ctx, r.Status, r.Error)
+}
+
+// forwardPost sends a POST for a connection of another pod there.
+func (e *Edge) forwardPost(ctx *fasthttp.RequestCtx, owner string, id []byte, body []byte) {
+	r := e.cluster.Post(owner, string(id), string(ctx.Request.Header.Peek(HeaderSessionID)), body)
+	if r.Status == fasthttp.StatusAccepted {
+		ctx.SetStatusCode(fasthttp.StatusAccepted)
+		return
+	}
+	e.replyError(ctx, r)
+}
+
+// ServePost serves a POST forwarded by another pod: what post does once
+// the connection is known.
+func (e *Edge) ServePost(connID, sessionID string, body []byte) Reply {
+	msg, perr := protocol.Decode(body)
+	if perr != nil {
+		return Reply{fasthttp.StatusBadRequest, "Invalid JSON-RPC message: " + detail(perr)}
+	}
+	c := e.lookup([]byte(connID))
+	if c == nil {
+		return Reply{fasthttp.StatusBadRequest, e.notFound([]byte(connID), msgConnNotFoundPost)}
+	}
+	return e.postTo(c, []byte(sessionID), msg)
+}
+
+// ServeDelete serves a DELETE forwarded by another pod.
+func (e *Edge) ServeDelete(connID string) Reply {
+	if c := e.lookup([]byte(connID)); c != nil {
+		e.closeConn(c, reasonDelete, true, e.cfg.CloseTimeout)
+	}
+	return Reply{Status: fasthttp.StatusOK}
+}
+
+// AttachRemote attaches a stream of another pod to a connection of this
+// one. ready is called (never under a lock of the edge's callers) when the
+// stream has events or ended; the other pod then calls Take.
+func (e *Edge) AttachRemote(connID, sessionID string, last *uint64, ready func()) (uint64, []byte, bool, Reply) {
+	c := e.lookup([]byte(connID))
+	if c == nil {
+		return 0, nil, false, Reply{fasthttp.StatusBadRequest, e.notFound([]byte(connID), msgConnNotFound)}
+	}
+	if e.closing.Load() {
+		return 0, nil, false, Reply{fasthttp.StatusServiceUnavailable, msgShuttingDown}
+	}
+	c.touch()
+	e.settle(c)
+	st, reject, replaced, err := c.attachStream(sessionID, last, nil, ready)
+	if err != nil {
+		if err == errTooManySessions {
+			return 0, nil, false, Reply{fasthttp.StatusBadRequest, "Too many session streams on this connection"}
+		}
+		return 0, nil, false, Reply{fasthttp.StatusBadRequest, msgConnNotFound}
+	}
+	if reject != nil {
+		return 0, reject, false, Reply{Status: fasthttp.StatusOK}
+	}
+	if last != nil || replaced {
+		e.met.reconnects.Inc()
+	}
+	e.mu.Lock()
+	e.nextHandle++
+	h := e.nextHandle
+	e.remotes[h] = st
+	e.mu.Unlock()
+	return h, nil, replaced, Reply{Status: fasthttp.StatusOK}
+}
+
+func (e *Edge) remote(connID string, handle uint64) *stream {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	st := e.remotes[handle]
+	if st == nil || st.c.id != connID {
+		return nil
+	}
+	return st
+}
+
+// Take hands another pod's stream its next events: what the stream writer
+// of a local GET takes.
+func (e *Edge) Take(connID string, handle uint64, dst []Event) ([]Event, []byte, bool) {
+	st := e.remote(connID, handle)
+	if st == nil {
+		return dst[:0], nil, true
+	}
+	st.pending.Store(false)
+	batch, final, end := st.c.take(st, nil)
+	out := dst[:0]
+	for i := range batch {
+		out = append(out, Event{ID: batch[i].id, Data: batch[i].data})
+	}
+	if end {
+		// The other pod's writer stops here: the handle goes now, whether
+		// or not its Detach arrives.
+		e.Detach(connID, handle)
+	}
+	return out, final, end
+}
+
+// Detach ends another pod's stream: its client left, or that pod is gone.
+func (e *Edge) Detach(connID string, handle uint64) {
+	st := e.remote(connID, handle)
+	if st == nil {
+		return
+	}
+	e.mu.Lock()
+	delete(e.remotes, handle)
+	e.mu.Unlock()
+	st.c.detach(st)
+}
+
+// remoteGet serves a GET whose connection lives on another pod: a local
+// writer fed by the owner's outbox (see RemoteSource). The stream is
+// counted in e.streams already.
+func (e *Edge) remoteGet(ctx *fasthttp.RequestCtx, owner string, id, sid []byte, last *uint64) {
+	src, r, reject, _ := e.cluster.Attach(owner, string(id), string(sid), last)
+	if r.Status != fasthttp.StatusOK {
+		e.streams.Add(-1)
+		e.replyError(ctx, r)
+		return
+	}
+	setStreamHeaders(ctx)
+	if reject != nil {
+		e.streams.Add(-1)
+		ctx.SetBody(reject)
+		return
+	}
+	nc := ctx.Conn()
+	var batch []Event
+	p := &pump{
+		e:    e,
+		nc:   nc,
+		wake: src.Ready(),
+		done: src.Gone(),
+		// At shutdown this pod's streams of other pods' connections just
+		// end: their events stay with the connection's pod, and the client
+		// resumes on another pod with Last-Event-ID.
+		quit: e.quit,
+		take: func(dst []event) ([]event, []byte, bool) {
+			var final []byte
+			var end bool
+			var err error
+			batch, final, end, err = src.Take(batch)
+			if err != nil {
+				return dst[:0], ownerGoneEvent(), true
+			}
+			dst = dst[:0]
+			for _, ev := range batch {
+				dst = append(dst, event{id: ev.ID, data: ev.Data})
+			}
+			if end {
+				// As for a local stream the server ended: a client that
+				// stopped reading does not hold the writer forever.
+				time.AfterFunc(endGrace, func() { _ = nc.Close() })
+			}
+			return dst, final, end
+		},
+		detach: func() {
+			src.Close()
+			e.streams.Add(-1)
+		},
+	}
+	ctx.Response.ImmediateHeaderFlush = true
+	_ = ctx.SetWriteDeadline(time.Time{})
+	ctx.SetBodyStreamWriter(p.run)
+}
+
+// ownerGoneEvent ends a stream whose connection's pod went away.
+func ownerGoneEvent() []byte {
+	return errorEvent(protocol.NewError(protocol.CodeInternalError,
+		"The server holding this connection is gone; initialize again and load your sessions",
+		map[string]any{"reason": "connection_lost"}))
+}
+
+// RemoteStreams implements Owner.
+func (e *Edge) RemoteStreams() int {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	return len(e.remotes)
+}
