@@ -1,9 +1,12 @@
 package store
 
 import (
+	"errors"
+	"io/fs"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"runtime"
+	"strconv"
 )
 
 const (
@@ -15,37 +18,46 @@ const (
 // directory, fsync, rename, fsync of the directory. A crash leaves either the
 // old or the new content (and at worst a stray temp file, never read).
 func writeFileAtomic(dir, name string, data []byte) (err error) {
-	tmp, err := os.CreateTemp(dir, "."+name+".tmp-*")
+	f, tmp, err := createTemp(dir, "."+name+".tmp-")
 	if err != nil {
 		return err
 	}
 	defer func() {
 		if err != nil {
-			_ = tmp.Close()
-			_ = os.Remove(tmp.Name())
+			_ = f.Close()
+			_ = os.Remove(tmp)
 		}
 	}()
-	if err = tmp.Chmod(filePerm); err != nil {
+	if _, err = f.Write(data); err != nil {
 		return err
 	}
-	if _, err = tmp.Write(data); err != nil {
+	if err = f.Sync(); err != nil {
 		return err
 	}
-	if err = tmp.Sync(); err != nil {
+	if err = f.Close(); err != nil {
 		return err
 	}
-	if err = tmp.Close(); err != nil {
-		return err
-	}
-	if err = os.Rename(tmp.Name(), filepath.Join(dir, name)); err != nil {
+	if err = renameFile(tmp, filepath.Join(dir, name)); err != nil {
 		return err
 	}
 	return syncDir(dir)
 }
 
+// createTemp is os.CreateTemp (a new file, mode 0600, under a random name
+// starting with prefix) through openFile.
+func createTemp(dir, prefix string) (*os.File, string, error) {
+	for try := 0; ; try++ {
+		path := filepath.Join(dir, prefix+strconv.FormatUint(rand.Uint64(), 36))
+		f, err := openFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, filePerm)
+		if err == nil || !errors.Is(err, fs.ErrExist) || try == 100 {
+			return f, path, err
+		}
+	}
+}
+
 // writeFileSynced creates dir/name (which must not exist) with data, fsynced.
 func writeFileSynced(dir, name string, data []byte) error {
-	f, err := os.OpenFile(filepath.Join(dir, name), os.O_WRONLY|os.O_CREATE|os.O_EXCL, filePerm)
+	f, err := openFile(filepath.Join(dir, name), os.O_WRONLY|os.O_CREATE|os.O_EXCL, filePerm)
 	if err != nil {
 		return err
 	}
@@ -53,23 +65,6 @@ func writeFileSynced(dir, name string, data []byte) error {
 		err = f.Sync()
 	}
 	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	return err
-}
-
-// syncDir makes renames and creations in dir durable. Windows cannot fsync
-// a directory; there it is a no-op.
-func syncDir(dir string) error {
-	if runtime.GOOS == "windows" {
-		return nil
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
 		err = cerr
 	}
 	return err

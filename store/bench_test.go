@@ -2,8 +2,11 @@ package store_test
 
 import (
 	"fmt"
+	"os"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/iac-code/iac-code/llm"
 	"github.com/iac-code/iac-code/protocol"
@@ -128,4 +131,55 @@ func benchList1000(b *testing.B, st store.Store) {
 			b.Fatal(err, len(ms))
 		}
 	}
+}
+
+// BenchmarkSessionLifecycle is one churn cycle's store work: create, the
+// first prompt and answer appended, the turn's sync and metadata write,
+// close. On /dev/shm (as acp-bench churn runs) it counts the system calls'
+// CPU; on a disk, the fsyncs.
+func BenchmarkSessionLifecycle(b *testing.B) {
+	dir := b.TempDir()
+	if d, err := os.MkdirTemp("/dev/shm", "store-bench-"); err == nil {
+		dir = d
+		b.Cleanup(func() { _ = os.RemoveAll(d) })
+	}
+	st, err := store.New(dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	msgs := benchMessages(2)
+	b.ReportAllocs()
+	cpu0 := cpuTime()
+	i := 0
+	for b.Loop() {
+		i++
+		s, err := st.Create(store.Meta{ID: fmt.Sprintf("s%08d", i), Cwd: "/p", Mode: "default"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, m := range msgs {
+			if err := s.Append(store.MessageEntry(m)); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := s.Sync(); err != nil {
+			b.Fatal(err)
+		}
+		meta := s.Meta()
+		meta.Title = "Please look at main.go"
+		if err := s.SaveMeta(meta); err != nil {
+			b.Fatal(err)
+		}
+		if err := s.Close(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	// CPU time (user and system) is what a loaded machine does not inflate.
+	b.ReportMetric(float64((cpuTime()-cpu0).Nanoseconds())/float64(i), "cpu-ns/op")
+}
+
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -187,8 +187,25 @@ func (s *FileStore) build(meta Meta, history []byte, lastSeq int64) (_ *fileSess
 	if err = writeFileSynced(tmp, metaFile, metaData); err != nil {
 		return nil, err
 	}
-	if err = writeFileSynced(tmp, historyFile, history); err != nil {
+	// The history's descriptor is the handle's: it stays valid across the
+	// rename. An empty history needs no fsync (a lost empty file reads as
+	// an empty history); the directory's fsync below makes its name durable.
+	f, err := openFile(filepath.Join(tmp, historyFile), os.O_WRONLY|os.O_APPEND|os.O_CREATE|os.O_EXCL, filePerm)
+	if err != nil {
 		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			_ = f.Close()
+		}
+	}()
+	if len(history) > 0 {
+		if _, err = f.Write(history); err != nil {
+			return nil, err
+		}
+		if err = f.Sync(); err != nil {
+			return nil, err
+		}
 	}
 	// Locked before it becomes visible: the lock is on the inode, which the
 	// rename keeps.
@@ -205,7 +222,7 @@ func (s *FileStore) build(meta Meta, history []byte, lastSeq int64) (_ *fileSess
 		return nil, err
 	}
 	// Renaming onto an existing (non-empty) session directory fails.
-	if err = os.Rename(tmp, final); err != nil {
+	if err = renameFile(tmp, final); err != nil {
 		if _, serr := os.Lstat(final); serr == nil {
 			return nil, fmt.Errorf("%w: %s", ErrExists, meta.ID)
 		}
@@ -214,22 +231,17 @@ func (s *FileStore) build(meta Meta, history []byte, lastSeq int64) (_ *fileSess
 	if err = syncDir(s.dir); err != nil {
 		return nil, err
 	}
-	return s.handle(meta, int64(len(history)), lastSeq, lock)
+	return s.handle(meta, f, int64(len(history)), lastSeq, lock), nil
 }
 
-// handle opens the history for appending. The caller holds the id and the
-// session's lock, which the handle now owns.
-func (s *FileStore) handle(meta Meta, size, lastSeq int64, lock *sessionLock) (*fileSession, error) {
-	dir := filepath.Join(s.dir, meta.ID)
-	f, err := openHistory(dir)
-	if err != nil {
-		return nil, err
-	}
-	return &fileSession{st: s, id: meta.ID, dir: dir, f: f, lock: lock, meta: meta, size: size, lastSeq: lastSeq}, nil
+// handle makes the Session handle of an open history f. The caller holds
+// the id and the session's lock, which the handle now owns.
+func (s *FileStore) handle(meta Meta, f *os.File, size, lastSeq int64, lock *sessionLock) *fileSession {
+	return &fileSession{st: s, id: meta.ID, dir: filepath.Join(s.dir, meta.ID), f: f, lock: lock, meta: meta, size: size, lastSeq: lastSeq}
 }
 
 func openHistory(dir string) (*os.File, error) {
-	return os.OpenFile(filepath.Join(dir, historyFile), os.O_WRONLY|os.O_APPEND|os.O_CREATE, filePerm)
+	return openFile(filepath.Join(dir, historyFile), os.O_WRONLY|os.O_APPEND|os.O_CREATE, filePerm)
 }
 
 // lock takes the cross-process lock of session id; a missing directory is
@@ -307,15 +319,15 @@ func (s *FileStore) Open(id string) (_ Session, _ []Entry, err error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	sess, err := s.handle(l.meta, l.size, l.lastSeq, lock)
+	f, err := openHistory(filepath.Join(s.dir, id))
 	if err != nil {
 		return nil, nil, err
 	}
-	return sess, l.entries, nil
+	return s.handle(l.meta, f, l.size, l.lastSeq, lock), l.entries, nil
 }
 
 func fixTail(path string, h history) (int64, error) {
-	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	f, err := openFile(path, os.O_WRONLY, 0)
 	if err != nil {
 		return 0, err
 	}
@@ -382,7 +394,7 @@ func (s *FileStore) Delete(id string) error {
 	}
 	defer lock.unlock()
 	gone := filepath.Join(s.dir, fmt.Sprintf("%s%s-%d", delPrefix, id, time.Now().UnixNano()))
-	if err := os.Rename(dir, gone); err != nil {
+	if err := renameFile(dir, gone); err != nil {
 		return err
 	}
 	if err := syncDir(s.dir); err != nil {

@@ -25,7 +25,7 @@ type sessionLock struct{ f *os.File }
 // Store value in this one), it returns an *InUseError naming the holder's
 // pid as written in the file.
 func lockSession(dir, id string) (*sessionLock, error) {
-	f, err := os.OpenFile(dir+"/"+lockFile, os.O_RDWR|os.O_CREATE, filePerm)
+	f, err := openFile(dir+"/"+lockFile, os.O_RDWR|os.O_CREATE, filePerm)
 	if err != nil {
 		return nil, err
 	}
@@ -43,12 +43,24 @@ func lockSession(dir, id string) (*sessionLock, error) {
 		return nil, err
 	}
 	// Who holds it, for the error another process reports. Best effort: the
-	// lock, not the content, is what excludes.
-	if err := f.Truncate(0); err == nil {
-		_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
-	}
+	// lock, not the content, is what excludes. Always pidWidth bytes, so
+	// each holder overwrites the last one's pid without a truncate.
+	_, _ = f.WriteAt(pidLine, 0)
 	return &sessionLock{f: f}, nil
 }
+
+// pidWidth holds any pid (an int32) and its newline; older versions wrote
+// the bare pid and a newline after a truncate, never more than this.
+const pidWidth = 12
+
+// pidLine is this process's pid, space-padded to pidWidth.
+var pidLine = func() []byte {
+	b := []byte(strconv.Itoa(os.Getpid()))
+	for len(b) < pidWidth-1 {
+		b = append(b, ' ')
+	}
+	return append(b, '\n')
+}()
 
 func readPID(f *os.File) int {
 	var buf [32]byte
