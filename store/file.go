@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -32,8 +33,10 @@ const (
 // FileStore is the default Store: plain files under <root>/sessions.
 type FileStore struct {
 	dir string
-	log zerolog.Logger
-	now func() time.Time
+	// dirFile is dir, open for its fsyncs (one per create and delete).
+	dirFile *os.File
+	log     zerolog.Logger
+	now     func() time.Time
 
 	mu   sync.Mutex
 	open map[string]bool // ids with a live Session handle (or being deleted)
@@ -64,12 +67,41 @@ func New(root string, opts ...Option) (*FileStore, error) {
 	if err := os.MkdirAll(s.dir, dirPerm); err != nil {
 		return nil, fmt.Errorf("store: %w", err)
 	}
+	if runtime.GOOS != "windows" { // which cannot fsync a directory
+		d, err := os.Open(s.dir)
+		if err != nil {
+			return nil, fmt.Errorf("store: %w", err)
+		}
+		s.dirFile = d
+	}
 	s.sweep()
 	return s, nil
 }
 
-// Close implements Backend. The file store holds nothing between calls.
-func (s *FileStore) Close() error { return nil }
+// Close implements Backend: it closes the sessions directory, held open
+// for its fsyncs. Session handles stay usable.
+func (s *FileStore) Close() error {
+	s.mu.Lock()
+	d := s.dirFile
+	s.dirFile = nil
+	s.mu.Unlock()
+	if d == nil {
+		return nil
+	}
+	return d.Close()
+}
+
+// syncSessions makes the creations and renames of session directories
+// durable.
+func (s *FileStore) syncSessions() error {
+	s.mu.Lock()
+	d := s.dirFile
+	s.mu.Unlock()
+	if d == nil {
+		return syncDir(s.dir)
+	}
+	return d.Sync()
+}
 
 // Dir is the directory holding one subdirectory per session.
 func (s *FileStore) Dir() string { return s.dir }
@@ -168,9 +200,6 @@ func (s *FileStore) build(meta Meta, history []byte, lastSeq int64) (_ *fileSess
 		}
 	}()
 	final := filepath.Join(s.dir, meta.ID)
-	if _, err := os.Lstat(final); err == nil {
-		return nil, fmt.Errorf("%w: %s", ErrExists, meta.ID)
-	}
 	metaData, err := protocol.Marshal(meta)
 	if err != nil {
 		return nil, fmt.Errorf("encode meta: %w", err)
@@ -221,14 +250,15 @@ func (s *FileStore) build(meta Meta, history []byte, lastSeq int64) (_ *fileSess
 	if err = syncDir(tmp); err != nil {
 		return nil, err
 	}
-	// Renaming onto an existing (non-empty) session directory fails.
+	// Renaming onto an existing (non-empty) session directory fails, so
+	// taking an existing id needs no check before all this work.
 	if err = renameFile(tmp, final); err != nil {
 		if _, serr := os.Lstat(final); serr == nil {
 			return nil, fmt.Errorf("%w: %s", ErrExists, meta.ID)
 		}
 		return nil, err
 	}
-	if err = syncDir(s.dir); err != nil {
+	if err = s.syncSessions(); err != nil {
 		return nil, err
 	}
 	return s.handle(meta, f, int64(len(history)), lastSeq, lock), nil
@@ -397,7 +427,7 @@ func (s *FileStore) Delete(id string) error {
 	if err := renameFile(dir, gone); err != nil {
 		return err
 	}
-	if err := syncDir(s.dir); err != nil {
+	if err := s.syncSessions(); err != nil {
 		return err
 	}
 	return os.RemoveAll(gone)

@@ -11,6 +11,21 @@ func openFile(path string, flag int, perm uint32) (*os.File, error) {
 	return os.OpenFile(path, flag, os.FileMode(perm))
 }
 
+// writeNew creates path (which must not exist) with data, fsynced.
+func writeNew(path string, data []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, filePerm)
+	if err != nil {
+		return err
+	}
+	if _, err = f.Write(data); err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
 func renameFile(oldpath, newpath string) error { return os.Rename(oldpath, newpath) }
 
 // syncDir makes renames and creations in dir durable. Windows cannot fsync

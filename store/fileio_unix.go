@@ -8,22 +8,72 @@ import (
 	"syscall"
 )
 
-// The file store's own open, rename and directory sync. os.OpenFile tries
-// to register every descriptor with the network poller, which a regular
-// file or a directory refuses: four fcntl(2) and an epoll_ctl(2) wasted per
-// open (five of a churn cycle's eight opens). os.Rename stats the target
-// first. Here each is the one system call it needs (os.NewFile adds one
-// fcntl).
+// The file store's own file operations. os.OpenFile tries to register every
+// descriptor with the network poller, which a regular file or a directory
+// refuses: four fcntl(2) and an epoll_ctl(2) wasted per open. os.Rename
+// stats the target first. Here each is the system call it needs; files
+// written once and closed (meta.json, its temp copies) and the lock file
+// never become an *os.File (os.NewFile adds an fcntl).
 
-// openFile is os.OpenFile for regular files.
-func openFile(path string, flag int, perm uint32) (*os.File, error) {
+// openFD is open(2) with O_CLOEXEC, retried on EINTR.
+func openFD(path string, flag int, perm uint32) (int, error) {
 	for {
 		fd, err := syscall.Open(path, flag|syscall.O_CLOEXEC, perm)
 		if err == nil {
-			return os.NewFile(uintptr(fd), path), nil
+			return fd, nil
 		}
 		if !errors.Is(err, syscall.EINTR) {
-			return nil, &os.PathError{Op: "open", Path: path, Err: err}
+			return -1, &os.PathError{Op: "open", Path: path, Err: err}
+		}
+	}
+}
+
+// openFile is os.OpenFile for regular files.
+func openFile(path string, flag int, perm uint32) (*os.File, error) {
+	fd, err := openFD(path, flag, perm)
+	if err != nil {
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), path), nil
+}
+
+// writeNew creates path (which must not exist) with data, fsynced.
+func writeNew(path string, data []byte) error {
+	fd, err := openFD(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, filePerm)
+	if err != nil {
+		return err
+	}
+	err = writeAll(fd, data)
+	if err == nil {
+		err = fsync(fd)
+	}
+	if cerr := syscall.Close(fd); err == nil && cerr != nil {
+		err = cerr
+	}
+	if err != nil {
+		return &os.PathError{Op: "write", Path: path, Err: err}
+	}
+	return nil
+}
+
+func writeAll(fd int, data []byte) error {
+	for len(data) > 0 {
+		n, err := syscall.Write(fd, data)
+		if errors.Is(err, syscall.EINTR) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		data = data[n:]
+	}
+	return nil
+}
+
+func fsync(fd int) error {
+	for {
+		if err := syscall.Fsync(fd); !errors.Is(err, syscall.EINTR) {
+			return err
 		}
 	}
 }
@@ -40,25 +90,11 @@ func renameFile(oldpath, newpath string) error {
 
 // syncDir makes renames and creations in dir durable.
 func syncDir(dir string) error {
-	var (
-		fd  int
-		err error
-	)
-	for {
-		fd, err = syscall.Open(dir, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
-		if !errors.Is(err, syscall.EINTR) {
-			break
-		}
-	}
+	fd, err := openFD(dir, syscall.O_RDONLY|syscall.O_DIRECTORY, 0)
 	if err != nil {
-		return &os.PathError{Op: "open", Path: dir, Err: err}
+		return err
 	}
-	for {
-		err = syscall.Fsync(fd)
-		if !errors.Is(err, syscall.EINTR) {
-			break
-		}
-	}
+	err = fsync(fd)
 	if cerr := syscall.Close(fd); err == nil && cerr != nil {
 		err = cerr
 	}

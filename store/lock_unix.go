@@ -5,6 +5,7 @@ package store
 import (
 	"errors"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -18,35 +19,42 @@ const lockFile = "lock"
 // sessionLock is an exclusive flock(2) on <dir>/lock. The kernel drops it
 // when its descriptor closes, which includes the death of the process, so a
 // crashed server never leaves a session locked.
-type sessionLock struct{ f *os.File }
+type sessionLock struct {
+	fd int
+	// closeLost closes fd if the lock is dropped without unlock, as an
+	// *os.File's finalizer would.
+	closeLost runtime.Cleanup
+}
 
 // lockSession takes the lock of the session directory dir without waiting.
 // When another open file description holds it (another process, or another
 // Store value in this one), it returns an *InUseError naming the holder's
 // pid as written in the file.
 func lockSession(dir, id string) (*sessionLock, error) {
-	f, err := openFile(dir+"/"+lockFile, os.O_RDWR|os.O_CREATE, filePerm)
+	fd, err := openFD(dir+"/"+lockFile, os.O_RDWR|os.O_CREATE, filePerm)
 	if err != nil {
 		return nil, err
 	}
 	for {
-		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		err = syscall.Flock(fd, syscall.LOCK_EX|syscall.LOCK_NB)
 		if !errors.Is(err, syscall.EINTR) {
 			break
 		}
 	}
 	if err != nil {
-		defer f.Close()
+		defer syscall.Close(fd)
 		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, &InUseError{ID: id, PID: readPID(f)}
+			return nil, &InUseError{ID: id, PID: readPID(fd)}
 		}
-		return nil, err
+		return nil, &os.PathError{Op: "flock", Path: dir + "/" + lockFile, Err: err}
 	}
 	// Who holds it, for the error another process reports. Best effort: the
 	// lock, not the content, is what excludes. Always pidWidth bytes, so
 	// each holder overwrites the last one's pid without a truncate.
-	_, _ = f.WriteAt(pidLine, 0)
-	return &sessionLock{f: f}, nil
+	_, _ = syscall.Pwrite(fd, pidLine, 0)
+	l := &sessionLock{fd: fd}
+	l.closeLost = runtime.AddCleanup(l, func(fd int) { _ = syscall.Close(fd) }, fd)
+	return l, nil
 }
 
 // pidWidth holds any pid (an int32) and its newline; older versions wrote
@@ -62,10 +70,10 @@ var pidLine = func() []byte {
 	return append(b, '\n')
 }()
 
-func readPID(f *os.File) int {
+func readPID(fd int) int {
 	var buf [32]byte
-	n, _ := f.ReadAt(buf[:], 0)
-	pid, err := strconv.Atoi(strings.TrimSpace(string(buf[:n])))
+	n, _ := syscall.Pread(fd, buf[:], 0)
+	pid, err := strconv.Atoi(strings.TrimSpace(string(buf[:max(n, 0)])))
 	if err != nil {
 		return 0
 	}
@@ -74,10 +82,11 @@ func readPID(f *os.File) int {
 
 // unlock releases the lock (closing the descriptor releases the flock).
 func (l *sessionLock) unlock() error {
-	if l == nil || l.f == nil {
+	if l == nil || l.fd < 0 {
 		return nil
 	}
-	err := l.f.Close()
-	l.f = nil
+	l.closeLost.Stop()
+	err := syscall.Close(l.fd)
+	l.fd = -1
 	return err
 }
