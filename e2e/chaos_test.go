@@ -167,6 +167,34 @@ var _ = Describe("chaos", Label("e2e", "chaos"), func() {
 		AddReportEntry("kill -9 to no bash group left (worst of 3)", worst.String())
 	})
 
+	It("keeps a session answered by session/new through kill -9: listed, loaded, and it takes prompts", func() {
+		// What must be durable when session/new answers: the session
+		// directory with meta.json, history.jsonl and its lock file (see
+		// store.FileStore.Create). kill -9 right after the answer.
+		a := startAgent(env())
+		a.initialize()
+		sid := a.newSession(cwd)
+		Expect(a.cmd.Process.Signal(syscall.SIGKILL)).To(Succeed())
+		_ = a.cmd.Wait()
+		<-a.eof
+		Expect(a.check.Violations()).To(BeEmpty())
+
+		fake.Script(llmtest.Reply{Text: "still here"})
+		b := startAgent(env())
+		b.initialize()
+		list := b.result(b.request("session/list", map[string]any{"cwd": cwd}))["sessions"].([]any)
+		Expect(list).To(HaveLen(1))
+		Expect(list[0]).To(HaveKeyWithValue("sessionId", sid))
+		from := b.mark()
+		load := b.request("session/load", loadParams(sid, cwd))
+		Expect(b.result(load)["modes"]).To(HaveKeyWithValue("currentModeId", "default"))
+		Expect(replayTexts(b, sid, from, load)).To(BeEmpty(), "nothing to replay")
+		Expect(b.result(b.prompt(sid, "are you there?"))["stopReason"]).To(Equal("end_turn"))
+		b.finish()
+		expectConsecutive(historySeqs(historyPath(home, sid)))
+		Expect(historySeqs(historyPath(home, sid))).To(HaveLen(2), "the prompt and the answer")
+	})
+
 	It("keeps serving over HTTP when descriptors run out, then serves normally", func() {
 		// 128 descriptors; the connection cap forced above them, so accept
 		// itself runs out (EMFILE), as ~20,000 silent connections did.

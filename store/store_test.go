@@ -286,6 +286,27 @@ var _ = Describe("FileStore", func() {
 		})
 	})
 
+	Describe("lock file", func() {
+		It("names its holder's pid, over whatever pid an older holder left", func() {
+			Expect(create("s1", "/p").Close()).To(Succeed())
+			lock := filepath.Join(sessionDir("s1"), "lock")
+			// An older version wrote the bare pid after a truncate.
+			Expect(os.WriteFile(lock, []byte("2147483647\n"), 0o600)).To(Succeed())
+			s, _ := reopen("s1")
+			other, err := store.New(root)
+			Expect(err).NotTo(HaveOccurred())
+			_, _, err = other.Open("s1")
+			var inUse *store.InUseError
+			Expect(errors.As(err, &inUse)).To(BeTrue(), "%v", err)
+			Expect(inUse.PID).To(Equal(os.Getpid()))
+			Expect(s.Close()).To(Succeed())
+			s2, _, err := other.Open("s1")
+			Expect(err).NotTo(HaveOccurred(), "closing the handle released the lock")
+			Expect(s2.Close()).To(Succeed())
+			Expect(other.Close()).To(Succeed())
+		})
+	})
+
 	Describe("List", func() {
 		It("skips unreadable metas and directories being built", func() {
 			Expect(create("good", "/p").Close()).To(Succeed())
