@@ -19,9 +19,30 @@ import (
 // lenient server. readSSE returns fn's error, nil when fn reports done,
 // io.EOF at the end of the body, or the read error.
 func readSSE(body io.Reader, fn func(event, data []byte, more bool) (done bool, err error)) error {
-	r := bufio.NewReaderSize(body, 32<<10)
+	return readSSEWith(body, 32<<10, true, fn)
+}
+
+// readSSEWith is readSSE with a read buffer of size bytes; whole takes the
+// common event that is whole in the buffer without copying it (wholeEvent),
+// and is false only in the test that compares both ways.
+func readSSEWith(body io.Reader, size int, whole bool, fn func(event, data []byte, more bool) (done bool, err error)) error {
+	r := bufio.NewReaderSize(body, size)
 	var data, long, event []byte
 	for {
+		if whole && len(data) == 0 && len(event) == 0 && r.Buffered() > 0 {
+			b, _ := r.Peek(r.Buffered())
+			if ev, d, n, ok := wholeEvent(b); ok {
+				done, ferr := fn(ev, d, hasEventEnd(b[n:]))
+				_, _ = r.Discard(n)
+				if ferr != nil {
+					return ferr
+				}
+				if done {
+					return nil
+				}
+				continue
+			}
+		}
 		line, err := r.ReadSlice('\n')
 		if errors.Is(err, bufio.ErrBufferFull) {
 			// A line longer than the buffer: collect it.
@@ -69,7 +90,45 @@ func eventBuffered(r *bufio.Reader) bool {
 		return false
 	}
 	b, _ := r.Peek(n)
+	return hasEventEnd(b)
+}
+
+func hasEventEnd(b []byte) bool {
 	return bytes.Contains(b, []byte("\n\n")) || bytes.Contains(b, []byte("\n\r\n"))
+}
+
+// wholeEvent takes the event at the start of b when it is whole there and
+// has the shape nearly every event of a model stream has: an optional
+// "event:" line, one "data:" line, a blank line, all ending in "\n" alone.
+// It returns what the line-by-line reading of readSSE would pass to fn
+// (slices of b) and the event's length; anything else (comments, id:,
+// several data lines, CR line ends, an event cut by the buffer's end) is
+// left to that reading.
+func wholeEvent(b []byte) (event, data []byte, n int, ok bool) {
+	rest := b
+	if bytes.HasPrefix(rest, []byte("event:")) {
+		nl := bytes.IndexByte(rest, '\n')
+		if nl < 0 || rest[nl-1] == '\r' {
+			return nil, nil, 0, false
+		}
+		event = bytes.TrimSpace(rest[len("event:"):nl])
+		rest = rest[nl+1:]
+	}
+	if !bytes.HasPrefix(rest, []byte("data:")) {
+		return nil, nil, 0, false
+	}
+	nl := bytes.IndexByte(rest, '\n')
+	if nl < 0 || rest[nl-1] == '\r' || nl+1 >= len(rest) || rest[nl+1] != '\n' {
+		return nil, nil, 0, false
+	}
+	data = rest[len("data:"):nl]
+	if len(data) > 0 && data[0] == ' ' {
+		data = data[1:]
+	}
+	if len(data) == 0 && len(event) == 0 {
+		return nil, nil, 0, false // nothing to dispatch: the reading skips it
+	}
+	return event, data, len(b) - len(rest) + nl + 2, true
 }
 
 // parseJSON parses an event payload without copying it; strings taken from

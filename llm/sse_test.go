@@ -1,7 +1,11 @@
 package llm
 
 import (
+	"bytes"
+	"fmt"
 	"io"
+	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -73,4 +77,51 @@ func TestDecodedEventsCarryBuffered(t *testing.T) {
 	if len(texts) != 3 || !buffered[0] || buffered[1] || buffered[2] {
 		t.Fatalf("texts %q buffered %v, want a (buffered), b, c", texts, buffered)
 	}
+}
+
+// sseRun is what readSSE passed to fn, and returned.
+type sseRun struct {
+	events []string
+	err    error
+}
+
+func runSSE(input string, cuts []byte, size int, whole bool) sseRun {
+	// The same reads for both ways: input cut where cuts say.
+	var body pieces
+	rest := input
+	for _, c := range cuts {
+		if len(rest) == 0 {
+			break
+		}
+		n := min(int(c)+1, len(rest))
+		body = append(body, rest[:n])
+		rest = rest[n:]
+	}
+	if rest != "" {
+		body = append(body, rest)
+	}
+	var r sseRun
+	r.err = readSSEWith(&body, size, whole, func(event, data []byte, more bool) (bool, error) {
+		r.events = append(r.events, fmt.Sprintf("%q %q %v", event, data, more))
+		return bytes.Equal(data, []byte("[DONE]")), nil
+	})
+	return r
+}
+
+// FuzzReadSSEWhole: taking whole events from the buffer passes fn what the
+// line-by-line reading passes, whatever the input and however it arrives.
+func FuzzReadSSEWhole(f *testing.F) {
+	f.Add("data: A\n\ndata: B\n\nevent: e\ndata: C\n\n: c\nid: 1\ndata: D\ndata: E\n\ndata: [DONE]\n\n", []byte{3, 9, 40}, uint8(0))
+	f.Add("event: x\r\ndata: y\r\n\r\ndata:\n\nevent:\ndata: z\n\nevent: p\n\ndata: q", []byte{1, 1, 1, 200}, uint8(1))
+	f.Add("data: "+strings.Repeat("long ", 20)+"\n\ndata: a\n\n", []byte{}, uint8(2))
+	f.Fuzz(func(t *testing.T, input string, cuts []byte, small uint8) {
+		size := 32 << 10
+		if small%2 == 1 {
+			size = 16 // bufio's smallest: events cut by the buffer's end, long lines
+		}
+		fast, slow := runSSE(input, cuts, size, true), runSSE(input, cuts, size, false)
+		if !reflect.DeepEqual(fast, slow) {
+			t.Fatalf("%q cut %v:\nwhole %+v\nlines %+v", input, cuts, fast, slow)
+		}
+	})
 }

@@ -283,6 +283,10 @@ func (s *Server) StopCPUProfile(ctx context.Context) ([]byte, error) {
 	return s.debugCall(ctx, "/debug/bench/cpu/stop")
 }
 
+// KeepCachegrindEnv names a file that receives cachegrind's output of a
+// --valgrind run (read it with cg_annotate).
+const KeepCachegrindEnv = "ACP_BENCH_CACHEGRIND_OUT"
+
 // Instructions is what cachegrind counted for the whole life of a server
 // run under valgrind (after Stop); false when not measured.
 func (s *Server) Instructions() (int64, bool) {
@@ -290,6 +294,10 @@ func (s *Server) Instructions() (int64, bool) {
 		return 0, false
 	}
 	b, err := os.ReadFile(s.cachegrind)
+	if keep := os.Getenv(KeepCachegrindEnv); keep != "" {
+		// For cg_annotate: instructions per function.
+		_ = os.WriteFile(keep, b, 0o644)
+	}
 	_ = os.Remove(s.cachegrind)
 	if err != nil {
 		return 0, false
