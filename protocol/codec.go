@@ -221,6 +221,19 @@ func AppendJSONString(b []byte, s string) []byte {
 	return append(b, '"')
 }
 
+// plainASCII8 reports whether none of the 8 bytes of s is below 0x20,
+// 0x80 or above, '"' or '\\' (the bit tricks of "Bit Twiddling Hacks":
+// a byte below n, a zero byte).
+func plainASCII8(s string) bool {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	x := uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
+		uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
+	q := x ^ (ones * '"')
+	bs := x ^ (ones * '\\')
+	bad := (x - ones*0x20) | (q-ones)&^q | (bs-ones)&^bs | x
+	return bad&highs == 0
+}
+
 // appendJSONStringBody appends s escaped as inside a JSON string. Each rune
 // is escaped on its own, so the pieces of a text escape to the pieces of
 // its escape.
@@ -228,6 +241,14 @@ func appendJSONStringBody(b []byte, s string) []byte {
 	const hex = "0123456789abcdef"
 	start := 0
 	for i := 0; i < len(s); {
+		// Eight bytes at a time while none needs a look (printable ASCII
+		// other than '"' and '\\'): most model text.
+		for i+8 <= len(s) && plainASCII8(s[i:i+8]) {
+			i += 8
+		}
+		if i == len(s) {
+			break
+		}
 		c := s[i]
 		if c < utf8.RuneSelf {
 			if c >= 0x20 && c != '"' && c != '\\' {

@@ -1,6 +1,8 @@
 package protocol
 
 import (
+	"bytes"
+	stdjson "encoding/json"
 	"math/rand/v2"
 	"reflect"
 	"strings"
@@ -86,6 +88,25 @@ func BenchmarkEncodeChunk(b *testing.B) {
 		b.ReportAllocs()
 		for range b.N {
 			_ = EncodeChunkNotification("0b9c8f6e-2a4d-4c1e-9d63-8b2f1e7a5c30", UpdateAgentMessageChunk, "123@1700000000000000000|")
+		}
+	})
+}
+
+// FuzzAppendJSONString: the escaping is encoding/json's without HTML
+// escapes, byte for byte (invalid UTF-8 as \ufffd, U+2028/9 escaped).
+func FuzzAppendJSONString(f *testing.F) {
+	for _, s := range []string{"", "token ", "12345678abcdefgh\"", "abcdefg\x01", "abcdefgh\\ijklmnop", "\x7f\x7f\x7f\x7f\x7f\x7f\x7f\x7f", "éééééé\xff\u2028", "aaaaaaa\x1faaaaaaaa", "<html>&amp;</html> x"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		var want bytes.Buffer
+		enc := stdjson.NewEncoder(&want)
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(s); err != nil {
+			t.Fatal(err)
+		}
+		if got := AppendJSONString(nil, s); string(got)+"\n" != want.String() {
+			t.Fatalf("%q:\n got %s\nwant %s", s, got, want.Bytes())
 		}
 	})
 }
