@@ -498,6 +498,7 @@ type oaStream struct {
 	// chunks fastChunk took (see shapeChunk): one for text, one for
 	// reasoning.
 	shapes [2]chunkShape
+	slab   textSlab
 }
 
 // decodeOpenAIStream reads SSE events from body and emits Events. It returns
@@ -784,10 +785,10 @@ func (s *oaStream) fastChunk(data []byte) bool {
 		return false // gjson would look for keys after the object
 	}
 	s.learnShape(data, &d)
-	if t := fastText(d.reasoning); t != "" {
+	if t := s.text(d.reasoning); t != "" {
 		s.emit(Event{Type: EventThinkingDelta, Text: t})
 	}
-	if t := fastText(d.content); t != "" {
+	if t := s.text(d.content); t != "" {
 		s.emit(Event{Type: EventTextDelta, Text: t})
 	}
 	return true
@@ -805,7 +806,7 @@ func (s *oaStream) fastChunk(data []byte) bool {
 // the learned chunk was, step for step, except that the delta's field
 // holds t; and as the learned chunk's field still held its own token at
 // the end (no later key replaced it, checked when learning), fastChunk
-// would emit exactly one event of the same kind with fastText(t). So
+// would emit exactly one event of the same kind with text(t). So
 // shapeChunk gives what fastChunk gives, and fastChunk what fullChunk
 // gives (FuzzOpenAIShapeChunk, FuzzOpenAIFastChunk).
 type chunkShape struct {
@@ -857,7 +858,7 @@ func (s *oaStream) shapeChunk(data []byte) bool {
 		if !ok || sc.i != len(sc.d) {
 			continue // not one whole string token between them
 		}
-		if t := fastText(tok); t != "" {
+		if t := s.text(tok); t != "" {
 			s.emit(Event{Type: sh.kind, Text: t})
 		}
 		return true
@@ -872,13 +873,14 @@ type fastDelta struct {
 	reasoningIsString  bool
 }
 
-// fastText is own for a string token from fastChunk.
-func fastText(tok []byte) string {
+// text is own for a string token from fastChunk: unescaped text goes
+// through the stream's slab (one allocation per few hundred deltas).
+func (s *oaStream) text(tok []byte) string {
 	if len(tok) <= 2 {
 		return ""
 	}
 	if bytes.IndexByte(tok, '\\') < 0 {
-		return string(tok[1 : len(tok)-1])
+		return s.slab.string(tok[1 : len(tok)-1])
 	}
 	return own(parseJSON(tok)) // gjson's unescaping, as the full path
 }

@@ -61,3 +61,32 @@ func (t *textBuf) String() string {
 	}
 	return unsafe.String(unsafe.SliceData(t.cur), len(t.cur))
 }
+
+// Sizes of textSlab.
+const (
+	slabSize     = 4 << 10
+	maxSlabPiece = 256 // longer pieces get a string of their own
+)
+
+// textSlab makes the short strings of a stream's deltas (a token or a few:
+// nearly every delta) out of shared blocks, one allocation per slabSize
+// bytes instead of one per delta. A block is only ever appended to, so
+// the bytes under a string never change; a string kept after the stream
+// keeps its block alive (at most slabSize).
+type textSlab struct{ buf []byte }
+
+// string returns b as a string that does not alias b.
+func (t *textSlab) string(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	if len(b) > maxSlabPiece {
+		return string(b)
+	}
+	if cap(t.buf)-len(t.buf) < len(b) {
+		t.buf = make([]byte, 0, slabSize)
+	}
+	start := len(t.buf)
+	t.buf = append(t.buf, b...)
+	return unsafe.String(&t.buf[start], len(b))
+}

@@ -1,6 +1,7 @@
 package llm
 
 import (
+	"bytes"
 	"strings"
 	"testing"
 )
@@ -67,4 +68,29 @@ func BenchmarkAnswerText(b *testing.B) {
 			_ = sb.String()
 		}
 	})
+}
+
+func TestTextSlabStringsStayPut(t *testing.T) {
+	var slab textSlab
+	src := []byte("0123456789")
+	var got []string
+	var want []string
+	for i := range 2000 { // several blocks
+		piece := src[:1+i%len(src)]
+		got = append(got, slab.string(piece))
+		want = append(want, string(piece))
+		src[0] ^= 1 // the source changes: the strings must not
+	}
+	long := bytes.Repeat([]byte("x"), maxSlabPiece+1)
+	got = append(got, slab.string(long))
+	want = append(want, string(long))
+	long[0] = 'y'
+	for i := range got {
+		if got[i] != want[i] {
+			t.Fatalf("string %d is %q, want %q", i, got[i], want[i])
+		}
+	}
+	if slab.string(nil) != "" {
+		t.Fatal("empty piece")
+	}
 }
