@@ -19,16 +19,34 @@ import (
 // lenient server. readSSE returns fn's error, nil when fn reports done,
 // io.EOF at the end of the body, or the read error.
 func readSSE(body io.Reader, fn func(event, data []byte, more bool) (done bool, err error)) error {
-	return readSSEWith(body, 32<<10, true, fn)
+	return readSSEWith(body, sseBuffer, sseBehindBuffer, true, fn)
 }
 
-// readSSEWith is readSSE with a read buffer of size bytes; whole takes the
-// common event that is whole in the buffer without copying it (wholeEvent),
-// and is false only in the test that compares both ways.
-func readSSEWith(body io.Reader, size int, whole bool, fn func(event, data []byte, more bool) (done bool, err error)) error {
-	r := bufio.NewReaderSize(body, size)
+// Read buffer sizes of readSSE: a stream starts with sseBuffer; one whose
+// reads fill it (the model sends faster than the events are handled) gets
+// sseBehindBuffer, so its backlog comes in fewer reads and joins into
+// fewer, larger chunk messages (Event.Buffered).
+const (
+	sseBuffer       = 32 << 10
+	sseBehindBuffer = 256 << 10
+)
+
+// readSSEWith is readSSE with a read buffer of size bytes, grown to grow
+// bytes (0: never) when a read fills it; whole takes the common event that
+// is whole in the buffer without copying it (wholeEvent), and is false
+// only in the test that compares both ways.
+func readSSEWith(body io.Reader, size, grow int, whole bool, fn func(event, data []byte, more bool) (done bool, err error)) error {
+	watch := &fillWatch{r: body}
+	r := bufio.NewReaderSize(watch, size)
 	var data, long, event []byte
 	for {
+		if grow > size && watch.filled && len(data) == 0 && len(event) == 0 {
+			// Behind: a read filled the buffer. Go on with a larger one,
+			// which takes what this one holds first.
+			held, _ := r.Peek(r.Buffered())
+			r = bufio.NewReaderSize(io.MultiReader(bytes.NewReader(bytes.Clone(held)), body), grow)
+			grow = 0
+		}
 		if whole && len(data) == 0 && len(event) == 0 && r.Buffered() > 0 {
 			b, _ := r.Peek(r.Buffered())
 			if ev, d, n, ok := wholeEvent(b); ok {
@@ -80,6 +98,18 @@ func readSSEWith(body io.Reader, size int, whole bool, fn func(event, data []byt
 			return err
 		}
 	}
+}
+
+// fillWatch reports whether a read filled all the space it was given.
+type fillWatch struct {
+	r      io.Reader
+	filled bool
+}
+
+func (w *fillWatch) Read(b []byte) (int, error) {
+	n, err := w.r.Read(b)
+	w.filled = n == len(b) && n > 0
+	return n, err
 }
 
 // eventBuffered reports whether r holds a whole event (up to its blank
