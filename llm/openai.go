@@ -85,6 +85,9 @@ func newHTTPClient() *http.Client {
 		// connection per concurrent call for the next one (the default is
 		// 2, so most model calls would dial and handshake again).
 		t.MaxIdleConnsPerHost = maxIdleModelConns
+		if t.DialContext != nil {
+			t.DialContext = dialAhead(t.DialContext)
+		}
 		transport = t
 	}
 	return &http.Client{Transport: transport}
