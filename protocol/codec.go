@@ -187,7 +187,14 @@ type ChunkNotification struct{ b []byte }
 // StartChunkNotification begins the notification; textLen is the expected
 // length of the text, for sizing the buffer once.
 func StartChunkNotification(sessionID, kind string, textLen int) ChunkNotification {
-	b := make([]byte, 0, 160+len(sessionID)+len(kind)+textLen+textLen/8)
+	return StartChunkNotificationIn(make([]byte, 0, 160+len(sessionID)+len(kind)+textLen+textLen/8), sessionID, kind)
+}
+
+// StartChunkNotificationIn begins the notification in buf's space (a
+// buffer Detach gave back): a stream that joins many deltas into each
+// notification grows one buffer once, not one per notification.
+func StartChunkNotificationIn(buf []byte, sessionID, kind string) ChunkNotification {
+	b := buf[:0]
 	b = append(b, `{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":`...)
 	b = AppendJSONString(b, sessionID)
 	b = append(b, `,"update":{"sessionUpdate":`...)
@@ -212,6 +219,15 @@ func (c *ChunkNotification) Bytes() []byte {
 		b = append(make([]byte, 0, len(b)), b...)
 	}
 	return b
+}
+
+// Detach ends the notification and returns a copy of exactly its size,
+// and c's buffer for the next StartChunkNotificationIn; c must not be used
+// after.
+func (c *ChunkNotification) Detach() (frame, buf []byte) {
+	b := append(c.b, `"}}}}`...)
+	c.b = nil
+	return append(make([]byte, 0, len(b)), b...), b[:0]
 }
 
 // AppendJSONString appends s as a JSON string, escaped like Marshal.

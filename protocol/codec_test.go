@@ -110,3 +110,22 @@ func FuzzAppendJSONString(f *testing.F) {
 		}
 	})
 }
+
+func TestChunkNotificationReusesItsBuffer(t *testing.T) {
+	var buf []byte
+	for i, pieces := range [][]string{{"a", "b\n"}, {"ccc"}, {strings.Repeat("é", 3000), "\"x\""}, {""}} {
+		c := StartChunkNotificationIn(buf, "sess-1", UpdateAgentMessageChunk)
+		for _, p := range pieces {
+			c.Append(p)
+		}
+		var frame []byte
+		frame, buf = c.Detach()
+		want := EncodeChunkNotification("sess-1", UpdateAgentMessageChunk, strings.Join(pieces, ""))
+		if string(frame) != string(want) || cap(frame) != len(frame) {
+			t.Fatalf("notification %d: %s (cap %d)\nwant %s", i, frame, cap(frame), want)
+		}
+		if i > 0 && cap(buf) < len(frame) {
+			t.Fatalf("notification %d: the buffer given back holds %d bytes", i, cap(buf))
+		}
+	}
+}
