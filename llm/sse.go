@@ -39,6 +39,10 @@ func readSSEWith(body io.Reader, size, grow int, whole bool, fn func(event, data
 	watch := &fillWatch{r: body}
 	r := bufio.NewReaderSize(watch, size)
 	var data, long, event []byte
+	// nl is where the first line of the buffered bytes ends, when the
+	// last event's look at what follows it found that (-1: no line end
+	// yet, -2: not known).
+	nl := -2
 	for {
 		if grow > size && watch.filled && len(data) == 0 && len(event) == 0 {
 			// Behind: a read filled the buffer. Go on with a larger one,
@@ -46,11 +50,16 @@ func readSSEWith(body io.Reader, size, grow int, whole bool, fn func(event, data
 			held, _ := r.Peek(r.Buffered())
 			r = bufio.NewReaderSize(io.MultiReader(bytes.NewReader(bytes.Clone(held)), body), grow)
 			grow = 0
+			nl = -2
 		}
 		if whole && len(data) == 0 && len(event) == 0 && r.Buffered() > 0 {
 			b, _ := r.Peek(r.Buffered())
-			if ev, d, n, ok := wholeEvent(b); ok {
-				done, ferr := fn(ev, d, hasEventEnd(b[n:]))
+			if ev, d, n, ok := wholeEvent(b, nl); ok {
+				// No read happens before the next look: what follows
+				// this event is the start of the next one.
+				var more bool
+				nl, more = eventEnd(b[n:])
+				done, ferr := fn(ev, d, more)
 				_, _ = r.Discard(n)
 				if ferr != nil {
 					return ferr
@@ -61,6 +70,7 @@ func readSSEWith(body io.Reader, size, grow int, whole bool, fn func(event, data
 				continue
 			}
 		}
+		nl = -2 // a read may move the buffer
 		line, err := r.ReadSlice('\n')
 		if errors.Is(err, bufio.ErrBufferFull) {
 			// A line longer than the buffer: collect it.
@@ -127,6 +137,18 @@ func hasEventEnd(b []byte) bool {
 	return bytes.Contains(b, []byte("\n\n")) || bytes.Contains(b, []byte("\n\r\n"))
 }
 
+// eventEnd is hasEventEnd(b), and where b's first line ends (-1: nowhere).
+// Every blank line starts at a line end, so the search for one starts at
+// the first; in the common event it is right there.
+func eventEnd(b []byte) (firstNL int, whole bool) {
+	firstNL = bytes.IndexByte(b, '\n')
+	if firstNL < 0 {
+		return -1, false
+	}
+	rest := b[firstNL:]
+	return firstNL, len(rest) > 1 && rest[1] == '\n' || hasEventEnd(rest)
+}
+
 // wholeEvent takes the event at the start of b when it is whole there and
 // has the shape nearly every event of a model stream has: an optional
 // "event:" line, one "data:" line, a blank line, all ending in "\n" alone.
@@ -134,20 +156,33 @@ func hasEventEnd(b []byte) bool {
 // (slices of b) and the event's length; anything else (comments, id:,
 // several data lines, CR line ends, an event cut by the buffer's end) is
 // left to that reading.
-func wholeEvent(b []byte) (event, data []byte, n int, ok bool) {
+//
+// firstNL is where b's first line ends when known (-1: no line end in b),
+// else -2.
+func wholeEvent(b []byte, firstNL int) (event, data []byte, n int, ok bool) {
+	if firstNL == -1 {
+		return nil, nil, 0, false
+	}
+	if firstNL < 0 {
+		firstNL = bytes.IndexByte(b, '\n')
+	}
 	rest := b
 	if bytes.HasPrefix(rest, []byte("event:")) {
-		nl := bytes.IndexByte(rest, '\n')
+		nl := firstNL
 		if nl < 0 || rest[nl-1] == '\r' {
 			return nil, nil, 0, false
 		}
 		event = bytes.TrimSpace(rest[len("event:"):nl])
 		rest = rest[nl+1:]
+		firstNL = -2
 	}
 	if !bytes.HasPrefix(rest, []byte("data:")) {
 		return nil, nil, 0, false
 	}
-	nl := bytes.IndexByte(rest, '\n')
+	nl := firstNL
+	if nl == -2 {
+		nl = bytes.IndexByte(rest, '\n')
+	}
 	if nl < 0 || rest[nl-1] == '\r' || nl+1 >= len(rest) || rest[nl+1] != '\n' {
 		return nil, nil, 0, false
 	}
