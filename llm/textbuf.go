@@ -1,6 +1,11 @@
 package llm
 
-import "unsafe"
+import (
+	"strings"
+	"unsafe"
+
+	"github.com/tidwall/gjson"
+)
 
 // Block sizes of textBuf: the first block is small (most texts are), each
 // next one twice the size, up to maxTextBlock.
@@ -89,4 +94,16 @@ func (t *textSlab) string(b []byte) string {
 	start := len(t.buf)
 	t.buf = append(t.buf, b...)
 	return unsafe.String(&t.buf[start], len(b))
+}
+
+// own is llm.own for a delta's JSON string value: unescaped text (the
+// value aliases the read buffer) goes through the slab.
+func (t *textSlab) own(v gjson.Result) string {
+	if v.Type != gjson.String || v.Str == "" {
+		return ""
+	}
+	if strings.IndexByte(v.Raw, '\\') >= 0 {
+		return v.Str // unescaped into a fresh string already
+	}
+	return t.string(unsafe.Slice(unsafe.StringData(v.Str), len(v.Str)))
 }

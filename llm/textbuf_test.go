@@ -94,3 +94,18 @@ func TestTextSlabStringsStayPut(t *testing.T) {
 		t.Fatal("empty piece")
 	}
 }
+
+func TestTextSlabOwnIsOwn(t *testing.T) {
+	var slab textSlab
+	for _, doc := range []string{`{"v":"token "}`, `{"v":"a\"b\\n"}`, `{"v":""}`, `{"v":null}`, `{"v":5}`, `{"v":"日本"}`, `{}`} {
+		buf := []byte(doc)
+		v := parseJSON(buf).Get("v")
+		want, got := own(v), slab.own(v)
+		for i := range buf {
+			buf[i] = 'x' // the read buffer is reused: neither may alias it
+		}
+		if got != want {
+			t.Errorf("%s: slab.own %q, own %q", doc, got, want)
+		}
+	}
+}
