@@ -11,6 +11,10 @@ import (
 // deltas (see modelCall.add).
 const maxMergedChunk = 64 << 10
 
+// maxScratch bounds the notification buffer a model call keeps between
+// notifications (a single long delta may need more, once).
+const maxScratch = 2 * maxMergedChunk
+
 // modelCall is one streaming model call. Its reader goroutine (the
 // provider's emit) assembles the answer and sends its text to the client
 // as it comes, without a message to the turn actor per token: the turn
@@ -33,6 +37,9 @@ type modelCall struct {
 	// kind and chunk are the notification being joined ("": none).
 	kind  string
 	chunk protocol.ChunkNotification
+	// scratch is the buffer notifications are built in, reused (each is
+	// sent as an exact-size copy).
+	scratch []byte
 	// taken: the turn has the message; nothing more is added or sent.
 	taken bool
 }
@@ -62,7 +69,7 @@ func (c *modelCall) add(ev llm.Event) {
 		if kind != c.kind || c.chunk.Len() > maxMergedChunk {
 			c.flushLocked()
 			c.kind = kind
-			c.chunk = protocol.StartChunkNotification(c.sessionID, kind, len(ev.Text))
+			c.chunk = protocol.StartChunkNotificationIn(c.scratch, c.sessionID, kind)
 		}
 		c.chunk.Append(ev.Text)
 	}
@@ -73,7 +80,11 @@ func (c *modelCall) add(ev llm.Event) {
 
 func (c *modelCall) flushLocked() {
 	if c.kind != "" {
-		c.send(c.chunk.Bytes())
+		frame, buf := c.chunk.Detach()
+		if cap(buf) <= maxScratch {
+			c.scratch = buf
+		}
+		c.send(frame)
 		c.kind = ""
 	}
 }

@@ -338,6 +338,7 @@ type anStream struct {
 
 	input, cacheRead, cacheWrite, output, thought int64
 	gotUsage                                      bool
+	slab                                          textSlab
 }
 
 // decodeAnthropicStream reads Messages API SSE events and emits Events. It
@@ -495,11 +496,11 @@ func (s *anStream) delta(b *anBlock, d gjson.Result) {
 	})
 	switch typ.Str {
 	case "text_delta":
-		if t := own(text); t != "" {
+		if t := s.slab.own(text); t != "" {
 			s.emit(Event{Type: EventTextDelta, Text: t})
 		}
 	case "thinking_delta":
-		if t := own(thinking); t != "" {
+		if t := s.slab.own(thinking); t != "" {
 			s.emit(Event{Type: EventThinkingDelta, Text: t})
 		}
 	case "signature_delta":

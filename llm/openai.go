@@ -85,6 +85,9 @@ func newHTTPClient() *http.Client {
 		// connection per concurrent call for the next one (the default is
 		// 2, so most model calls would dial and handshake again).
 		t.MaxIdleConnsPerHost = maxIdleModelConns
+		if t.DialContext != nil {
+			t.DialContext = dialAhead(t.DialContext)
+		}
 		transport = t
 	}
 	return &http.Client{Transport: transport}
@@ -494,6 +497,11 @@ type oaStream struct {
 	usage    Usage
 	gotUsage bool
 	err      error
+	// shapes are the common chunk's bytes around its text, learned from
+	// chunks fastChunk took (see shapeChunk): one for text, one for
+	// reasoning.
+	shapes [2]chunkShape
+	slab   textSlab
 }
 
 // decodeOpenAIStream reads SSE events from body and emits Events. It returns
@@ -524,7 +532,7 @@ func (s *oaStream) event(data []byte) (done bool, err error) {
 	if bytes.Equal(bytes.TrimSpace(data), doneMarker) {
 		return true, nil
 	}
-	if s.fastChunk(data) {
+	if s.shapeChunk(data) || s.fastChunk(data) {
 		return false, nil
 	}
 	return false, s.fullChunk(data)
@@ -779,13 +787,86 @@ func (s *oaStream) fastChunk(data []byte) bool {
 	if sc.i != len(data) {
 		return false // gjson would look for keys after the object
 	}
-	if t := fastText(d.reasoning); t != "" {
+	s.learnShape(data, &d)
+	if t := s.text(d.reasoning); t != "" {
 		s.emit(Event{Type: EventThinkingDelta, Text: t})
 	}
-	if t := fastText(d.content); t != "" {
+	if t := s.text(d.content); t != "" {
 		s.emit(Event{Type: EventTextDelta, Text: t})
 	}
 	return true
+}
+
+// chunkShape is a chunk fastChunk took, cut around the string token that
+// made its one event: head is everything before the token, tail everything
+// after. The chunks of a stream differ only in that token (id, created,
+// model and fingerprint repeat), so the next chunk is usually head + token
+// + tail.
+//
+// Why that is exact: jscan reads left to right and nothing it decides
+// depends on a string token's bytes beyond where the token ends. A chunk
+// head + t + tail, with t one whole string token, is therefore scanned as
+// the learned chunk was, step for step, except that the delta's field
+// holds t; and as the learned chunk's field still held its own token at
+// the end (no later key replaced it, checked when learning), fastChunk
+// would emit exactly one event of the same kind with text(t). So
+// shapeChunk gives what fastChunk gives, and fastChunk what fullChunk
+// gives (FuzzOpenAIShapeChunk, FuzzOpenAIFastChunk).
+type chunkShape struct {
+	head, tail []byte
+	kind       EventType
+}
+
+// learnShape keeps data's shape when fastChunk took it and it carries one
+// non-empty string in the delta: content, or reasoning with content null or
+// absent.
+func (s *oaStream) learnShape(data []byte, d *fastDelta) {
+	tok, kind := d.content, EventTextDelta
+	switch {
+	case len(d.content) > 2 && d.reasoning == nil:
+	case len(d.reasoning) > 2 && d.content == nil:
+		tok, kind = d.reasoning, EventThinkingDelta
+	default:
+		return
+	}
+	// tok is a slice of data: where it starts (slices share the end of
+	// their backing array).
+	at := cap(data) - cap(tok)
+	if at < 0 || at+len(tok) > len(data) {
+		return
+	}
+	sh := &s.shapes[0]
+	if kind == EventThinkingDelta {
+		sh = &s.shapes[1]
+	}
+	sh.head = append(sh.head[:0], data[:at]...)
+	sh.tail = append(sh.tail[:0], data[at+len(tok):]...)
+	sh.kind = kind
+}
+
+// shapeChunk takes a chunk of a learned shape: it checks the head and tail
+// bytes and scans only the token between them.
+func (s *oaStream) shapeChunk(data []byte) bool {
+	for i := range s.shapes {
+		sh := &s.shapes[i]
+		if len(sh.head) == 0 || len(data) < len(sh.head)+len(sh.tail)+2 ||
+			!bytes.HasPrefix(data, sh.head) || !bytes.HasSuffix(data, sh.tail) {
+			continue
+		}
+		sc := jscan{d: data[:len(data)-len(sh.tail)], i: len(sh.head)}
+		if sc.d[sc.i] != '"' {
+			continue
+		}
+		tok, _, ok := sc.str()
+		if !ok || sc.i != len(sc.d) {
+			continue // not one whole string token between them
+		}
+		if t := s.text(tok); t != "" {
+			s.emit(Event{Type: sh.kind, Text: t})
+		}
+		return true
+	}
+	return false
 }
 
 // fastDelta holds string tokens (quotes included; nil for null or absent)
@@ -795,13 +876,14 @@ type fastDelta struct {
 	reasoningIsString  bool
 }
 
-// fastText is own for a string token from fastChunk.
-func fastText(tok []byte) string {
+// text is own for a string token from fastChunk: unescaped text goes
+// through the stream's slab (one allocation per few hundred deltas).
+func (s *oaStream) text(tok []byte) string {
 	if len(tok) <= 2 {
 		return ""
 	}
 	if bytes.IndexByte(tok, '\\') < 0 {
-		return string(tok[1 : len(tok)-1])
+		return s.slab.string(tok[1 : len(tok)-1])
 	}
 	return own(parseJSON(tok)) // gjson's unescaping, as the full path
 }
@@ -868,16 +950,27 @@ func (sc *jscan) str() (tok []byte, esc, ok bool) {
 	}
 	start := sc.i
 	rest := sc.d[start+1:]
-	for j := 0; j < len(rest); j++ {
-		if c := rest[j]; c == '"' {
+	// The first quote not escaped: one after an even run of backslashes
+	// (what reading byte by byte, a backslash taking the next byte, finds:
+	// the byte before a run of backslashes is never an escape).
+	for j := 0; ; j++ {
+		q := bytes.IndexByte(rest[j:], '"')
+		if q < 0 {
+			return nil, false, false
+		}
+		if !esc && bytes.IndexByte(rest[j:j+q], '\\') >= 0 {
+			esc = true
+		}
+		j += q
+		n := 0
+		for n < j && rest[j-1-n] == '\\' {
+			n++
+		}
+		if n%2 == 0 {
 			sc.i = start + 2 + j
 			return sc.d[start:sc.i], esc, true
-		} else if c == '\\' {
-			esc = true
-			j++
 		}
 	}
-	return nil, false, false
 }
 
 // key consumes `"name":` and returns name; escaped names are refused.

@@ -149,3 +149,97 @@ func FuzzOpenAIFastChunkText(f *testing.F) {
 		checkFastChunk(t, []byte(chunkHead+`{"content":"`+text+`","reasoning":"`+thinking+`"}}]}`))
 	})
 }
+
+// checkShapeChunk fails when shapeChunk, after the stream learned from
+// learn, takes data and does not do what fastChunk does on a fresh stream.
+func checkShapeChunk(t *testing.T, learn, data []byte) bool {
+	t.Helper()
+	var got []Event
+	s := &oaStream{emit: func(e Event) { got = append(got, e) }}
+	s.fastChunk(learn)
+	got = nil
+	if !s.shapeChunk(data) {
+		if len(got) != 0 {
+			t.Errorf("%q: shape path refused after emitting %v", data, got)
+		}
+		return false
+	}
+	fast, took := runChunk(data, true)
+	if !took {
+		t.Errorf("learned %q, shape path took %q, fast path refuses it", learn, data)
+	} else if !reflect.DeepEqual(got, fast.events) || fast.finish != "" || fast.nCalls != 0 || fast.gotUsage {
+		t.Errorf("learned %q, took %q:\nshape %+v\nfast  %+v", learn, data, got, fast)
+	}
+	return true
+}
+
+// shapeOf is the head and tail learned from data ("" when none).
+func shapeOf(data []byte) (head, tail string) {
+	s := &oaStream{emit: func(Event) {}}
+	s.fastChunk(data)
+	for _, sh := range s.shapes {
+		if sh.head != nil {
+			return string(sh.head), string(sh.tail)
+		}
+	}
+	return "", ""
+}
+
+func TestOpenAIShapeChunk(t *testing.T) {
+	content := chunkHead + `{"content":"token "},"logprobs":null,"finish_reason":null}],"usage":null}`
+	reasoning := chunkHead + `{"content":null,"reasoning_content":"think"},"finish_reason":null}]}`
+	cases := []struct {
+		name, learn, data string
+		shape             bool // shapeChunk takes it
+	}{
+		{"same shape", content, chunkHead + `{"content":"next"},"logprobs":null,"finish_reason":null}],"usage":null}`, true},
+		{"escapes", content, chunkHead + `{"content":"a\"b\\\n\u00e9"},"logprobs":null,"finish_reason":null}],"usage":null}`, true},
+		{"empty text", content, chunkHead + `{"content":""},"logprobs":null,"finish_reason":null}],"usage":null}`, true},
+		{"reasoning", reasoning, chunkHead + `{"content":null,"reasoning_content":"more"},"finish_reason":null}]}`, true},
+		{"quote inside", content, chunkHead + `{"content":"a","content":"b"},"logprobs":null,"finish_reason":null}],"usage":null}`, false},
+		{"escaped end quote", content, chunkHead + `{"content":"a\"},"logprobs":null,"finish_reason":null}],"usage":null}`, false},
+		{"other tail", content, chunkHead + `{"content":"x"},"logprobs":null,"finish_reason":"stop"}],"usage":null}`, false},
+		{"other head", content, `{"id":"chatcmpl-2"` + chunkHead[len(`{"id":"chatcmpl-1"`):] + `{"content":"x"},"logprobs":null,"finish_reason":null}],"usage":null}`, false},
+		{"not a string", content, chunkHead + `{"content":5},"logprobs":null,"finish_reason":null}],"usage":null}`, false},
+		{"overlap", content, chunkHead + `{"content":"},"logprobs":null,"finish_reason":null}],"usage":null}`, false},
+		{"replaced later: not learned", chunkHead + `{"content":"a","content":"b"}}]}`, chunkHead + `{"content":"x","content":"b"}}]}`, false},
+		{"both fields: not learned", chunkHead + `{"content":"b","reasoning_content":"a"}}]}`, chunkHead + `{"content":"b","reasoning_content":"a"}}]}`, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if took := checkShapeChunk(t, []byte(c.learn), []byte(c.data)); took != c.shape {
+				t.Errorf("shape path took it: %v, want %v", took, c.shape)
+			}
+		})
+	}
+	// A stream's chunks after the first take the shape path, and emit what
+	// they carry.
+	var text string
+	s := &oaStream{emit: func(e Event) { text += e.Text }}
+	for _, tok := range []string{"a", "b", `\"c\"`} {
+		if _, err := s.event([]byte(chunkHead + `{"content":"` + tok + `"},"logprobs":null,"finish_reason":null}],"usage":null}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s.shapes[0].head == nil || text != `ab"c"` {
+		t.Errorf("text %q, shape %q", text, s.shapes[0].head)
+	}
+}
+
+// FuzzOpenAIShapeChunk: after learning from one chunk, whatever shapeChunk
+// takes it handles as fastChunk (and so as fullChunk), for chunks of the
+// learned shape with arbitrary bytes where the text was, and for any other
+// bytes.
+func FuzzOpenAIShapeChunk(f *testing.F) {
+	for _, c := range fastChunkCases {
+		f.Add([]byte(c.data), []byte(`"x"`), []byte(c.data))
+	}
+	f.Add([]byte(chunkHead+`{"content":"a"}}]}`), []byte(`"a\\\"b"`), []byte(`{}`))
+	f.Fuzz(func(t *testing.T, learn, mid, other []byte) {
+		head, tail := shapeOf(learn)
+		if head != "" {
+			checkShapeChunk(t, learn, []byte(head+string(mid)+tail))
+		}
+		checkShapeChunk(t, learn, other)
+	})
+}

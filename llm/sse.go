@@ -19,9 +19,58 @@ import (
 // lenient server. readSSE returns fn's error, nil when fn reports done,
 // io.EOF at the end of the body, or the read error.
 func readSSE(body io.Reader, fn func(event, data []byte, more bool) (done bool, err error)) error {
-	r := bufio.NewReaderSize(body, 32<<10)
+	return readSSEWith(body, sseBuffer, sseBehindBuffer, true, fn)
+}
+
+// Read buffer sizes of readSSE: a stream starts with sseBuffer; one whose
+// reads fill it (the model sends faster than the events are handled) gets
+// sseBehindBuffer, so its backlog comes in fewer reads and joins into
+// fewer, larger chunk messages (Event.Buffered).
+const (
+	sseBuffer       = 32 << 10
+	sseBehindBuffer = 256 << 10
+)
+
+// readSSEWith is readSSE with a read buffer of size bytes, grown to grow
+// bytes (0: never) when a read fills it; whole takes the common event that
+// is whole in the buffer without copying it (wholeEvent), and is false
+// only in the test that compares both ways.
+func readSSEWith(body io.Reader, size, grow int, whole bool, fn func(event, data []byte, more bool) (done bool, err error)) error {
+	watch := &fillWatch{r: body}
+	r := bufio.NewReaderSize(watch, size)
 	var data, long, event []byte
+	// nl is where the first line of the buffered bytes ends, when the
+	// last event's look at what follows it found that (-1: no line end
+	// yet, -2: not known).
+	nl := -2
 	for {
+		if grow > size && watch.filled && len(data) == 0 && len(event) == 0 {
+			// Behind: a read filled the buffer. Go on with a larger one,
+			// which takes what this one holds first.
+			held, _ := r.Peek(r.Buffered())
+			r = bufio.NewReaderSize(io.MultiReader(bytes.NewReader(bytes.Clone(held)), body), grow)
+			grow = 0
+			nl = -2
+		}
+		if whole && len(data) == 0 && len(event) == 0 && r.Buffered() > 0 {
+			b, _ := r.Peek(r.Buffered())
+			if ev, d, n, ok := wholeEvent(b, nl); ok {
+				// No read happens before the next look: what follows
+				// this event is the start of the next one.
+				var more bool
+				nl, more = eventEnd(b[n:])
+				done, ferr := fn(ev, d, more)
+				_, _ = r.Discard(n)
+				if ferr != nil {
+					return ferr
+				}
+				if done {
+					return nil
+				}
+				continue
+			}
+		}
+		nl = -2 // a read may move the buffer
 		line, err := r.ReadSlice('\n')
 		if errors.Is(err, bufio.ErrBufferFull) {
 			// A line longer than the buffer: collect it.
@@ -61,6 +110,18 @@ func readSSE(body io.Reader, fn func(event, data []byte, more bool) (done bool, 
 	}
 }
 
+// fillWatch reports whether a read filled all the space it was given.
+type fillWatch struct {
+	r      io.Reader
+	filled bool
+}
+
+func (w *fillWatch) Read(b []byte) (int, error) {
+	n, err := w.r.Read(b)
+	w.filled = n == len(b) && n > 0
+	return n, err
+}
+
 // eventBuffered reports whether r holds a whole event (up to its blank
 // line): reading it will not wait for the network.
 func eventBuffered(r *bufio.Reader) bool {
@@ -69,7 +130,70 @@ func eventBuffered(r *bufio.Reader) bool {
 		return false
 	}
 	b, _ := r.Peek(n)
+	return hasEventEnd(b)
+}
+
+func hasEventEnd(b []byte) bool {
 	return bytes.Contains(b, []byte("\n\n")) || bytes.Contains(b, []byte("\n\r\n"))
+}
+
+// eventEnd is hasEventEnd(b), and where b's first line ends (-1: nowhere).
+// Every blank line starts at a line end, so the search for one starts at
+// the first; in the common event it is right there.
+func eventEnd(b []byte) (firstNL int, whole bool) {
+	firstNL = bytes.IndexByte(b, '\n')
+	if firstNL < 0 {
+		return -1, false
+	}
+	rest := b[firstNL:]
+	return firstNL, len(rest) > 1 && rest[1] == '\n' || hasEventEnd(rest)
+}
+
+// wholeEvent takes the event at the start of b when it is whole there and
+// has the shape nearly every event of a model stream has: an optional
+// "event:" line, one "data:" line, a blank line, all ending in "\n" alone.
+// It returns what the line-by-line reading of readSSE would pass to fn
+// (slices of b) and the event's length; anything else (comments, id:,
+// several data lines, CR line ends, an event cut by the buffer's end) is
+// left to that reading.
+//
+// firstNL is where b's first line ends when known (-1: no line end in b),
+// else -2.
+func wholeEvent(b []byte, firstNL int) (event, data []byte, n int, ok bool) {
+	if firstNL == -1 {
+		return nil, nil, 0, false
+	}
+	if firstNL < 0 {
+		firstNL = bytes.IndexByte(b, '\n')
+	}
+	rest := b
+	if bytes.HasPrefix(rest, []byte("event:")) {
+		nl := firstNL
+		if nl < 0 || rest[nl-1] == '\r' {
+			return nil, nil, 0, false
+		}
+		event = bytes.TrimSpace(rest[len("event:"):nl])
+		rest = rest[nl+1:]
+		firstNL = -2
+	}
+	if !bytes.HasPrefix(rest, []byte("data:")) {
+		return nil, nil, 0, false
+	}
+	nl := firstNL
+	if nl == -2 {
+		nl = bytes.IndexByte(rest, '\n')
+	}
+	if nl < 0 || rest[nl-1] == '\r' || nl+1 >= len(rest) || rest[nl+1] != '\n' {
+		return nil, nil, 0, false
+	}
+	data = rest[len("data:"):nl]
+	if len(data) > 0 && data[0] == ' ' {
+		data = data[1:]
+	}
+	if len(data) == 0 && len(event) == 0 {
+		return nil, nil, 0, false // nothing to dispatch: the reading skips it
+	}
+	return event, data, len(b) - len(rest) + nl + 2, true
 }
 
 // parseJSON parses an event payload without copying it; strings taken from

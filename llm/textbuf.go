@@ -1,6 +1,11 @@
 package llm
 
-import "unsafe"
+import (
+	"strings"
+	"unsafe"
+
+	"github.com/tidwall/gjson"
+)
 
 // Block sizes of textBuf: the first block is small (most texts are), each
 // next one twice the size, up to maxTextBlock.
@@ -60,4 +65,45 @@ func (t *textBuf) String() string {
 		t.full, t.cur = nil, b
 	}
 	return unsafe.String(unsafe.SliceData(t.cur), len(t.cur))
+}
+
+// Sizes of textSlab.
+const (
+	slabSize     = 4 << 10
+	maxSlabPiece = 256 // longer pieces get a string of their own
+)
+
+// textSlab makes the short strings of a stream's deltas (a token or a few:
+// nearly every delta) out of shared blocks, one allocation per slabSize
+// bytes instead of one per delta. A block is only ever appended to, so
+// the bytes under a string never change; a string kept after the stream
+// keeps its block alive (at most slabSize).
+type textSlab struct{ buf []byte }
+
+// string returns b as a string that does not alias b.
+func (t *textSlab) string(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	if len(b) > maxSlabPiece {
+		return string(b)
+	}
+	if cap(t.buf)-len(t.buf) < len(b) {
+		t.buf = make([]byte, 0, slabSize)
+	}
+	start := len(t.buf)
+	t.buf = append(t.buf, b...)
+	return unsafe.String(&t.buf[start], len(b))
+}
+
+// own is llm.own for a delta's JSON string value: unescaped text (the
+// value aliases the read buffer) goes through the slab.
+func (t *textSlab) own(v gjson.Result) string {
+	if v.Type != gjson.String || v.Str == "" {
+		return ""
+	}
+	if strings.IndexByte(v.Raw, '\\') >= 0 {
+		return v.Str // unescaped into a fresh string already
+	}
+	return t.string(unsafe.Slice(unsafe.StringData(v.Str), len(v.Str)))
 }

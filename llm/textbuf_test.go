@@ -1,6 +1,7 @@
 package llm
 
 import (
+	"bytes"
 	"strings"
 	"testing"
 )
@@ -67,4 +68,44 @@ func BenchmarkAnswerText(b *testing.B) {
 			_ = sb.String()
 		}
 	})
+}
+
+func TestTextSlabStringsStayPut(t *testing.T) {
+	var slab textSlab
+	src := []byte("0123456789")
+	var got []string
+	var want []string
+	for i := range 2000 { // several blocks
+		piece := src[:1+i%len(src)]
+		got = append(got, slab.string(piece))
+		want = append(want, string(piece))
+		src[0] ^= 1 // the source changes: the strings must not
+	}
+	long := bytes.Repeat([]byte("x"), maxSlabPiece+1)
+	got = append(got, slab.string(long))
+	want = append(want, string(long))
+	long[0] = 'y'
+	for i := range got {
+		if got[i] != want[i] {
+			t.Fatalf("string %d is %q, want %q", i, got[i], want[i])
+		}
+	}
+	if slab.string(nil) != "" {
+		t.Fatal("empty piece")
+	}
+}
+
+func TestTextSlabOwnIsOwn(t *testing.T) {
+	var slab textSlab
+	for _, doc := range []string{`{"v":"token "}`, `{"v":"a\"b\\n"}`, `{"v":""}`, `{"v":null}`, `{"v":5}`, `{"v":"日本"}`, `{}`} {
+		buf := []byte(doc)
+		v := parseJSON(buf).Get("v")
+		want, got := own(v), slab.own(v)
+		for i := range buf {
+			buf[i] = 'x' // the read buffer is reused: neither may alias it
+		}
+		if got != want {
+			t.Errorf("%s: slab.own %q, own %q", doc, got, want)
+		}
+	}
 }

@@ -187,7 +187,14 @@ type ChunkNotification struct{ b []byte }
 // StartChunkNotification begins the notification; textLen is the expected
 // length of the text, for sizing the buffer once.
 func StartChunkNotification(sessionID, kind string, textLen int) ChunkNotification {
-	b := make([]byte, 0, 160+len(sessionID)+len(kind)+textLen+textLen/8)
+	return StartChunkNotificationIn(make([]byte, 0, 160+len(sessionID)+len(kind)+textLen+textLen/8), sessionID, kind)
+}
+
+// StartChunkNotificationIn begins the notification in buf's space (a
+// buffer Detach gave back): a stream that joins many deltas into each
+// notification grows one buffer once, not one per notification.
+func StartChunkNotificationIn(buf []byte, sessionID, kind string) ChunkNotification {
+	b := buf[:0]
 	b = append(b, `{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":`...)
 	b = AppendJSONString(b, sessionID)
 	b = append(b, `,"update":{"sessionUpdate":`...)
@@ -214,11 +221,33 @@ func (c *ChunkNotification) Bytes() []byte {
 	return b
 }
 
+// Detach ends the notification and returns a copy of exactly its size,
+// and c's buffer for the next StartChunkNotificationIn; c must not be used
+// after.
+func (c *ChunkNotification) Detach() (frame, buf []byte) {
+	b := append(c.b, `"}}}}`...)
+	c.b = nil
+	return append(make([]byte, 0, len(b)), b...), b[:0]
+}
+
 // AppendJSONString appends s as a JSON string, escaped like Marshal.
 func AppendJSONString(b []byte, s string) []byte {
 	b = append(b, '"')
 	b = appendJSONStringBody(b, s)
 	return append(b, '"')
+}
+
+// plainASCII8 reports whether none of the 8 bytes of s is below 0x20,
+// 0x80 or above, '"' or '\\' (the bit tricks of "Bit Twiddling Hacks":
+// a byte below n, a zero byte).
+func plainASCII8(s string) bool {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	x := uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
+		uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
+	q := x ^ (ones * '"')
+	bs := x ^ (ones * '\\')
+	bad := (x - ones*0x20) | (q-ones)&^q | (bs-ones)&^bs | x
+	return bad&highs == 0
 }
 
 // appendJSONStringBody appends s escaped as inside a JSON string. Each rune
@@ -228,6 +257,14 @@ func appendJSONStringBody(b []byte, s string) []byte {
 	const hex = "0123456789abcdef"
 	start := 0
 	for i := 0; i < len(s); {
+		// Eight bytes at a time while none needs a look (printable ASCII
+		// other than '"' and '\\'): most model text.
+		for i+8 <= len(s) && plainASCII8(s[i:i+8]) {
+			i += 8
+		}
+		if i == len(s) {
+			break
+		}
 		c := s[i]
 		if c < utf8.RuneSelf {
 			if c >= 0x20 && c != '"' && c != '\\' {

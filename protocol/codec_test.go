@@ -1,6 +1,8 @@
 package protocol
 
 import (
+	"bytes"
+	stdjson "encoding/json"
 	"math/rand/v2"
 	"reflect"
 	"strings"
@@ -88,4 +90,42 @@ func BenchmarkEncodeChunk(b *testing.B) {
 			_ = EncodeChunkNotification("0b9c8f6e-2a4d-4c1e-9d63-8b2f1e7a5c30", UpdateAgentMessageChunk, "123@1700000000000000000|")
 		}
 	})
+}
+
+// FuzzAppendJSONString: the escaping is encoding/json's without HTML
+// escapes, byte for byte (invalid UTF-8 as \ufffd, U+2028/9 escaped).
+func FuzzAppendJSONString(f *testing.F) {
+	for _, s := range []string{"", "token ", "12345678abcdefgh\"", "abcdefg\x01", "abcdefgh\\ijklmnop", "\x7f\x7f\x7f\x7f\x7f\x7f\x7f\x7f", "éééééé\xff\u2028", "aaaaaaa\x1faaaaaaaa", "<html>&amp;</html> x"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		var want bytes.Buffer
+		enc := stdjson.NewEncoder(&want)
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(s); err != nil {
+			t.Fatal(err)
+		}
+		if got := AppendJSONString(nil, s); string(got)+"\n" != want.String() {
+			t.Fatalf("%q:\n got %s\nwant %s", s, got, want.Bytes())
+		}
+	})
+}
+
+func TestChunkNotificationReusesItsBuffer(t *testing.T) {
+	var buf []byte
+	for i, pieces := range [][]string{{"a", "b\n"}, {"ccc"}, {strings.Repeat("é", 3000), "\"x\""}, {""}} {
+		c := StartChunkNotificationIn(buf, "sess-1", UpdateAgentMessageChunk)
+		for _, p := range pieces {
+			c.Append(p)
+		}
+		var frame []byte
+		frame, buf = c.Detach()
+		want := EncodeChunkNotification("sess-1", UpdateAgentMessageChunk, strings.Join(pieces, ""))
+		if string(frame) != string(want) || cap(frame) != len(frame) {
+			t.Fatalf("notification %d: %s (cap %d)\nwant %s", i, frame, cap(frame), want)
+		}
+		if i > 0 && cap(buf) < len(frame) {
+			t.Fatalf("notification %d: the buffer given back holds %d bytes", i, cap(buf))
+		}
+	}
 }

@@ -120,6 +120,14 @@ func startServer(ctx context.Context, o *Options, transport, fakeURL string, env
 	cmd.Env = o.serverEnv(fakeURL, append(extra, env...)...)
 	cmd.Dir = o.Workdir
 	cmd.Stderr = s.stderr
+	var stderrFile *os.File
+	if path := os.Getenv(ServerStderrEnv); path != "" {
+		// The whole log, e.g. the runtime's GODEBUG=gctrace=1 lines.
+		if f, err := os.Create(path); err == nil {
+			stderrFile = f
+			cmd.Stderr = io.MultiWriter(s.stderr, stderrFile)
+		}
+	}
 	// Its own process group, so a Ctrl-C of acp-bench reaches it only
 	// through Stop.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -144,6 +152,9 @@ func startServer(ctx context.Context, o *Options, transport, fakeURL string, env
 	live.Store(s, struct{}{})
 	go func() {
 		s.err = cmd.Wait()
+		if stderrFile != nil {
+			_ = stderrFile.Close()
+		}
 		live.Delete(s)
 		close(s.exited)
 	}()
@@ -283,6 +294,13 @@ func (s *Server) StopCPUProfile(ctx context.Context) ([]byte, error) {
 	return s.debugCall(ctx, "/debug/bench/cpu/stop")
 }
 
+// ServerStderrEnv names a file that receives the server's whole stderr.
+const ServerStderrEnv = "ACP_BENCH_SERVER_STDERR"
+
+// KeepCachegrindEnv names a file that receives cachegrind's output of a
+// --valgrind run (read it with cg_annotate).
+const KeepCachegrindEnv = "ACP_BENCH_CACHEGRIND_OUT"
+
 // Instructions is what cachegrind counted for the whole life of a server
 // run under valgrind (after Stop); false when not measured.
 func (s *Server) Instructions() (int64, bool) {
@@ -290,6 +308,10 @@ func (s *Server) Instructions() (int64, bool) {
 		return 0, false
 	}
 	b, err := os.ReadFile(s.cachegrind)
+	if keep := os.Getenv(KeepCachegrindEnv); keep != "" {
+		// For cg_annotate: instructions per function.
+		_ = os.WriteFile(keep, b, 0o644)
+	}
 	_ = os.Remove(s.cachegrind)
 	if err != nil {
 		return 0, false
