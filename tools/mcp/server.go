@@ -104,6 +104,10 @@ type Server struct {
 	// closedDone is closed once Close has finished.
 	closedDone chan struct{}
 	stderr     *stderrTail
+	// stderrDone is closed when readStderr, once started (stderrRead), has
+	// read the server's stderr to its end.
+	stderrDone chan struct{}
+	stderrRead atomic.Bool
 
 	mu      sync.Mutex
 	state   State
@@ -134,6 +138,7 @@ func Start(cfg Config, opts Options) *Server {
 		relist:     make(chan struct{}, 1),
 		closedDone: make(chan struct{}),
 		stderr:     &stderrTail{},
+		stderrDone: make(chan struct{}),
 		state:      Connecting,
 		calls:      map[string]*callProgress{},
 	}
@@ -276,6 +281,14 @@ func (s *Server) fail(err error) {
 // lines.
 func (s *Server) describe(err error, what string) error {
 	msg := redactURL(err.Error(), s.cfg.URL)
+	if s.stderrRead.Load() {
+		// A server that exits at startup closes stdout and stderr at once;
+		// its last words may still be on their way through the pipe.
+		select {
+		case <-s.stderrDone:
+		case <-time.After(stderrSettle):
+		}
+	}
 	if tail := s.stderr.String(); tail != "" {
 		msg += "; stderr: " + tail
 	}

@@ -66,6 +66,7 @@ func (t *groupTransport) Connect(ctx context.Context) (sdk.Connection, error) {
 	s.pgid = pid
 	closed := s.closed
 	s.mu.Unlock()
+	s.stderrRead.Store(true)
 	go s.readStderr(t.stderrR)
 	if closed {
 		// Closed while starting: Close may not have seen the group.

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -112,6 +113,7 @@ func lookPath(command string, env []string) (string, error) {
 // readStderr logs the server's stderr line by line and keeps its last lines
 // for failure messages.
 func (s *Server) readStderr(r io.ReadCloser) {
+	defer close(s.stderrDone)
 	defer r.Close()
 	br := bufio.NewReaderSize(r, 4096)
 	for {
@@ -143,6 +145,10 @@ type stderrTail struct {
 }
 
 const stderrTailLines, stderrTailChars = 5, 300
+
+// stderrSettle bounds the wait for a failed server's stderr to end (a
+// grandchild may hold it open).
+const stderrSettle = 250 * time.Millisecond
 
 func (t *stderrTail) add(line string) {
 	if len(line) > stderrTailChars {
