@@ -208,18 +208,18 @@ func (e *Edge) Detach(connID string, handle uint64) {
 // remoteGet serves a GET whose connection lives on another pod: a local
 // writer fed by the owner's outbox (see RemoteSource). The stream is
 // counted in e.streams already.
-func (e *Edge) remoteGet(ctx *fasthttp.RequestCtx, owner string, id, sid []byte, last *uint64) {
+func (e *Edge) remoteGet(ctx *fasthttp.RequestCtx, owner string, id, sid []byte, last *uint64) (stream func()) {
 	src, r, reject, _ := e.cluster.Attach(owner, string(id), string(sid), last)
 	if r.Status != fasthttp.StatusOK {
 		e.streams.Add(-1)
 		e.replyError(ctx, r)
-		return
+		return nil
 	}
 	setStreamHeaders(ctx)
 	if reject != nil {
 		e.streams.Add(-1)
 		ctx.SetBody(reject)
-		return
+		return nil
 	}
 	nc := ctx.Conn()
 	var batch []Event
@@ -256,9 +256,8 @@ func (e *Edge) remoteGet(ctx *fasthttp.RequestCtx, owner string, id, sid []byte,
 			e.streams.Add(-1)
 		},
 	}
-	ctx.Response.ImmediateHeaderFlush = true
-	_ = ctx.SetWriteDeadline(time.Time{})
-	ctx.SetBodyStreamWriter(p.run)
+	head := e.takeOver(ctx)
+	return func() { p.run(head) }
 }
 
 // ownerGoneEvent ends a stream whose connection's pod went away.

@@ -1,10 +1,10 @@
 package httpsse
 
 import (
-	"bufio"
 	"bytes"
 	"net"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -18,8 +18,8 @@ const endGrace = 2 * time.Second
 
 var retryTail = "\nretry: " + strconv.Itoa(RetryMillis) + "\n\n"
 
-// stream is one attached GET. Its writer goroutine (the fasthttp body stream
-// writer) sleeps until woken, then writes every available event and flushes
+// stream is one attached GET. Its writer (the goroutine of the GET's
+// handler) sleeps until woken, then writes every available event and flushes
 // once, so bursts of small chunks cost few syscalls.
 type stream struct {
 	c      *conn
@@ -69,12 +69,12 @@ func (st *stream) end(final []byte, drain bool) {
 	}
 }
 
-// run is the body stream writer of a local GET.
-func (st *stream) run(w *bufio.Writer) {
+// run is the writer of a local GET.
+func (st *stream) run(head []byte) {
 	p := pump{e: st.c.e, nc: st.nc, wake: st.wakeCh, done: st.done,
 		take:   func(dst []event) ([]event, []byte, bool) { return st.c.take(st, dst) },
 		detach: func() { st.c.detach(st); st.c.e.streams.Add(-1) }}
-	p.run(w)
+	p.run(head)
 }
 
 // pump writes a stream's events to its client: those of a connection of
@@ -92,34 +92,53 @@ type pump struct {
 	detach func()
 }
 
-// run is the body stream writer. It returns when the stream is ended by the
-// server or a write fails (the only sign that the client went away; the
-// keep-alive comment bounds how late that is noticed).
-func (p *pump) run(w *bufio.Writer) {
+// flushAt is the buffered size at which a batch is written out before it
+// is complete (a long replay), so the buffer stays bounded.
+const flushAt = 64 << 10
+
+// outBufs holds the write buffers of the streams: a stream takes one for a
+// batch and gives it back after the write, so an idle stream holds none.
+var outBufs = sync.Pool{New: func() any { b := make([]byte, 0, 4096); return &b }}
+
+// run writes the stream to the client's socket, straight after the
+// response head: no HTTP chunking (the body ends with the connection,
+// which is sent "Connection: close"), no pipe to a second goroutine. It
+// writes every available event in one write, and returns when the stream
+// is ended by the server or a write fails (the only sign that the client
+// went away; the keep-alive comment bounds how late that is noticed).
+func (p *pump) run(head []byte) {
 	e := p.e
 	defer p.detach()
 	beat := time.NewTicker(e.cfg.KeepAlive)
 	defer beat.Stop()
 	var batch []event
-	var num []byte
-	for {
-		select {
-		case <-p.wake:
-		case <-p.done:
-		case <-p.quit:
+	// The head goes out with the first events when there are some already
+	// (a local stream's backlog), else at once.
+	ready := false
+	select {
+	case <-p.wake:
+		ready = true
+	default:
+		if p.write(head) != nil {
 			return
-		case <-beat.C:
-			if !peerOpen(p.nc) {
-				return
-			}
-			if _, err := w.WriteString(": ping\n\n"); err != nil {
-				return
-			}
-			if w.Flush() != nil {
-				return
-			}
-			continue
 		}
+		head = nil
+	}
+	for {
+		if !ready {
+			select {
+			case <-p.wake:
+			case <-p.done:
+			case <-p.quit:
+				return
+			case <-beat.C:
+				if !peerOpen(p.nc) || p.write(pingComment) != nil {
+					return
+				}
+				continue
+			}
+		}
+		ready = false
 		// A client that closed its side must not be handed events: they
 		// would count as written and a GET without Last-Event-ID would
 		// miss them.
@@ -129,47 +148,69 @@ func (p *pump) run(w *bufio.Writer) {
 		var final []byte
 		var end bool
 		batch, final, end = p.take(batch)
+		bp := outBufs.Get().(*[]byte)
+		buf := append((*bp)[:0], head...)
+		head = nil
+		var err error
 		for i := range batch {
-			num = writeEvent(w, &batch[i], num)
+			buf = appendEvent(buf, &batch[i])
 			batch[i] = event{}
+			if len(buf) >= flushAt && i+1 < len(batch) {
+				if err = p.write(buf); err != nil {
+					break
+				}
+				buf = buf[:0]
+			}
 		}
-		if final != nil {
-			_, _ = w.Write(final)
+		if err == nil {
+			buf = append(buf, final...)
+			err = p.write(buf)
 		}
-		if err := w.Flush(); err != nil {
+		if cap(buf) <= 4*flushAt {
+			*bp = buf[:0]
+			outBufs.Put(bp)
+		}
+		if err != nil {
 			return
 		}
-		e.met.eventsSent.Add(float64(len(batch)))
+		e.met.eventsSent.Add(uint64(len(batch)))
 		if end {
 			return
 		}
 	}
 }
 
-// writeEvent writes one SSE event: event type, the JSON-RPC message as data
-// (one data line per line of the payload, though encoded JSON has none), the
-// id and the retry hint.
-func writeEvent(w *bufio.Writer, ev *event, num []byte) []byte {
-	_, _ = w.WriteString("event: message\n")
-	writeData(w, ev.data)
-	_, _ = w.WriteString("id: ")
-	num = strconv.AppendUint(num[:0], ev.id, 10)
-	_, _ = w.Write(num)
-	_, _ = w.WriteString(retryTail)
-	return num
+var pingComment = []byte(": ping\n\n")
+
+func (p *pump) write(b []byte) error {
+	if len(b) == 0 {
+		return nil
+	}
+	_, err := p.nc.Write(b)
+	return err
 }
 
-func writeData(w *bufio.Writer, data []byte) {
+// appendEvent appends one SSE event: event type, the JSON-RPC message as
+// data (one data line per line of the payload, though encoded JSON has
+// none), the id and the retry hint.
+func appendEvent(buf []byte, ev *event) []byte {
+	buf = append(buf, "event: message\n"...)
+	buf = appendData(buf, ev.data)
+	buf = append(buf, "id: "...)
+	buf = strconv.AppendUint(buf, ev.id, 10)
+	return append(buf, retryTail...)
+}
+
+func appendData(buf, data []byte) []byte {
 	for {
 		i := bytes.IndexAny(data, "\r\n")
-		_, _ = w.WriteString("data: ")
+		buf = append(buf, "data: "...)
 		if i < 0 {
-			_, _ = w.Write(data)
-			_ = w.WriteByte('\n')
-			return
+			buf = append(buf, data...)
+			return append(buf, '\n')
 		}
-		_, _ = w.Write(data[:i])
-		_ = w.WriteByte('\n')
+		buf = append(buf, data[:i]...)
+		buf = append(buf, '\n')
 		if data[i] == '\r' && i+1 < len(data) && data[i+1] == '\n' {
 			i++
 		}

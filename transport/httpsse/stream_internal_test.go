@@ -1,0 +1,90 @@
+package httpsse
+
+import (
+	"bytes"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// recordingConn is a net.Conn that records every Write call.
+type recordingConn struct {
+	net.Conn
+	mu     sync.Mutex
+	writes [][]byte
+}
+
+func (c *recordingConn) Write(b []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.writes = append(c.writes, bytes.Clone(b))
+	return len(b), nil
+}
+
+// testPump is a pump over a recordingConn whose take hands out the given
+// batches in turn, the last one with end set.
+func testPump(batches ...[]event) (*pump, *recordingConn) {
+	nc := &recordingConn{}
+	e := &Edge{cfg: Config{}.withDefaults(), met: &metrics{}}
+	wake := make(chan struct{}, 1)
+	wake <- struct{}{}
+	n := 0
+	p := &pump{e: e, nc: nc, wake: wake, done: make(chan struct{}),
+		take: func(dst []event) ([]event, []byte, bool) {
+			b := append(dst[:0], batches[n]...)
+			n++
+			if n < len(batches) {
+				wake <- struct{}{}
+				return b, nil, false
+			}
+			return b, []byte("event: error\ndata: {}\n\n"), true
+		},
+		detach: func() {}}
+	return p, nc
+}
+
+func TestStreamWritesTheHeadAndAllReadyEventsInOneWrite(t *testing.T) {
+	p, nc := testPump([]event{{id: 1, data: []byte(`{"a":1}`)}, {id: 2, data: []byte(`{"a":2}`)}, {id: 3, data: []byte(`{"a":3}`)}})
+	p.run([]byte("HTTP/1.1 200 OK\r\n\r\n"))
+	if len(nc.writes) != 1 {
+		t.Fatalf("%d writes, want 1: %q", len(nc.writes), nc.writes)
+	}
+	want := "HTTP/1.1 200 OK\r\n\r\n" +
+		"event: message\ndata: {\"a\":1}\nid: 1" + retryTail +
+		"event: message\ndata: {\"a\":2}\nid: 2" + retryTail +
+		"event: message\ndata: {\"a\":3}\nid: 3" + retryTail +
+		"event: error\ndata: {}\n\n"
+	if got := string(nc.writes[0]); got != want {
+		t.Fatalf("wrote\n%q\nwant\n%q", got, want)
+	}
+	if got := p.e.met.sent(); got != 3 {
+		t.Fatalf("events sent %d, want 3", got)
+	}
+}
+
+func TestStreamWritesEachBatchOnceAndSplitsALongReplay(t *testing.T) {
+	big := []byte(`"` + strings.Repeat("x", 20<<10) + `"`)
+	var replay []event
+	for i := range 8 { // 160 KiB: more than flushAt
+		replay = append(replay, event{id: uint64(i + 1), data: big})
+	}
+	p, nc := testPump(replay, []event{{id: 9, data: []byte(`{}`)}})
+	p.run(nil)
+	var all []byte
+	for i, w := range nc.writes {
+		if len(w) > flushAt+len(big)+100 {
+			t.Fatalf("write %d has %d bytes, over flushAt and one event", i, len(w))
+		}
+		all = append(all, w...)
+	}
+	if len(nc.writes) < 3 || len(nc.writes) > 5 {
+		t.Fatalf("%d writes for a 160 KiB replay and one event", len(nc.writes))
+	}
+	if got := bytes.Count(all, []byte("event: message\n")); got != 9 {
+		t.Fatalf("%d events written, want 9", got)
+	}
+	if !bytes.HasSuffix(all, []byte("event: message\ndata: {}\nid: 9"+retryTail+"event: error\ndata: {}\n\n")) {
+		t.Fatalf("the last write is not the live event and the final one: %q", nc.writes[len(nc.writes)-1])
+	}
+}
