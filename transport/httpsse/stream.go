@@ -90,7 +90,20 @@ type pump struct {
 	// once when the writer exits.
 	take   func(dst []event) (batch []event, final []byte, end bool)
 	detach func()
+	// probe replaces peerOpen (tests).
+	probe func(net.Conn) bool
 }
+
+func (p *pump) peerOpen() bool {
+	if p.probe != nil {
+		return p.probe(p.nc)
+	}
+	return peerOpen(p.nc)
+}
+
+// probeQuiet is how long a stream must have written nothing before the
+// writer checks, before its next batch, that the client is still there.
+const probeQuiet = 100 * time.Millisecond
 
 // flushAt is the buffered size at which a batch is written out before it
 // is complete (a long replay), so the buffer stays bounded.
@@ -112,6 +125,7 @@ func (p *pump) run(head []byte) {
 	beat := time.NewTicker(e.cfg.KeepAlive)
 	defer beat.Stop()
 	var batch []event
+	var lastWrite time.Time
 	// The head goes out with the first events when there are some already
 	// (a local stream's backlog), else at once.
 	ready := false
@@ -132,7 +146,7 @@ func (p *pump) run(head []byte) {
 			case <-p.quit:
 				return
 			case <-beat.C:
-				if !peerOpen(p.nc) || p.write(pingComment) != nil {
+				if !p.peerOpen() || p.write(pingComment) != nil {
 					return
 				}
 				continue
@@ -141,8 +155,15 @@ func (p *pump) run(head []byte) {
 		ready = false
 		// A client that closed its side must not be handed events: they
 		// would count as written and a GET without Last-Event-ID would
-		// miss them.
-		if !peerOpen(p.nc) {
+		// miss them. The probe is a system call, so it is made only when
+		// the stream has been quiet for probeQuiet (and at every keep-alive):
+		// a client that leaves between two turns is caught; one that leaves
+		// while events flow less than probeQuiet apart is handed the events
+		// up to the first write that fails (on a closed peer the next one
+		// after its reset arrives, so about a round trip's worth). Those are
+		// missed only by a new GET without Last-Event-ID; a resume replays
+		// them.
+		if time.Since(lastWrite) >= probeQuiet && !p.peerOpen() {
 			return
 		}
 		var final []byte
@@ -173,6 +194,7 @@ func (p *pump) run(head []byte) {
 		if err != nil {
 			return
 		}
+		lastWrite = time.Now()
 		e.met.eventsSent.Add(uint64(len(batch)))
 		if end {
 			return

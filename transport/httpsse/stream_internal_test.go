@@ -88,3 +88,29 @@ func TestStreamWritesEachBatchOnceAndSplitsALongReplay(t *testing.T) {
 		t.Fatalf("the last write is not the live event and the final one: %q", nc.writes[len(nc.writes)-1])
 	}
 }
+
+func TestStreamProbesThePeerOnlyAfterAQuietSpell(t *testing.T) {
+	ev := func(id uint64) []event { return []event{{id: id, data: []byte(`{}`)}} }
+	p, nc := testPump(ev(1), ev(2), ev(3), ev(4))
+	probes := 0
+	p.probe = func(net.Conn) bool { probes++; return true }
+	p.run(nil)
+	if len(nc.writes) != 4 {
+		t.Fatalf("%d writes for 4 batches", len(nc.writes))
+	}
+	if probes != 1 {
+		t.Fatalf("%d probes for 4 batches in a row, want 1 (before the first)", probes)
+	}
+}
+
+func TestStreamHandsNothingToAPeerThatLeft(t *testing.T) {
+	p, nc := testPump([]event{{id: 1, data: []byte(`{}`)}})
+	taken := false
+	take := p.take
+	p.take = func(dst []event) ([]event, []byte, bool) { taken = true; return take(dst) }
+	p.probe = func(net.Conn) bool { return false }
+	p.run([]byte("HTTP/1.1 200 OK\r\n\r\n"))
+	if taken || len(nc.writes) != 0 {
+		t.Fatalf("took events (%v) or wrote %q to a peer that left", taken, nc.writes)
+	}
+}
