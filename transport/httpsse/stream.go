@@ -35,10 +35,79 @@ type stream struct {
 	// tells that pod to take (once until it does: pending).
 	notify  func()
 	pending atomic.Bool
+
+	// Direct writes (c.mu): the connection actor's Send writes a single new
+	// event to the socket itself, without blocking, when nothing else is
+	// pending and nobody is writing (see tryDirect). raw is nil when the
+	// socket allows none. live: the writer has written the response head.
+	// busy: the writer or a Send is writing to the socket. rest is what a
+	// direct write left unwritten, for the writer to write first; broken:
+	// a direct write failed. lastWrite: unix nanoseconds of the last write
+	// of events.
+	raw       *directWriter
+	live      bool
+	busy      bool
+	broken    bool
+	rest      []byte
+	lastWrite int64
+	// directs and partials count direct writes and those the socket did not
+	// take whole (tests).
+	directs, partials int
 }
 
 func newStream(c *conn, sl *slot, nc net.Conn) *stream {
-	return &stream{c: c, sl: sl, nc: nc, wakeCh: make(chan struct{}, 1), done: make(chan struct{})}
+	return &stream{c: c, sl: sl, nc: nc, raw: newDirectWriter(nc), wakeCh: make(chan struct{}, 1), done: make(chan struct{})}
+}
+
+// tryDirect claims the socket for Send to write ev, the newest event of the
+// stream's slot, itself (c.mu held). It does when the writer is parked with
+// nothing else to write (every older event has been written whole), and
+// the stream wrote within probeQuiet (else the writer probes the peer
+// first).
+func (st *stream) tryDirect(ev *event) bool {
+	if st.raw == nil || !st.live || st.busy || st.ended || st.broken || st.rest != nil || st.sl.stream != st {
+		return false
+	}
+	if st.sl.written+1 != ev.id && len(st.sl.after(st.sl.written)) != 1 {
+		return false
+	}
+	if time.Now().UnixNano()-st.lastWrite >= int64(probeQuiet) {
+		return false
+	}
+	st.busy = true
+	st.sl.written = ev.id
+	st.directs++
+	return true
+}
+
+// writeDirect writes ev, claimed by tryDirect, with one non-blocking write
+// and hands what the socket did not take, or a failure, to the writer.
+func (st *stream) writeDirect(ev *event) {
+	bp := outBufs.Get().(*[]byte)
+	buf := appendEvent((*bp)[:0], ev)
+	n, err := st.raw.write(buf)
+	c := st.c
+	c.mu.Lock()
+	st.busy = false
+	switch {
+	case err != nil:
+		st.broken = true
+	case n < len(buf):
+		st.rest = bytes.Clone(buf[n:])
+		st.partials++
+	default:
+		st.lastWrite = time.Now().UnixNano()
+	}
+	wake := err != nil || st.rest != nil || st.ended || len(st.sl.after(st.sl.written)) > 0
+	c.mu.Unlock()
+	*bp = buf[:0]
+	outBufs.Put(bp)
+	if err == nil {
+		c.e.met.eventsSent.Add(1)
+	}
+	if wake {
+		st.wake()
+	}
 }
 
 func (st *stream) wake() {
@@ -72,8 +141,10 @@ func (st *stream) end(final []byte, drain bool) {
 // run is the writer of a local GET.
 func (st *stream) run(head []byte) {
 	p := pump{e: st.c.e, nc: st.nc, wake: st.wakeCh, done: st.done,
-		take:   func(dst []event) ([]event, []byte, bool) { return st.c.take(st, dst) },
-		detach: func() { st.c.detach(st); st.c.e.streams.Add(-1) }}
+		take:    func(dst []event) handout { return st.c.take(st, dst) },
+		claim:   func() bool { return st.c.claim(st) },
+		release: func() bool { return st.c.release(st) },
+		detach:  func() { st.c.detach(st); st.c.e.streams.Add(-1) }}
 	p.run(head)
 }
 
@@ -88,8 +159,13 @@ type pump struct {
 	quit <-chan struct{}
 	// take hands over the next events (see conn.take); detach is called
 	// once when the writer exits.
-	take   func(dst []event) (batch []event, final []byte, end bool)
+	take   func(dst []event) handout
 	detach func()
+	// claim and release (nil: not needed) take and give back the socket
+	// around a keep-alive, and release it after a batch (take claims it);
+	// release reports whether more is pending.
+	claim   func() bool
+	release func() bool
 	// probe replaces peerOpen (tests).
 	probe func(net.Conn) bool
 }
@@ -138,21 +214,27 @@ func (p *pump) run(head []byte) {
 		}
 		head = nil
 	}
+	done := p.done
 	for {
 		if !ready {
 			select {
 			case <-p.wake:
-			case <-p.done:
+			case <-done:
 			case <-p.quit:
 				return
 			case <-beat.C:
+				if p.claim != nil && !p.claim() {
+					continue // a direct write is under way
+				}
 				if !p.peerOpen() || p.write(pingComment) != nil {
 					return
 				}
+				ready = p.release != nil && p.release()
 				continue
 			}
 		}
 		ready = false
+		done = p.done
 		// A client that closed its side must not be handed events: they
 		// would count as written and a GET without Last-Event-ID would
 		// miss them. The probe is a system call, so it is made only when
@@ -166,11 +248,17 @@ func (p *pump) run(head []byte) {
 		if time.Since(lastWrite) >= probeQuiet && !p.peerOpen() {
 			return
 		}
-		var final []byte
-		var end bool
-		batch, final, end = p.take(batch)
+		h := p.take(batch)
+		if h.skip {
+			// A direct write is under way; it wakes us when it is done. Until
+			// then the stream's end must not make this loop spin.
+			done = nil
+			continue
+		}
+		batch = h.batch
 		bp := outBufs.Get().(*[]byte)
 		buf := append((*bp)[:0], head...)
+		buf = append(buf, h.prefix...)
 		head = nil
 		var err error
 		for i := range batch {
@@ -184,7 +272,7 @@ func (p *pump) run(head []byte) {
 			}
 		}
 		if err == nil {
-			buf = append(buf, final...)
+			buf = append(buf, h.final...)
 			err = p.write(buf)
 		}
 		if cap(buf) <= 4*flushAt {
@@ -196,8 +284,11 @@ func (p *pump) run(head []byte) {
 		}
 		lastWrite = time.Now()
 		e.met.eventsSent.Add(uint64(len(batch)))
-		if end {
+		if h.end {
 			return
+		}
+		if p.release != nil {
+			ready = p.release()
 		}
 	}
 }

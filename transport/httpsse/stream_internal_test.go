@@ -1,11 +1,16 @@
 package httpsse
 
 import (
+	"bufio"
 	"bytes"
 	"net"
+	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/iac-code/iac-code/actors"
 )
 
 // recordingConn is a net.Conn that records every Write call.
@@ -31,14 +36,14 @@ func testPump(batches ...[]event) (*pump, *recordingConn) {
 	wake <- struct{}{}
 	n := 0
 	p := &pump{e: e, nc: nc, wake: wake, done: make(chan struct{}),
-		take: func(dst []event) ([]event, []byte, bool) {
+		take: func(dst []event) handout {
 			b := append(dst[:0], batches[n]...)
 			n++
 			if n < len(batches) {
 				wake <- struct{}{}
-				return b, nil, false
+				return handout{batch: b}
 			}
-			return b, []byte("event: error\ndata: {}\n\n"), true
+			return handout{batch: b, final: []byte("event: error\ndata: {}\n\n"), end: true}
 		},
 		detach: func() {}}
 	return p, nc
@@ -107,10 +112,127 @@ func TestStreamHandsNothingToAPeerThatLeft(t *testing.T) {
 	p, nc := testPump([]event{{id: 1, data: []byte(`{}`)}})
 	taken := false
 	take := p.take
-	p.take = func(dst []event) ([]event, []byte, bool) { taken = true; return take(dst) }
+	p.take = func(dst []event) handout { taken = true; return take(dst) }
 	p.probe = func(net.Conn) bool { return false }
 	p.run([]byte("HTTP/1.1 200 OK\r\n\r\n"))
 	if taken || len(nc.writes) != 0 {
 		t.Fatalf("took events (%v) or wrote %q to a peer that left", taken, nc.writes)
+	}
+}
+
+// directEnv is a connection of a bare edge whose stream is attached to a
+// real loopback socket and written by its writer.
+func directEnv(t *testing.T) (*conn, *stream, *bufio.Reader) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	client, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	server, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &Edge{cfg: Config{}.withDefaults(), met: &metrics{}}
+	c := &conn{e: e, main: &slot{}}
+	st, _, _, err := c.attach("", nil, server)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.streams.Add(1)
+	finished := make(chan struct{})
+	go func() { defer close(finished); st.run([]byte("HTTP/1.1 200 OK\r\n\r\n")) }()
+	t.Cleanup(func() {
+		c.mu.Lock()
+		st.end(nil, false)
+		c.mu.Unlock()
+		<-finished
+		server.Close()
+	})
+	return c, st, bufio.NewReader(client)
+}
+
+// readIDs reads n events and fails unless their ids are from, from+1, ...
+func readIDs(t *testing.T, br *bufio.Reader, from, n int) {
+	t.Helper()
+	want := from
+	for want < from+n {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatalf("after id %d: %v", want-1, err)
+		}
+		if id, ok := strings.CutPrefix(line, "id: "); ok {
+			if got, _ := strconv.Atoi(strings.TrimSpace(id)); got != want {
+				t.Fatalf("event id %d, want %d", got, want)
+			}
+			want++
+		}
+	}
+}
+
+// waitIdle has the writer write the head and event 1, and waits until it
+// is parked.
+func waitIdle(t *testing.T, c *conn, st *stream, br *bufio.Reader) {
+	c.Send(actors.Frame{Data: []byte(`{"n":1}`)})
+	readIDs(t, br, 1, 1)
+	for {
+		c.mu.Lock()
+		idle := st.live && !st.busy
+		c.mu.Unlock()
+		if idle {
+			return
+		}
+		runtime.Gosched()
+	}
+}
+
+func TestSendWritesASingleEventItselfWhenTheWriterIsIdle(t *testing.T) {
+	c, st, br := directEnv(t)
+	waitIdle(t, c, st, br)
+	c.mu.Lock()
+	before := st.directs
+	c.mu.Unlock()
+	c.Send(actors.Frame{Data: []byte(`{"n":2}`)})
+	c.mu.Lock()
+	after, written := st.directs, st.sl.written
+	c.mu.Unlock()
+	if after != before+1 || written != 2 {
+		t.Fatalf("%d direct writes for one Send to an idle stream (written: %d), want 1", after-before, written)
+	}
+	readIDs(t, br, 2, 1)
+}
+
+func TestDirectAndWriterWritesKeepTheOrderExactlyOnce(t *testing.T) {
+	// 16 MiB of events, more than the sockets hold while the client does
+	// not read: direct writes find the socket full and hand over to the
+	// writer.
+	const n = 4000
+	c, st, br := directEnv(t)
+	waitIdle(t, c, st, br)
+	data := []byte(`"` + strings.Repeat("d", 4<<10) + `"`)
+	sent := make(chan struct{})
+	go func() {
+		defer close(sent)
+		for i := range n {
+			c.Send(actors.Frame{Data: data})
+			if i%64 == 0 {
+				runtime.Gosched()
+			}
+		}
+	}()
+	readIDs(t, br, 2, 100)
+	<-sent // Send never blocks: the sockets fill while the client waits
+	readIDs(t, br, 102, n-100)
+	c.mu.Lock()
+	directs, partials := st.directs, st.partials
+	c.mu.Unlock()
+	t.Logf("%d direct writes, %d of them partial", directs, partials)
+	if directs == 0 || partials == 0 {
+		t.Fatal("want direct writes, some the socket did not take whole")
 	}
 }
