@@ -135,6 +135,10 @@ func (st *stream) end(final []byte, drain bool) {
 	if st.notify != nil {
 		st.pending.Store(true)
 		st.notify()
+	} else {
+		// A writer that found a direct write under way waits for a wake,
+		// not for done (see pump.run).
+		st.wake()
 	}
 }
 

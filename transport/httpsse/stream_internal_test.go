@@ -236,3 +236,19 @@ func TestDirectAndWriterWritesKeepTheOrderExactlyOnce(t *testing.T) {
 		t.Fatal("want direct writes, some the socket did not take whole")
 	}
 }
+
+func TestEndingAStreamWakesItsWriter(t *testing.T) {
+	// A writer that found a direct write under way sleeps until woken; the
+	// end of the stream must wake it, or it would see the end only at the
+	// next keep-alive, after endGrace closed the socket under it.
+	c := &conn{e: &Edge{cfg: Config{}.withDefaults(), met: &metrics{}}, main: &slot{}}
+	st := newStream(c, c.main, nil)
+	c.mu.Lock()
+	st.end(nil, true)
+	c.mu.Unlock()
+	select {
+	case <-st.wakeCh:
+	default:
+		t.Fatal("end did not wake the writer")
+	}
+}
