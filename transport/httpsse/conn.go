@@ -366,6 +366,8 @@ func (c *conn) take(st *stream, dst []event) handout {
 		h.skip = true
 		return h
 	case st.ended && !st.drain:
+		// The rest of a partial direct write completes its event first.
+		h.prefix, st.rest = st.rest, nil
 		h.final, h.end = st.final, true
 		return h
 	}
@@ -382,11 +384,12 @@ func (c *conn) take(st *stream, dst []event) handout {
 }
 
 // claim takes the socket for a keep-alive; false while a direct write is
-// under way.
+// under way or left the rest of an event to write (the comment would land
+// inside it; the writer has been woken for it).
 func (c *conn) claim(st *stream) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if st.busy {
+	if st.busy || st.rest != nil {
 		return false
 	}
 	st.busy = true

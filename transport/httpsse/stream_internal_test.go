@@ -252,3 +252,20 @@ func TestEndingAStreamWakesItsWriter(t *testing.T) {
 		t.Fatal("end did not wake the writer")
 	}
 }
+
+func TestTheRestOfAPartialDirectWriteGoesFirst(t *testing.T) {
+	c := &conn{e: &Edge{cfg: Config{}.withDefaults(), met: &metrics{}}, main: &slot{}}
+	st := newStream(c, c.main, nil)
+	c.main.stream = st
+	st.rest = []byte("tail of an event\n\n")
+	if c.claim(st) {
+		t.Fatal("a keep-alive may not go out before the rest of an event")
+	}
+	c.mu.Lock()
+	st.end([]byte("event: error\n\n"), false)
+	c.mu.Unlock()
+	h := c.take(st, nil)
+	if string(h.prefix) != "tail of an event\n\n" || string(h.final) != "event: error\n\n" || !h.end {
+		t.Fatalf("handout %+v: want the rest, then the final event", h)
+	}
+}
