@@ -180,17 +180,17 @@ func (e *Edge) Take(connID string, handle uint64, dst []Event) ([]Event, []byte,
 		return dst[:0], nil, true
 	}
 	st.pending.Store(false)
-	batch, final, end := st.c.take(st, nil)
+	h := st.c.take(st, nil)
 	out := dst[:0]
-	for i := range batch {
-		out = append(out, Event{ID: batch[i].id, Data: batch[i].data})
+	for i := range h.batch {
+		out = append(out, Event{ID: h.batch[i].id, Data: h.batch[i].data})
 	}
-	if end {
+	if h.end {
 		// The other pod's writer stops here: the handle goes now, whether
 		// or not its Detach arrives.
 		e.Detach(connID, handle)
 	}
-	return out, final, end
+	return out, h.final, h.end
 }
 
 // Detach ends another pod's stream: its client left, or that pod is gone.
@@ -208,18 +208,18 @@ func (e *Edge) Detach(connID string, handle uint64) {
 // remoteGet serves a GET whose connection lives on another pod: a local
 // writer fed by the owner's outbox (see RemoteSource). The stream is
 // counted in e.streams already.
-func (e *Edge) remoteGet(ctx *fasthttp.RequestCtx, owner string, id, sid []byte, last *uint64) {
+func (e *Edge) remoteGet(ctx *fasthttp.RequestCtx, owner string, id, sid []byte, last *uint64) (stream func()) {
 	src, r, reject, _ := e.cluster.Attach(owner, string(id), string(sid), last)
 	if r.Status != fasthttp.StatusOK {
 		e.streams.Add(-1)
 		e.replyError(ctx, r)
-		return
+		return nil
 	}
 	setStreamHeaders(ctx)
 	if reject != nil {
 		e.streams.Add(-1)
 		ctx.SetBody(reject)
-		return
+		return nil
 	}
 	nc := ctx.Conn()
 	var batch []Event
@@ -232,13 +232,13 @@ func (e *Edge) remoteGet(ctx *fasthttp.RequestCtx, owner string, id, sid []byte,
 		// end: their events stay with the connection's pod, and the client
 		// resumes on another pod with Last-Event-ID.
 		quit: e.quit,
-		take: func(dst []event) ([]event, []byte, bool) {
+		take: func(dst []event) handout {
 			var final []byte
 			var end bool
 			var err error
 			batch, final, end, err = src.Take(batch)
 			if err != nil {
-				return dst[:0], ownerGoneEvent(), true
+				return handout{batch: dst[:0], final: ownerGoneEvent(), end: true}
 			}
 			dst = dst[:0]
 			for _, ev := range batch {
@@ -249,16 +249,15 @@ func (e *Edge) remoteGet(ctx *fasthttp.RequestCtx, owner string, id, sid []byte,
 				// stopped reading does not hold the writer forever.
 				time.AfterFunc(endGrace, func() { _ = nc.Close() })
 			}
-			return dst, final, end
+			return handout{batch: dst, final: final, end: end}
 		},
 		detach: func() {
 			src.Close()
 			e.streams.Add(-1)
 		},
 	}
-	ctx.Response.ImmediateHeaderFlush = true
-	_ = ctx.SetWriteDeadline(time.Time{})
-	ctx.SetBodyStreamWriter(p.run)
+	head := e.takeOver(ctx)
+	return func() { p.run(head) }
 }
 
 // ownerGoneEvent ends a stream whose connection's pod went away.

@@ -164,6 +164,12 @@ func (c *conn) Send(f actors.Frame) {
 		return
 	}
 	st := sl.stream
+	if st != nil && st.tryDirect(&sl.buf[len(sl.buf)-1]) {
+		ev := sl.buf[len(sl.buf)-1]
+		c.mu.Unlock()
+		st.writeDirect(&ev)
+		return
+	}
 	c.mu.Unlock()
 	if st != nil {
 		st.wake()
@@ -330,24 +336,74 @@ func (c *conn) attachStream(sessionID string, last *uint64, nc net.Conn, notify 
 	return st, nil, replaced, nil
 }
 
-// take hands the writer of st the events it must write next. end reports
-// that the stream must close after writing them and final, if any.
-func (c *conn) take(st *stream, dst []event) (batch []event, final []byte, end bool) {
+// handout is what a stream writer must write next: prefix (bytes a direct
+// write left), the events, then final; end: close the stream after them.
+// skip: nothing now, a direct write is under way and wakes the writer when
+// it is done.
+type handout struct {
+	prefix []byte
+	batch  []event
+	final  []byte
+	end    bool
+	skip   bool
+}
+
+// take hands the writer of st the events it must write next, and claims
+// the socket for it until release.
+func (c *conn) take(st *stream, dst []event) handout {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	sl := st.sl
-	batch = dst[:0]
-	if sl.stream != st { // replaced
-		return batch, nil, true
+	h := handout{batch: dst[:0]}
+	switch {
+	case sl.stream != st: // replaced
+		h.end = true
+		return h
+	case st.broken: // a direct write failed: the client is gone
+		h.end = true
+		return h
+	case st.busy:
+		h.skip = true
+		return h
+	case st.ended && !st.drain:
+		// The rest of a partial direct write completes its event first.
+		h.prefix, st.rest = st.rest, nil
+		h.final, h.end = st.final, true
+		return h
 	}
-	if st.ended && !st.drain {
-		return batch, st.final, true
+	// Another pod's writer (notify) writes later and never releases; its
+	// stream has no direct writes.
+	st.busy = st.notify == nil
+	h.prefix, st.rest = st.rest, nil
+	h.batch = append(h.batch, sl.after(sl.written)...)
+	if n := len(h.batch); n > 0 {
+		sl.written = h.batch[n-1].id
 	}
-	batch = append(batch, sl.after(sl.written)...)
-	if n := len(batch); n > 0 {
-		sl.written = batch[n-1].id
+	h.final, h.end = st.final, st.ended
+	return h
+}
+
+// claim takes the socket for a keep-alive; false while a direct write is
+// under way or left the rest of an event to write (the comment would land
+// inside it; the writer has been woken for it).
+func (c *conn) claim(st *stream) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if st.busy || st.rest != nil {
+		return false
 	}
-	return batch, st.final, st.ended
+	st.busy = true
+	return true
+}
+
+// release gives the socket back after the writer wrote (the head, events
+// or a keep-alive) and reports whether more is pending.
+func (c *conn) release(st *stream) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st.busy, st.live = false, true
+	st.lastWrite = time.Now().UnixNano()
+	return st.ended || st.rest != nil || len(st.sl.after(st.sl.written)) > 0
 }
 
 // detach is called once by every stream writer when it exits.

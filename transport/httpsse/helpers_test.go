@@ -403,3 +403,29 @@ func (e *env) metrics() string {
 	ExpectWithOffset(1, r.status).To(Equal(http.StatusOK))
 	return string(r.body)
 }
+
+// sessionWithoutStream creates a connection and a session, read through a
+// stream that is then closed: the connection has no stream.
+func (e *env) sessionWithoutStream() (conn, sid string) {
+	conn = e.initialize()
+	cs := e.stream(conn)
+	sid = e.newSession(conn, cs, 2)
+	cs.close()
+	cs.waitEOF()
+	Eventually(func() string { return e.metrics() }).Should(ContainSubstring("iaccode_http_streams 0"))
+	return conn, sid
+}
+
+// rawStream opens conn's stream on a raw TCP connection that reads nothing
+// (readBuffer > 0: with that receive buffer).
+func (e *env) rawStream(conn string, readBuffer int) net.Conn {
+	tcp, err := net.Dial("tcp", e.addr)
+	Expect(err).NotTo(HaveOccurred())
+	if readBuffer > 0 {
+		Expect(tcp.(*net.TCPConn).SetReadBuffer(readBuffer)).To(Succeed())
+	}
+	_, err = tcp.Write([]byte("GET /acp HTTP/1.1\r\nHost: 127.0.0.1\r\nAcp-Connection-Id: " + conn + "\r\n\r\n"))
+	Expect(err).NotTo(HaveOccurred())
+	Eventually(func() string { return e.metrics() }).Should(ContainSubstring("iaccode_http_streams 1"))
+	return tcp
+}

@@ -597,20 +597,11 @@ var _ = Describe("limits", func() {
 	It("closes a stalled stream's connection and tells a client that reads again", func() {
 		e := startEnv(httpsse.Config{ReplayBuffer: 100, MaxBufferBytes: 1 << 20, KeepAlive: 50 * time.Millisecond})
 		e.fake.Script(llmtest.Reply{Chunks: 2000, ChunkText: strings.Repeat("z", 16<<10)})
-		conn := e.initialize()
-		cs := e.stream(conn)
-		sid := e.newSession(conn, cs, 2)
-		cs.close()
-		cs.waitEOF()
-		Eventually(func() string { return e.metrics() }).Should(ContainSubstring("iaccode_http_streams 0"))
+		conn, sid := e.sessionWithoutStream()
 
 		By("a raw client opens the stream and stops reading")
-		tcp, err := net.Dial("tcp", e.addr)
-		Expect(err).NotTo(HaveOccurred())
+		tcp := e.rawStream(conn, 0)
 		defer tcp.Close()
-		_, err = tcp.Write([]byte("GET /acp HTTP/1.1\r\nHost: 127.0.0.1\r\nAcp-Connection-Id: " + conn + "\r\n\r\n"))
-		Expect(err).NotTo(HaveOccurred())
-		Eventually(func() string { return e.metrics() }).Should(ContainSubstring("iaccode_http_streams 1"))
 		e.prompt(conn, 3, sid, "go")
 		// Read again as soon as the overflow is logged: the server gives a
 		// stalled stream 2 s to take its final event before closing it.
@@ -626,6 +617,24 @@ var _ = Describe("limits", func() {
 			ContainSubstring(`iaccode_http_connections_closed_total{reason="overflow"} 1`))
 		Expect(e.post(rpc(nil, "session/cancel", map[string]any{"sessionId": sid}), "Acp-Connection-Id", conn).status).
 			To(Equal(http.StatusBadRequest))
+	})
+
+	It("ends a stream whose client never reads again within the grace period after the overflow", func() {
+		// The buffer is larger than what the socket holds (the server's send
+		// buffer, at most 4 MiB by default, and the client's, kept small),
+		// so the writer is blocked in a write when the buffer overflows.
+		e := startEnv(httpsse.Config{ReplayBuffer: 1000, MaxBufferBytes: 8 << 20, KeepAlive: 50 * time.Millisecond})
+		e.fake.Script(llmtest.Reply{Chunks: 2000, ChunkText: strings.Repeat("z", 16<<10)})
+		conn, sid := e.sessionWithoutStream()
+
+		tcp := e.rawStream(conn, 8<<10)
+		defer tcp.Close()
+		e.prompt(conn, 3, sid, "go")
+		Eventually(e.logs.String, 20*time.Second, 5*time.Millisecond).Should(ContainSubstring("buffer full"))
+		// The writer is blocked in a write to the full socket; the server
+		// closes the socket under it 2 s after ending the stream.
+		Eventually(func() string { return e.metrics() }, 4*time.Second, 20*time.Millisecond).
+			Should(ContainSubstring("iaccode_http_streams 0"))
 	})
 
 	It("reaps idle connections, but not one with an open stream", func() {

@@ -2,6 +2,7 @@ package httpsse
 
 import (
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -24,8 +25,11 @@ const (
 // metrics is the edge's Prometheus registry: the actor tree's live counters
 // as gauges plus the transport's own counters and request latencies.
 type metrics struct {
-	reg        *prometheus.Registry
-	eventsSent prometheus.Counter
+	reg *prometheus.Registry
+	// eventsSent is added to once per written batch: an atomic integer,
+	// read at scrape time, costs less there than a Prometheus float
+	// counter (a compare-and-swap loop on float bits).
+	eventsSent atomic.Uint64
 	dropped    prometheus.Counter
 	reconnects prometheus.Counter
 	closed     *prometheus.CounterVec
@@ -65,9 +69,6 @@ func newMetrics(e *Edge) *metrics {
 		})
 	m := &metrics{
 		reg: reg,
-		eventsSent: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "iaccode_http_events_sent_total", Help: "SSE events written to streams (replays included).",
-		}),
 		dropped: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "iaccode_http_events_dropped_total", Help: "Frames emitted after their connection was closed.",
 		}),
@@ -90,7 +91,10 @@ func newMetrics(e *Edge) *metrics {
 	for _, r := range []string{reasonDelete, reasonIdle, reasonOverflow, reasonShutdown, reasonInitTimeout, reasonUnused} {
 		m.closed.WithLabelValues(r)
 	}
-	reg.MustRegister(m.eventsSent, m.dropped, m.reconnects, m.closed, m.abandoned, m.requests,
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "iaccode_http_events_sent_total", Help: "SSE events written to streams (replays included).",
+	}, func() float64 { return float64(m.eventsSent.Load()) }))
+	reg.MustRegister(m.dropped, m.reconnects, m.closed, m.abandoned, m.requests,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if e.cluster != nil {
 		reg.MustRegister(e.cluster.Collectors()...)
@@ -98,6 +102,9 @@ func newMetrics(e *Edge) *metrics {
 	m.handler = fasthttpadaptor.NewFastHTTPHandler(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	return m
 }
+
+// sent reports the SSE events written so far.
+func (m *metrics) sent() uint64 { return m.eventsSent.Load() }
 
 func (m *metrics) serve(ctx *fasthttp.RequestCtx) { m.handler(ctx) }
 

@@ -272,6 +272,15 @@ var tombText = map[string]string{
 }
 
 func (e *Edge) route(ctx *fasthttp.RequestCtx) {
+	if stream := e.serve(ctx); stream != nil {
+		stream()
+	}
+}
+
+// serve answers a request, or returns the writer of the event stream a GET
+// opened, which route runs once the request is accounted for (the request
+// duration of a GET is the time until its stream starts).
+func (e *Edge) serve(ctx *fasthttp.RequestCtx) (stream func()) {
 	start := time.Now()
 	route := routeOther
 	defer func() { e.met.observe(route, ctx, start) }()
@@ -292,12 +301,12 @@ func (e *Edge) route(ctx *fasthttp.RequestCtx) {
 		route = routeMetrics
 	}
 	if !e.guard.admit(ctx) {
-		return
+		return nil
 	}
 	if e.auth && !e.authorized(ctx) {
 		ctx.Response.Header.Set("WWW-Authenticate", `Bearer realm="iac-code"`)
 		jsonError(ctx, fasthttp.StatusUnauthorized, msgUnauthorized)
-		return
+		return nil
 	}
 	switch string(path) {
 	case "/acp":
@@ -305,7 +314,7 @@ func (e *Edge) route(ctx *fasthttp.RequestCtx) {
 		case routePost:
 			e.post(ctx)
 		case routeGet:
-			e.get(ctx)
+			return e.get(ctx)
 		case routeDelete:
 			e.delete(ctx)
 		default:
@@ -316,7 +325,7 @@ func (e *Edge) route(ctx *fasthttp.RequestCtx) {
 		if !ctx.IsGet() && !ctx.IsHead() {
 			ctx.Response.Header.Set("Allow", "GET, HEAD")
 			jsonError(ctx, fasthttp.StatusMethodNotAllowed, "Method not allowed")
-			return
+			return nil
 		}
 		ctx.SetContentType("application/json")
 		ctx.SetBodyString(`{"status":"healthy"}`)
@@ -324,12 +333,13 @@ func (e *Edge) route(ctx *fasthttp.RequestCtx) {
 		if !ctx.IsGet() && !ctx.IsHead() {
 			ctx.Response.Header.Set("Allow", "GET, HEAD")
 			jsonError(ctx, fasthttp.StatusMethodNotAllowed, "Method not allowed")
-			return
+			return nil
 		}
 		e.met.serve(ctx)
 	default:
 		jsonError(ctx, fasthttp.StatusNotFound, "Not found")
 	}
+	return nil
 }
 
 // authorized compares the bearer token in constant time (over SHA-256
@@ -509,74 +519,72 @@ func (e *Edge) initialize(ctx *fasthttp.RequestCtx, msg *protocol.Message) {
 
 // get handles GET /acp: the connection stream, or a session stream with
 // Acp-Session-Id.
-func (e *Edge) get(ctx *fasthttp.RequestCtx) {
+func (e *Edge) get(ctx *fasthttp.RequestCtx) (stream func()) {
 	h := &ctx.Request.Header
 	if bytes.EqualFold(bytes.TrimSpace(h.Peek(fasthttp.HeaderUpgrade)), []byte("websocket")) {
 		jsonError(ctx, fasthttp.StatusUpgradeRequired, "WebSocket is not supported; use POST and GET /acp (HTTP+SSE)")
-		return
+		return nil
 	}
 	id := h.Peek(HeaderConnectionID)
 	if len(id) == 0 {
 		jsonError(ctx, fasthttp.StatusBadRequest, msgConnNotFound)
-		return
+		return nil
 	}
 	c := e.lookup(id)
 	owner := ""
 	if c == nil {
 		if owner = e.ownerOf(id); owner == "" {
 			jsonError(ctx, fasthttp.StatusBadRequest, e.notFound(id, msgConnNotFound))
-			return
+			return nil
 		}
 	} else {
 		c.touch()
 	}
 	if !acceptsEventStream(h.Peek(fasthttp.HeaderAccept)) {
 		jsonError(ctx, fasthttp.StatusNotAcceptable, "Accept must allow text/event-stream")
-		return
+		return nil
 	}
 	sid := h.Peek(HeaderSessionID)
 	if len(sid) > 0 && !validSessionID(sid) {
 		jsonError(ctx, fasthttp.StatusBadRequest, "Invalid Acp-Session-Id header")
-		return
+		return nil
 	}
 	last, err := parseLastEventID(h.Peek(HeaderLastEventID))
 	if err != nil {
 		jsonError(ctx, fasthttp.StatusBadRequest, "Invalid Last-Event-ID header")
-		return
+		return nil
 	}
 	if e.closing.Load() {
 		jsonError(ctx, fasthttp.StatusServiceUnavailable, msgShuttingDown)
-		return
+		return nil
 	}
 	if e.streams.Add(1) > int64(e.cfg.MaxStreams) {
 		e.streams.Add(-1)
 		jsonError(ctx, fasthttp.StatusServiceUnavailable, "Too many open streams")
-		return
+		return nil
 	}
 	if owner != "" {
-		e.remoteGet(ctx, owner, id, sid, last)
-		return
+		return e.remoteGet(ctx, owner, id, sid, last)
 	}
 	e.settle(c)
 	st, reject, replaced, err := c.attach(string(sid), last, ctx.Conn())
 	if err != nil {
 		e.streams.Add(-1)
 		e.connError(ctx, err)
-		return
+		return nil
 	}
 	setStreamHeaders(ctx)
 	if reject != nil {
 		e.streams.Add(-1)
 		c.log.Info().Str("session", string(sid)).Uint64("last_event_id", *last).Msg("Last-Event-ID cannot be replayed")
 		ctx.SetBody(reject)
-		return
+		return nil
 	}
 	if last != nil || replaced {
 		e.met.reconnects.Inc()
 	}
-	ctx.Response.ImmediateHeaderFlush = true
-	_ = ctx.SetWriteDeadline(time.Time{}) // the stream must outlive WriteTimeout
-	ctx.SetBodyStreamWriter(st.run)
+	head := e.takeOver(ctx)
+	return func() { st.run(head) }
 }
 
 func setStreamHeaders(ctx *fasthttp.RequestCtx) {
@@ -584,6 +592,24 @@ func setStreamHeaders(ctx *fasthttp.RequestCtx) {
 	ctx.Response.Header.Set(fasthttp.HeaderCacheControl, "no-cache")
 	ctx.Response.Header.Set("X-Accel-Buffering", "no")
 	ctx.SetConnectionClose()
+}
+
+// takeOver makes the GET's connection the stream's: it returns the response
+// head, which the stream writes itself, with no Content-Length (the body
+// ends with the connection) and no chunked framing. After the handler
+// (which runs the stream) returns, fasthttp writes nothing and closes the
+// connection. The handler's goroutine is the stream's writer, so the stream
+// still counts in the server's Concurrency and graceful shutdown.
+func (e *Edge) takeOver(ctx *fasthttp.RequestCtx) (head []byte) {
+	h := &ctx.Response.Header
+	h.SetContentLength(-2)
+	h.SetConnectionClose()
+	h.SetServer(e.hs.Name)
+	head = h.AppendBytes(nil)
+	_ = ctx.SetWriteDeadline(time.Time{}) // the stream must outlive WriteTimeout
+	ctx.HijackSetNoResponse(true)
+	ctx.Hijack(func(net.Conn) {})
+	return head
 }
 
 // delete handles DELETE /acp. Closing an unknown connection succeeds

@@ -1,10 +1,10 @@
 package httpsse
 
 import (
-	"bufio"
 	"bytes"
 	"net"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -18,8 +18,8 @@ const endGrace = 2 * time.Second
 
 var retryTail = "\nretry: " + strconv.Itoa(RetryMillis) + "\n\n"
 
-// stream is one attached GET. Its writer goroutine (the fasthttp body stream
-// writer) sleeps until woken, then writes every available event and flushes
+// stream is one attached GET. Its writer (the goroutine of the GET's
+// handler) sleeps until woken, then writes every available event and flushes
 // once, so bursts of small chunks cost few syscalls.
 type stream struct {
 	c      *conn
@@ -35,10 +35,79 @@ type stream struct {
 	// tells that pod to take (once until it does: pending).
 	notify  func()
 	pending atomic.Bool
+
+	// Direct writes (c.mu): the connection actor's Send writes a single new
+	// event to the socket itself, without blocking, when nothing else is
+	// pending and nobody is writing (see tryDirect). raw is nil when the
+	// socket allows none. live: the writer has written the response head.
+	// busy: the writer or a Send is writing to the socket. rest is what a
+	// direct write left unwritten, for the writer to write first; broken:
+	// a direct write failed. lastWrite: unix nanoseconds of the last write
+	// of events.
+	raw       *directWriter
+	live      bool
+	busy      bool
+	broken    bool
+	rest      []byte
+	lastWrite int64
+	// directs and partials count direct writes and those the socket did not
+	// take whole (tests).
+	directs, partials int
 }
 
 func newStream(c *conn, sl *slot, nc net.Conn) *stream {
-	return &stream{c: c, sl: sl, nc: nc, wakeCh: make(chan struct{}, 1), done: make(chan struct{})}
+	return &stream{c: c, sl: sl, nc: nc, raw: newDirectWriter(nc), wakeCh: make(chan struct{}, 1), done: make(chan struct{})}
+}
+
+// tryDirect claims the socket for Send to write ev, the newest event of the
+// stream's slot, itself (c.mu held). It does when the writer is parked with
+// nothing else to write (every older event has been written whole), and
+// the stream wrote within probeQuiet (else the writer probes the peer
+// first).
+func (st *stream) tryDirect(ev *event) bool {
+	if st.raw == nil || !st.live || st.busy || st.ended || st.broken || st.rest != nil || st.sl.stream != st {
+		return false
+	}
+	if st.sl.written+1 != ev.id && len(st.sl.after(st.sl.written)) != 1 {
+		return false
+	}
+	if time.Now().UnixNano()-st.lastWrite >= int64(probeQuiet) {
+		return false
+	}
+	st.busy = true
+	st.sl.written = ev.id
+	st.directs++
+	return true
+}
+
+// writeDirect writes ev, claimed by tryDirect, with one non-blocking write
+// and hands what the socket did not take, or a failure, to the writer.
+func (st *stream) writeDirect(ev *event) {
+	bp := outBufs.Get().(*[]byte)
+	buf := appendEvent((*bp)[:0], ev)
+	n, err := st.raw.write(buf)
+	c := st.c
+	c.mu.Lock()
+	st.busy = false
+	switch {
+	case err != nil:
+		st.broken = true
+	case n < len(buf):
+		st.rest = bytes.Clone(buf[n:])
+		st.partials++
+	default:
+		st.lastWrite = time.Now().UnixNano()
+	}
+	wake := err != nil || st.rest != nil || st.ended || len(st.sl.after(st.sl.written)) > 0
+	c.mu.Unlock()
+	*bp = buf[:0]
+	outBufs.Put(bp)
+	if err == nil {
+		c.e.met.eventsSent.Add(1)
+	}
+	if wake {
+		st.wake()
+	}
 }
 
 func (st *stream) wake() {
@@ -66,15 +135,21 @@ func (st *stream) end(final []byte, drain bool) {
 	if st.notify != nil {
 		st.pending.Store(true)
 		st.notify()
+	} else {
+		// A writer that found a direct write under way waits for a wake,
+		// not for done (see pump.run).
+		st.wake()
 	}
 }
 
-// run is the body stream writer of a local GET.
-func (st *stream) run(w *bufio.Writer) {
+// run is the writer of a local GET.
+func (st *stream) run(head []byte) {
 	p := pump{e: st.c.e, nc: st.nc, wake: st.wakeCh, done: st.done,
-		take:   func(dst []event) ([]event, []byte, bool) { return st.c.take(st, dst) },
-		detach: func() { st.c.detach(st); st.c.e.streams.Add(-1) }}
-	p.run(w)
+		take:    func(dst []event) handout { return st.c.take(st, dst) },
+		claim:   func() bool { return st.c.claim(st) },
+		release: func() bool { return st.c.release(st) },
+		detach:  func() { st.c.detach(st); st.c.e.streams.Add(-1) }}
+	p.run(head)
 }
 
 // pump writes a stream's events to its client: those of a connection of
@@ -88,88 +163,171 @@ type pump struct {
 	quit <-chan struct{}
 	// take hands over the next events (see conn.take); detach is called
 	// once when the writer exits.
-	take   func(dst []event) (batch []event, final []byte, end bool)
+	take   func(dst []event) handout
 	detach func()
+	// claim and release (nil: not needed) take and give back the socket
+	// around a keep-alive, and release it after a batch (take claims it);
+	// release reports whether more is pending.
+	claim   func() bool
+	release func() bool
+	// probe replaces peerOpen (tests).
+	probe func(net.Conn) bool
 }
 
-// run is the body stream writer. It returns when the stream is ended by the
-// server or a write fails (the only sign that the client went away; the
-// keep-alive comment bounds how late that is noticed).
-func (p *pump) run(w *bufio.Writer) {
+func (p *pump) peerOpen() bool {
+	if p.probe != nil {
+		return p.probe(p.nc)
+	}
+	return peerOpen(p.nc)
+}
+
+// probeQuiet is how long a stream must have written nothing before the
+// writer checks, before its next batch, that the client is still there.
+const probeQuiet = 100 * time.Millisecond
+
+// flushAt is the buffered size at which a batch is written out before it
+// is complete (a long replay), so the buffer stays bounded.
+const flushAt = 64 << 10
+
+// outBufs holds the write buffers of the streams: a stream takes one for a
+// batch and gives it back after the write, so an idle stream holds none.
+var outBufs = sync.Pool{New: func() any { b := make([]byte, 0, 4096); return &b }}
+
+// run writes the stream to the client's socket, straight after the
+// response head: no HTTP chunking (the body ends with the connection,
+// which is sent "Connection: close"), no pipe to a second goroutine. It
+// writes every available event in one write, and returns when the stream
+// is ended by the server or a write fails (the only sign that the client
+// went away; the keep-alive comment bounds how late that is noticed).
+func (p *pump) run(head []byte) {
 	e := p.e
 	defer p.detach()
 	beat := time.NewTicker(e.cfg.KeepAlive)
 	defer beat.Stop()
 	var batch []event
-	var num []byte
-	for {
-		select {
-		case <-p.wake:
-		case <-p.done:
-		case <-p.quit:
+	var lastWrite time.Time
+	// The head goes out with the first events when there are some already
+	// (a local stream's backlog), else at once.
+	ready := false
+	select {
+	case <-p.wake:
+		ready = true
+	default:
+		if p.write(head) != nil {
 			return
-		case <-beat.C:
-			if !peerOpen(p.nc) {
-				return
-			}
-			if _, err := w.WriteString(": ping\n\n"); err != nil {
-				return
-			}
-			if w.Flush() != nil {
-				return
-			}
-			continue
 		}
+		head = nil
+	}
+	done := p.done
+	for {
+		if !ready {
+			select {
+			case <-p.wake:
+			case <-done:
+			case <-p.quit:
+				return
+			case <-beat.C:
+				if p.claim != nil && !p.claim() {
+					continue // a direct write is under way
+				}
+				if !p.peerOpen() || p.write(pingComment) != nil {
+					return
+				}
+				ready = p.release != nil && p.release()
+				continue
+			}
+		}
+		ready = false
+		done = p.done
 		// A client that closed its side must not be handed events: they
 		// would count as written and a GET without Last-Event-ID would
-		// miss them.
-		if !peerOpen(p.nc) {
+		// miss them. The probe is a system call, so it is made only when
+		// the stream has been quiet for probeQuiet (and at every keep-alive):
+		// a client that leaves between two turns is caught; one that leaves
+		// while events flow less than probeQuiet apart is handed the events
+		// up to the first write that fails (on a closed peer the next one
+		// after its reset arrives, so about a round trip's worth). Those are
+		// missed only by a new GET without Last-Event-ID; a resume replays
+		// them.
+		if time.Since(lastWrite) >= probeQuiet && !p.peerOpen() {
 			return
 		}
-		var final []byte
-		var end bool
-		batch, final, end = p.take(batch)
+		h := p.take(batch)
+		if h.skip {
+			// A direct write is under way; it wakes us when it is done. Until
+			// then the stream's end must not make this loop spin.
+			done = nil
+			continue
+		}
+		batch = h.batch
+		bp := outBufs.Get().(*[]byte)
+		buf := append((*bp)[:0], head...)
+		buf = append(buf, h.prefix...)
+		head = nil
+		var err error
 		for i := range batch {
-			num = writeEvent(w, &batch[i], num)
+			buf = appendEvent(buf, &batch[i])
 			batch[i] = event{}
+			if len(buf) >= flushAt && i+1 < len(batch) {
+				if err = p.write(buf); err != nil {
+					break
+				}
+				buf = buf[:0]
+			}
 		}
-		if final != nil {
-			_, _ = w.Write(final)
+		if err == nil {
+			buf = append(buf, h.final...)
+			err = p.write(buf)
 		}
-		if err := w.Flush(); err != nil {
+		if cap(buf) <= 4*flushAt {
+			*bp = buf[:0]
+			outBufs.Put(bp)
+		}
+		if err != nil {
 			return
 		}
-		e.met.eventsSent.Add(float64(len(batch)))
-		if end {
+		lastWrite = time.Now()
+		e.met.eventsSent.Add(uint64(len(batch)))
+		if h.end {
 			return
+		}
+		if p.release != nil {
+			ready = p.release()
 		}
 	}
 }
 
-// writeEvent writes one SSE event: event type, the JSON-RPC message as data
-// (one data line per line of the payload, though encoded JSON has none), the
-// id and the retry hint.
-func writeEvent(w *bufio.Writer, ev *event, num []byte) []byte {
-	_, _ = w.WriteString("event: message\n")
-	writeData(w, ev.data)
-	_, _ = w.WriteString("id: ")
-	num = strconv.AppendUint(num[:0], ev.id, 10)
-	_, _ = w.Write(num)
-	_, _ = w.WriteString(retryTail)
-	return num
+var pingComment = []byte(": ping\n\n")
+
+func (p *pump) write(b []byte) error {
+	if len(b) == 0 {
+		return nil
+	}
+	_, err := p.nc.Write(b)
+	return err
 }
 
-func writeData(w *bufio.Writer, data []byte) {
+// appendEvent appends one SSE event: event type, the JSON-RPC message as
+// data (one data line per line of the payload, though encoded JSON has
+// none), the id and the retry hint.
+func appendEvent(buf []byte, ev *event) []byte {
+	buf = append(buf, "event: message\n"...)
+	buf = appendData(buf, ev.data)
+	buf = append(buf, "id: "...)
+	buf = strconv.AppendUint(buf, ev.id, 10)
+	return append(buf, retryTail...)
+}
+
+func appendData(buf, data []byte) []byte {
 	for {
 		i := bytes.IndexAny(data, "\r\n")
-		_, _ = w.WriteString("data: ")
+		buf = append(buf, "data: "...)
 		if i < 0 {
-			_, _ = w.Write(data)
-			_ = w.WriteByte('\n')
-			return
+			buf = append(buf, data...)
+			return append(buf, '\n')
 		}
-		_, _ = w.Write(data[:i])
-		_ = w.WriteByte('\n')
+		buf = append(buf, data[:i]...)
+		buf = append(buf, '\n')
 		if data[i] == '\r' && i+1 < len(data) && data[i+1] == '\n' {
 			i++
 		}

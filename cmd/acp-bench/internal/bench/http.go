@@ -222,6 +222,14 @@ func Fanout(ctx context.Context, o *Options, p FanoutParams) (*Result, error) {
 		m.target("< 20 ms at 1,000 conns", sum.P99MS < 20)
 	}
 	r.add("delay max", sum.MaxMS, "ms")
+	fs, fm := s.first.Summary(), s.firstModel.Summary()
+	r.add("first chunk p50", fs.P50MS, "ms").Note = "prompt sent → its first chunk at the client"
+	r.add("first chunk p99", fs.P99MS, "ms")
+	r.add("first chunk from model p50", fm.P50MS, "ms").Note = "prompt sent → the model wrote its first chunk"
+	r.add("first chunk from model p99", fm.P99MS, "ms")
+	fp := s.firstPost.Summary()
+	r.add("prompt POST answered p50", fp.P50MS, "ms").Note = "prompt sent → its 202"
+	r.add("prompt POST answered p99", fp.P99MS, "ms")
 	lost := total.Lost
 	m = r.add("lost events", float64(lost), "chunks")
 	m.target("0", lost == 0)

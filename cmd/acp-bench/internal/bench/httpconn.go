@@ -18,17 +18,21 @@ import (
 
 // sink gathers what all connections of a run measure.
 type sink struct {
-	hist   *stats.Histogram
-	rate   *stats.Rate
-	events atomic.Int64
-	chunks atomic.Int64
-	prog   *progress
+	hist *stats.Histogram
+	// first is the time from sending a prompt to its first chunk at the
+	// client; firstModel the part until the model wrote it, firstPost the
+	// part until the POST was answered.
+	first, firstModel, firstPost *stats.Histogram
+	rate              *stats.Rate
+	events            atomic.Int64
+	chunks            atomic.Int64
+	prog              *progress
 	// progChunks feeds the progress bar with chunks (else events).
 	progChunks bool
 }
 
 func newSink(start time.Time, span time.Duration, prog *progress, progChunks bool) *sink {
-	return &sink{hist: stats.NewHistogram(), rate: stats.NewRate(start, span), prog: prog, progChunks: progChunks}
+	return &sink{hist: stats.NewHistogram(), first: stats.NewHistogram(), firstModel: stats.NewHistogram(), firstPost: stats.NewHistogram(), rate: stats.NewRate(start, span), prog: prog, progChunks: progChunks}
 }
 
 // hconn is one ACP connection over HTTP+SSE with its connection stream,
@@ -42,6 +46,8 @@ type hconn struct {
 	ids      marker.IDs
 	nextID   int64
 	deadline time.Time
+	// posted is when the last POST was answered.
+	posted time.Time
 
 	dropEvery    time.Duration
 	reconnectMax time.Duration
@@ -84,6 +90,7 @@ func (c *hconn) call(ctx context.Context, build func(id int64) []byte, onMsg fun
 	id := c.nextID
 	pctx, cancel := context.WithDeadline(ctx, c.deadline)
 	err := c.h.Post(pctx, c.id, build(id))
+	c.posted = time.Now()
 	cancel()
 	if err != nil {
 		return nil, err
@@ -181,6 +188,8 @@ func (c *hconn) newSession(ctx context.Context, cwd string) (string, error) {
 // them.
 func (c *hconn) prompt(ctx context.Context, sid string, n int, s *sink) (marker.Check, error) {
 	tr := marker.NewTracker()
+	sent := time.Now().UnixNano()
+	first := true
 	m, err := c.call(ctx, func(id int64) []byte { return acpclient.Prompt(id, sid, "stream") }, func(m *acpclient.Msg, now time.Time) {
 		s.events.Add(1)
 		s.rate.Add(now, 1)
@@ -194,6 +203,12 @@ func (c *hconn) prompt(ctx context.Context, sid string, n int, s *sink) (marker.
 		k := marker.Scan(m.Data, func(seq, ts int64) {
 			tr.Add(seq)
 			s.hist.Record(nowNS - ts)
+			if first {
+				first = false
+				s.first.Record(nowNS - sent)
+				s.firstModel.Record(ts - sent)
+				s.firstPost.Record(c.posted.UnixNano() - sent)
+			}
 		})
 		s.chunks.Add(int64(k))
 		if s.progChunks {
