@@ -4,12 +4,15 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -76,6 +79,40 @@ func (a *httpAgent) incarnation() string {
 	}
 	Fail("no incarnation in the log")
 	return ""
+}
+
+// freeze stops the pod with SIGSTOP and returns once every thread of it is
+// stopped. kill(2) only queues the signal: the group stop begins when one
+// thread of the pod takes it, and on a busy machine the thread the kernel
+// picked may wait for a CPU while the others run on for milliseconds,
+// enough to serve a request sent after kill returned.
+func (a *httpAgent) freeze() {
+	if _, err := os.Stat("/proc/self/task"); err != nil {
+		Skip("needs /proc to see when a stopped pod's threads have all stopped")
+	}
+	Expect(a.cmd.Process.Signal(syscall.SIGSTOP)).To(Succeed())
+	Eventually(a.unstoppedThreads, 10*time.Second, time.Millisecond).Should(BeZero(), "threads of the pod not stopped yet")
+}
+
+// unstoppedThreads counts the pod's threads that may still run: not stopped
+// (T, t) nor exited (Z, X) by the state in /proc/<pid>/task/<tid>/stat.
+func (a *httpAgent) unstoppedThreads() int {
+	dir := fmt.Sprintf("/proc/%d/task", a.cmd.Process.Pid)
+	tasks, err := os.ReadDir(dir)
+	Expect(err).NotTo(HaveOccurred())
+	n := 0
+	for _, t := range tasks {
+		stat, err := os.ReadFile(filepath.Join(dir, t.Name(), "stat"))
+		if err != nil {
+			continue // the thread exited meanwhile
+		}
+		// "tid (comm) S ...": comm may hold anything, the state follows the last ')'.
+		i := bytes.LastIndexByte(stat, ')')
+		if i < 0 || i+2 >= len(stat) || !bytes.ContainsRune([]byte("TtZX"), rune(stat[i+2])) {
+			n++
+		}
+	}
+	return n
 }
 
 // metric reads one sample of the pod's /metrics ("name" or `name{label="v"}`).

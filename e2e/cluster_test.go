@@ -270,8 +270,8 @@ var _ = Describe("cluster mode: pods behind a round-robin load balancer", Label(
 		turn := a.prompt(sid, "count slowly")
 		a.s.until("first chunk", isAgentChunk)
 		stopped := time.Now()
-		Expect(cl.pods[0].cmd.Process.Signal(syscall.SIGSTOP)).To(Succeed())
 		DeferCleanup(func() { _ = cl.pods[0].cmd.Process.Signal(syscall.SIGCONT) })
+		cl.pods[0].freeze() // from here on pod A runs not one more instruction until SIGCONT
 
 		e := b.call("session/load", loadParams(sid, cwd))
 		Expect(e["error"]).To(HaveKeyWithValue("code", -32010.0), "pod A's lease still runs")
