@@ -23,10 +23,10 @@ type sink struct {
 	// client; firstModel the part until the model wrote it, firstPost the
 	// part until the POST was answered.
 	first, firstModel, firstPost *stats.Histogram
-	rate              *stats.Rate
-	events            atomic.Int64
-	chunks            atomic.Int64
-	prog              *progress
+	rate                         *stats.Rate
+	events                       atomic.Int64
+	chunks                       atomic.Int64
+	prog                         *progress
 	// progChunks feeds the progress bar with chunks (else events).
 	progChunks bool
 }
