@@ -95,7 +95,10 @@ type Edge struct {
 	remotes    map[uint64]*stream
 	nextHandle uint64
 
-	streams  atomic.Int64
+	streams atomic.Int64
+	// late counts the streams that run from the hijack handler (see route),
+	// which fasthttp's graceful shutdown does not wait for.
+	late     sync.WaitGroup
 	closing  atomic.Bool
 	quit     chan struct{}
 	quitOnce sync.Once
@@ -226,7 +229,14 @@ func (e *Edge) Shutdown(ctx context.Context) error {
 	case <-closed:
 	case <-ctx.Done():
 	}
-	return <-httpDone
+	err := <-httpDone
+	late := make(chan struct{})
+	go func() { e.late.Wait(); close(late) }()
+	select {
+	case <-late:
+	case <-ctx.Done():
+	}
+	return err
 }
 
 // Handler is the edge's request handler (routes, auth, metrics).
@@ -272,7 +282,20 @@ var tombText = map[string]string{
 }
 
 func (e *Edge) route(ctx *fasthttp.RequestCtx) {
-	if stream := e.serve(ctx); stream != nil {
+	stream := e.serve(ctx)
+	switch {
+	case stream == nil:
+	case ctx.ConnRequestNum() > 1:
+		// The response to a request pipelined before this GET may still be
+		// in fasthttp's write buffer, which it flushes only after this
+		// handler returns: the stream's head must not overtake it. The
+		// hijack handler runs after that flush.
+		e.late.Add(1)
+		ctx.Hijack(func(net.Conn) {
+			defer e.late.Done()
+			stream()
+		})
+	default:
 		stream()
 	}
 }
