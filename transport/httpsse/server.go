@@ -621,8 +621,11 @@ func setStreamHeaders(ctx *fasthttp.RequestCtx) {
 // head, which the stream writes itself, with no Content-Length (the body
 // ends with the connection) and no chunked framing. After the handler
 // (which runs the stream) returns, fasthttp writes nothing and closes the
-// connection. The handler's goroutine is the stream's writer, so the stream
-// still counts in the server's Concurrency and graceful shutdown.
+// connection. On a connection's first request the handler's goroutine is
+// the stream's writer, so the stream still counts in the server's
+// Concurrency and graceful shutdown; on a reused one it is the hijack
+// handler's (see route), which counts in neither (Shutdown waits for it,
+// and MaxStreams still caps it).
 func (e *Edge) takeOver(ctx *fasthttp.RequestCtx) (head []byte) {
 	h := &ctx.Response.Header
 	h.SetContentLength(-2)
