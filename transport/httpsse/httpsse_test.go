@@ -333,6 +333,27 @@ var _ = Describe("streams", func() {
 		Expect(line).To(Equal("event: message\n"))
 	})
 
+	It("lets go of a pipelined stream GET whose client resets the connection at once", func() {
+		// A stream that wrote its head before the reset came notices it at
+		// its next keep-alive.
+		e := startEnv(httpsse.Config{KeepAlive: 50 * time.Millisecond})
+		conn := e.initialize()
+		// The reset lands at different points: before the requests are
+		// read, while the response held back for the first one is flushed
+		// (fasthttp then skips the hijack handler), or once the stream runs.
+		// Each way the stream must detach.
+		for range 50 {
+			tcp, err := net.Dial("tcp", e.addr)
+			Expect(err).NotTo(HaveOccurred())
+			_, err = tcp.Write([]byte("GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n" +
+				"GET /acp HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/event-stream\r\nAcp-Connection-Id: " + conn + "\r\n\r\n"))
+			Expect(err).NotTo(HaveOccurred())
+			Expect(tcp.(*net.TCPConn).SetLinger(0)).To(Succeed())
+			Expect(tcp.Close()).To(Succeed())
+		}
+		Eventually(func() string { return e.metrics() }, 5*time.Second).Should(ContainSubstring("iaccode_http_streams 0"))
+	})
+
 	It("outlives the server's write timeout", func() {
 		e := startEnv(httpsse.Config{KeepAlive: 20 * time.Millisecond}, httpsse.SetWriteTimeout(100*time.Millisecond))
 		conn := e.initialize()

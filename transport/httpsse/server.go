@@ -97,8 +97,11 @@ type Edge struct {
 
 	streams atomic.Int64
 	// late counts the streams that run from the hijack handler (see route),
-	// which fasthttp's graceful shutdown does not wait for.
+	// which fasthttp's graceful shutdown does not wait for; lateRuns holds
+	// their writers by net.Conn until the hijack handler or the close of
+	// the connection (connState) starts them.
 	late     sync.WaitGroup
+	lateRuns sync.Map
 	closing  atomic.Bool
 	quit     chan struct{}
 	quitOnce sync.Once
@@ -140,6 +143,7 @@ func New(srv *actors.Server, cfg Config, log zerolog.Logger) *Edge {
 		TCPKeepalive:    true,
 		CloseOnShutdown: true,
 		ErrorHandler:    errorHandler,
+		ConnState:       e.connState,
 		Logger:          fasthttpLogger{e.log},
 	}
 	if e.cluster != nil {
@@ -239,7 +243,21 @@ func (e *Edge) Shutdown(ctx context.Context) error {
 	return err
 }
 
-// Handler is the edge's request handler (routes, auth, metrics).
+// connState starts the writer of a late stream whose hijack handler will
+// not run: fasthttp closed its connection instead (see route).
+func (e *Edge) connState(nc net.Conn, state fasthttp.ConnState) {
+	if state != fasthttp.StateClosed {
+		return
+	}
+	if run, ok := e.lateRuns.LoadAndDelete(nc); ok {
+		go run.(func())()
+	}
+}
+
+// Handler is the edge's request handler (routes, auth, metrics). On a
+// server other than Serve's, which lacks the edge's ConnState hook, a stream
+// GET pipelined on a connection that fails before the stream starts stays
+// attached until the connection is closed.
 func (e *Edge) Handler() fasthttp.RequestHandler { return e.route }
 
 func (e *Edge) snapshot() []*conn {
@@ -290,10 +308,22 @@ func (e *Edge) route(ctx *fasthttp.RequestCtx) {
 		// in fasthttp's write buffer, which it flushes only after this
 		// handler returns: the stream's head must not overtake it. The
 		// hijack handler runs after that flush.
+		// fasthttp skips the hijack handler and closes the connection when
+		// that flush fails: the writer must still run (and find the socket
+		// closed), or the attached stream would never detach.
+		nc := ctx.Conn()
+		var once sync.Once
+		run := func() {
+			once.Do(func() {
+				defer e.late.Done()
+				stream()
+			})
+		}
 		e.late.Add(1)
+		e.lateRuns.Store(nc, run)
 		ctx.Hijack(func(net.Conn) {
-			defer e.late.Done()
-			stream()
+			e.lateRuns.Delete(nc)
+			run()
 		})
 	default:
 		stream()
