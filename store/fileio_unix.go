@@ -82,10 +82,15 @@ func fsync(fd int) error {
 // refuses to replace a non-empty directory, and callers that replace a
 // file mean to.
 func renameFile(oldpath, newpath string) error {
-	if err := syscall.Rename(oldpath, newpath); err != nil {
-		return &os.LinkError{Op: "rename", Old: oldpath, New: newpath, Err: err}
+	for {
+		err := syscall.Rename(oldpath, newpath)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, syscall.EINTR) { // retried, as os.Rename does
+			return &os.LinkError{Op: "rename", Old: oldpath, New: newpath, Err: err}
+		}
 	}
-	return nil
 }
 
 // syncDir makes renames and creations in dir durable.

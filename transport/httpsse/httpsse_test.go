@@ -1,6 +1,7 @@
 package httpsse_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"fmt"
@@ -302,6 +303,55 @@ var _ = Describe("streams", func() {
 		conn := e.initialize()
 		s := e.stream(conn)
 		Eventually(s.pings.Load).Should(BeNumerically(">=", 2))
+	})
+
+	It("answers a request pipelined before the stream's GET first, on the same connection", func() {
+		e := startEnv(httpsse.Config{})
+		conn := e.initialize()
+		tcp, err := net.Dial("tcp", e.addr)
+		Expect(err).NotTo(HaveOccurred())
+		defer tcp.Close()
+		// One write: the server reads both requests at once, and holds the
+		// first one's response back while it serves the second.
+		_, err = tcp.Write([]byte("GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n" +
+			"GET /acp HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/event-stream\r\nAcp-Connection-Id: " + conn + "\r\n\r\n"))
+		Expect(err).NotTo(HaveOccurred())
+		_ = tcp.SetReadDeadline(time.Now().Add(5 * time.Second))
+		br := bufio.NewReader(tcp)
+		health, err := http.ReadResponse(br, nil)
+		Expect(err).NotTo(HaveOccurred())
+		body, err := io.ReadAll(health.Body)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(health.Header.Get("Content-Type")).To(HavePrefix("application/json"))
+		Expect(string(body)).To(Equal(`{"status":"healthy"}`))
+		stream, err := http.ReadResponse(br, nil)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(stream.Header.Get("Content-Type")).To(HavePrefix("text/event-stream"))
+		e.send(conn, rpc(2, "session/new", map[string]any{"cwd": e.cwd}))
+		line, err := bufio.NewReader(stream.Body).ReadString('\n')
+		Expect(err).NotTo(HaveOccurred())
+		Expect(line).To(Equal("event: message\n"))
+	})
+
+	It("lets go of a pipelined stream GET whose client resets the connection at once", func() {
+		// A stream that wrote its head before the reset came notices it at
+		// its next keep-alive.
+		e := startEnv(httpsse.Config{KeepAlive: 50 * time.Millisecond})
+		conn := e.initialize()
+		// The reset lands at different points: before the requests are
+		// read, while the response held back for the first one is flushed
+		// (fasthttp then skips the hijack handler), or once the stream runs.
+		// Each way the stream must detach.
+		for range 50 {
+			tcp, err := net.Dial("tcp", e.addr)
+			Expect(err).NotTo(HaveOccurred())
+			_, err = tcp.Write([]byte("GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n" +
+				"GET /acp HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/event-stream\r\nAcp-Connection-Id: " + conn + "\r\n\r\n"))
+			Expect(err).NotTo(HaveOccurred())
+			Expect(tcp.(*net.TCPConn).SetLinger(0)).To(Succeed())
+			Expect(tcp.Close()).To(Succeed())
+		}
+		Eventually(func() string { return e.metrics() }, 5*time.Second).Should(ContainSubstring("iaccode_http_streams 0"))
 	})
 
 	It("outlives the server's write timeout", func() {

@@ -95,7 +95,13 @@ type Edge struct {
 	remotes    map[uint64]*stream
 	nextHandle uint64
 
-	streams  atomic.Int64
+	streams atomic.Int64
+	// late counts the streams that run from the hijack handler (see route),
+	// which fasthttp's graceful shutdown does not wait for; lateRuns holds
+	// their writers by net.Conn until the hijack handler or the close of
+	// the connection (connState) starts them.
+	late     sync.WaitGroup
+	lateRuns sync.Map
 	closing  atomic.Bool
 	quit     chan struct{}
 	quitOnce sync.Once
@@ -137,6 +143,7 @@ func New(srv *actors.Server, cfg Config, log zerolog.Logger) *Edge {
 		TCPKeepalive:    true,
 		CloseOnShutdown: true,
 		ErrorHandler:    errorHandler,
+		ConnState:       e.connState,
 		Logger:          fasthttpLogger{e.log},
 	}
 	if e.cluster != nil {
@@ -226,10 +233,31 @@ func (e *Edge) Shutdown(ctx context.Context) error {
 	case <-closed:
 	case <-ctx.Done():
 	}
-	return <-httpDone
+	err := <-httpDone
+	late := make(chan struct{})
+	go func() { e.late.Wait(); close(late) }()
+	select {
+	case <-late:
+	case <-ctx.Done():
+	}
+	return err
 }
 
-// Handler is the edge's request handler (routes, auth, metrics).
+// connState starts the writer of a late stream whose hijack handler will
+// not run: fasthttp closed its connection instead (see route).
+func (e *Edge) connState(nc net.Conn, state fasthttp.ConnState) {
+	if state != fasthttp.StateClosed {
+		return
+	}
+	if run, ok := e.lateRuns.LoadAndDelete(nc); ok {
+		go run.(func())()
+	}
+}
+
+// Handler is the edge's request handler (routes, auth, metrics). On a
+// server other than Serve's, which lacks the edge's ConnState hook, a stream
+// GET pipelined on a connection that fails before the stream starts stays
+// attached until the connection is closed.
 func (e *Edge) Handler() fasthttp.RequestHandler { return e.route }
 
 func (e *Edge) snapshot() []*conn {
@@ -272,7 +300,32 @@ var tombText = map[string]string{
 }
 
 func (e *Edge) route(ctx *fasthttp.RequestCtx) {
-	if stream := e.serve(ctx); stream != nil {
+	stream := e.serve(ctx)
+	switch {
+	case stream == nil:
+	case ctx.ConnRequestNum() > 1:
+		// The response to a request pipelined before this GET may still be
+		// in fasthttp's write buffer, which it flushes only after this
+		// handler returns: the stream's head must not overtake it. The
+		// hijack handler runs after that flush.
+		// fasthttp skips the hijack handler and closes the connection when
+		// that flush fails: the writer must still run (and find the socket
+		// closed), or the attached stream would never detach.
+		nc := ctx.Conn()
+		var once sync.Once
+		run := func() {
+			once.Do(func() {
+				defer e.late.Done()
+				stream()
+			})
+		}
+		e.late.Add(1)
+		e.lateRuns.Store(nc, run)
+		ctx.Hijack(func(net.Conn) {
+			e.lateRuns.Delete(nc)
+			run()
+		})
+	default:
 		stream()
 	}
 }
@@ -598,8 +651,11 @@ func setStreamHeaders(ctx *fasthttp.RequestCtx) {
 // head, which the stream writes itself, with no Content-Length (the body
 // ends with the connection) and no chunked framing. After the handler
 // (which runs the stream) returns, fasthttp writes nothing and closes the
-// connection. The handler's goroutine is the stream's writer, so the stream
-// still counts in the server's Concurrency and graceful shutdown.
+// connection. On a connection's first request the handler's goroutine is
+// the stream's writer, so the stream still counts in the server's
+// Concurrency and graceful shutdown; on a reused one it is the hijack
+// handler's (see route), which counts in neither (Shutdown waits for it,
+// and MaxStreams still caps it).
 func (e *Edge) takeOver(ctx *fasthttp.RequestCtx) (head []byte) {
 	h := &ctx.Response.Header
 	h.SetContentLength(-2)
