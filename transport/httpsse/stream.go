@@ -100,8 +100,10 @@ func (st *stream) writeDirect(ev *event) {
 	}
 	wake := err != nil || st.rest != nil || st.ended || len(st.sl.after(st.sl.written)) > 0
 	c.mu.Unlock()
-	*bp = buf[:0]
-	outBufs.Put(bp)
+	if cap(buf) <= 4*flushAt { // a huge event's buffer is not kept for the next
+		*bp = buf[:0]
+		outBufs.Put(bp)
+	}
 	if err == nil {
 		c.e.met.eventsSent.Add(1)
 	}
