@@ -309,19 +309,34 @@ const maxCachedTools = 1024
 // encodes a definition by reflection and splices its raw schema in with
 // sjson: ~0.2 ms of CPU per model call for the built-in tools, redone for
 // the same tools at every call. A cached definition goes out as raw JSON.
+// Definitions are found by name and compared whole (a tool of one name
+// may differ between sessions: MCP servers, limits in descriptions): no
+// key to build and hash from the ~5 KB of the definitions at every call.
 type toolCache struct {
 	mu sync.Mutex
-	m  map[string]json.RawMessage
+	m  map[string][]cachedTool // by name, newest first
+	n  int
 }
 
+// cachedTool is one definition and its encoding.
+type cachedTool struct {
+	description string
+	schema      []byte
+	raw         json.RawMessage
+}
+
+// maxToolVariants bounds the definitions kept under one name.
+const maxToolVariants = 4
+
 func (c *toolCache) get(t ToolSpec) (json.RawMessage, error) {
-	key := t.Name + "\x00" + t.Description + "\x00" + string(t.InputSchema)
 	c.mu.Lock()
-	raw, ok := c.m[key]
-	c.mu.Unlock()
-	if ok {
-		return raw, nil
+	for _, e := range c.m[t.Name] {
+		if e.description == t.Description && bytes.Equal(e.schema, t.InputSchema) {
+			c.mu.Unlock()
+			return e.raw, nil
+		}
 	}
+	c.mu.Unlock()
 	fn := shared.FunctionDefinitionParam{Name: t.Name}
 	if t.Description != "" {
 		fn.Description = openai.String(t.Description)
@@ -337,10 +352,17 @@ func (c *toolCache) get(t ToolSpec) (json.RawMessage, error) {
 		return nil, fmt.Errorf("tool %s: %w", t.Name, err)
 	}
 	c.mu.Lock()
-	if c.m == nil || len(c.m) >= maxCachedTools {
-		c.m = map[string]json.RawMessage{}
+	if c.m == nil || c.n >= maxCachedTools {
+		c.m, c.n = map[string][]cachedTool{}, 0
 	}
-	c.m[key] = raw
+	variants := c.m[t.Name]
+	if len(variants) >= maxToolVariants {
+		variants = variants[:maxToolVariants-1]
+		c.n--
+	}
+	e := cachedTool{description: t.Description, schema: bytes.Clone(t.InputSchema), raw: raw}
+	c.m[t.Name] = append([]cachedTool{e}, variants...)
+	c.n++
 	c.mu.Unlock()
 	return raw, nil
 }

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -183,5 +184,32 @@ func TestOpenAIRequestOnTheWire(t *testing.T) {
 				t.Fatalf("headers differ:\nours %v\n sdk %v", ours.Header, sdks.Header)
 			}
 		})
+	}
+}
+
+// TestToolCacheVariants: definitions of one name that differ in
+// description or schema each get their own encoding, also when they
+// alternate and when more than maxToolVariants of them come and go.
+func TestToolCacheVariants(t *testing.T) {
+	var c toolCache
+	spec := func(i int) ToolSpec {
+		return ToolSpec{Name: "read", Description: "reads " + strconv.Itoa(i%3),
+			InputSchema: []byte(`{"type":"object","maxProperties":` + strconv.Itoa(i) + `}`)}
+	}
+	for round := range 3 {
+		for i := range 2 * maxToolVariants {
+			raw, err := c.get(spec(i))
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := `{"function":{"name":"read","description":"reads ` + strconv.Itoa(i%3) +
+				`","parameters":{"type":"object","maxProperties":` + strconv.Itoa(i) + `}},"type":"function"}`
+			if string(raw) != want {
+				t.Fatalf("round %d, variant %d: %s, want %s", round, i, raw, want)
+			}
+		}
+	}
+	if n := len(c.m["read"]); n != maxToolVariants || c.n != maxToolVariants {
+		t.Fatalf("%d variants kept (count %d), want %d", n, c.n, maxToolVariants)
 	}
 }
