@@ -2,7 +2,9 @@ package llm
 
 import (
 	"context"
+	"io"
 	"net"
+	"sync"
 )
 
 // aheadBuffer is what a model connection reads per system call while the
@@ -60,6 +62,19 @@ func (c *aheadConn) Read(p []byte) (int, error) {
 	}
 	c.err = err
 	return c.Read(p)
+}
+
+// copyBuffers are ReadFrom's buffers.
+var copyBuffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+// ReadFrom writes what r yields to the connection. The HTTP client copies
+// a request body to its connection with io.Copy; the SDK wraps the body in
+// a reader without WriteTo, so io.Copy would allocate a 32 KiB buffer per
+// model call. This copies through a pooled one.
+func (c *aheadConn) ReadFrom(r io.Reader) (int64, error) {
+	bp := copyBuffers.Get().(*[]byte)
+	defer copyBuffers.Put(bp)
+	return io.CopyBuffer(struct{ io.Writer }{c.Conn}, r, *bp)
 }
 
 // dialAhead wraps what dial returns in an aheadConn.

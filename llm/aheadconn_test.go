@@ -114,3 +114,37 @@ func TestAheadConnReadsMoreWhileBehind(t *testing.T) {
 		t.Fatalf("%v, buffer kept: %v", err, c.buf != nil)
 	}
 }
+
+// writesConn records what is written to it.
+type writesConn struct {
+	net.Conn
+	buf    bytes.Buffer
+	writes int
+}
+
+func (c *writesConn) Write(p []byte) (int, error) {
+	c.writes++
+	return c.buf.Write(p)
+}
+
+// onlyReader hides a reader's WriteTo, as the SDK's body wrapper does.
+type onlyReader struct{ r io.Reader }
+
+func (o onlyReader) Read(p []byte) (int, error) { return o.r.Read(p) }
+
+func TestAheadConnReadFromCopiesEverything(t *testing.T) {
+	body := strings.Repeat("0123456789abcdef", 5000) // 80,000 bytes: three buffers
+	w := &writesConn{}
+	c := &aheadConn{Conn: w}
+	for range 2 { // the second copy takes the pooled buffer
+		w.buf.Reset()
+		w.writes = 0
+		n, err := io.Copy(c, onlyReader{strings.NewReader(body)})
+		if err != nil || n != int64(len(body)) || w.buf.String() != body {
+			t.Fatalf("copied %d, err %v, equal %v", n, err, w.buf.String() == body)
+		}
+		if w.writes != 3 {
+			t.Fatalf("%d writes, want 3 (32 KiB each)", w.writes)
+		}
+	}
+}

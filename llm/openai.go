@@ -130,59 +130,175 @@ func (p *openAIProvider) Stream(ctx context.Context, req *Request, emit func(Eve
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	params, err := p.params(req)
+	call, err := p.call(req)
+	if err != nil {
+		return err
+	}
+	body, err := call.body()
 	if err != nil {
 		return err
 	}
 	return streamCall(ctx, "openai_compatible", p.cfg.Retry.idleTimeout(),
 		func(rctx context.Context, resp **http.Response) openedStream {
-			return p.svc.NewStreaming(rctx, params, option.WithResponseInto(resp))
+			// The body is encoded already (see openAICall.body); the SDK
+			// sends it, adding "stream":true as it does to its own encoding.
+			return p.svc.NewStreaming(rctx, bodyGivenParams,
+				option.WithRequestBody("application/json", body), option.WithResponseInto(resp))
 		},
 		p.requestError,
 		func(body io.Reader) error { return decodeOpenAIStream(body, emit) },
 		p.redact)
 }
 
-func (p *openAIProvider) params(req *Request) (openai.ChatCompletionNewParams, error) {
+// bodyGivenParams stand for a request whose body option.WithRequestBody
+// gives: the SDK encodes them (before the option replaces the encoding) as
+// the two bytes {}, where zero params cost a reflection walk over ~40 fields.
+var bodyGivenParams = param.Override[openai.ChatCompletionNewParams](json.RawMessage(`{}`))
+
+// openAICall is one Chat Completions request as this provider builds it:
+// what goes into it is decided once here; params renders it as the SDK's
+// types, body encodes it.
+type openAICall struct {
+	model    string
+	messages []openAIMessage
+	// maxTokens > 0 is sent as max_completion_tokens when maxCompletion,
+	// else as max_tokens.
+	maxTokens     int64
+	maxCompletion bool
+	effort        shared.ReasoningEffort
+	// extras are top-level fields the SDK's types lack (thinking switches).
+	extras map[string]any
+	// tools are the tool definitions as the SDK encodes them (toolCache).
+	tools []json.RawMessage
+}
+
+// openAIMessage is one request message.
+type openAIMessage struct {
+	role string // "system", "user", "assistant" or "tool"
+	// text is the content, unless parts are set (a user message with
+	// images) or an assistant message has tool calls and no text
+	// (noContent).
+	text      string
+	parts     []openAIPart
+	noContent bool
+	// toolCallID: a tool message's call.
+	toolCallID string
+	// toolCalls: an assistant message's calls.
+	toolCalls []openAIToolCall
+	// reasoning is sent back as reasoning_content (assistant, "" none).
+	reasoning string
+}
+
+// openAIPart is one content part of a user message: an image when imageURL
+// is set, else text.
+type openAIPart struct {
+	text, imageURL string
+}
+
+// openAIToolCall is one tool call of an assistant message.
+type openAIToolCall struct {
+	id, name, args string
+}
+
+func (p *openAIProvider) call(req *Request) (*openAICall, error) {
 	model := req.Model
 	if model == "" {
 		model = p.cfg.Model
 	}
 	if model == "" {
-		return openai.ChatCompletionNewParams{}, fmt.Errorf("%s: no model configured (set IAC_CODE_MODEL or providers.%s.model in settings.yml)",
+		return nil, fmt.Errorf("%s: no model configured (set IAC_CODE_MODEL or providers.%s.model in settings.yml)",
 			p.cfg.Provider, p.cfg.Provider)
 	}
-	params := openai.ChatCompletionNewParams{
-		Model:         shared.ChatModel(model),
-		Messages:      openAIMessages(req),
-		StreamOptions: openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)},
-	}
+	c := &openAICall{model: model, messages: openAIMessages(req), maxCompletion: p.maxCompletion}
 	maxTokens := req.MaxTokens
 	if maxTokens <= 0 {
 		maxTokens = p.cfg.MaxTokens
 	}
 	if maxTokens > 0 {
-		if p.maxCompletion {
-			params.MaxCompletionTokens = openai.Int(int64(maxTokens))
-		} else {
-			params.MaxTokens = openai.Int(int64(maxTokens))
-		}
+		c.maxTokens = int64(maxTokens)
 	}
 	budget := req.ThinkingBudget
 	if budget <= 0 {
 		budget = p.cfg.ThinkingBudget
 	}
 	if budget > 0 {
-		p.thinking(&params, model, budget)
+		p.thinking(c, model, budget)
 	}
 	for _, t := range req.Tools {
-		tool, err := p.tools.get(t)
+		raw, err := p.tools.get(t)
 		if err != nil {
-			return openai.ChatCompletionNewParams{}, err
+			return nil, err
 		}
-		params.Tools = append(params.Tools, tool)
+		c.tools = append(c.tools, raw)
 	}
-	return params, nil
+	return c, nil
+}
+
+// params renders the call as the SDK's request type.
+func (c *openAICall) params() openai.ChatCompletionNewParams {
+	params := openai.ChatCompletionNewParams{
+		Model:           shared.ChatModel(c.model),
+		Messages:        make([]openai.ChatCompletionMessageParamUnion, 0, len(c.messages)),
+		StreamOptions:   openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)},
+		ReasoningEffort: c.effort,
+	}
+	for i := range c.messages {
+		params.Messages = append(params.Messages, c.messages[i].param())
+	}
+	if c.maxTokens > 0 {
+		if c.maxCompletion {
+			params.MaxCompletionTokens = openai.Int(c.maxTokens)
+		} else {
+			params.MaxTokens = openai.Int(c.maxTokens)
+		}
+	}
+	if c.extras != nil {
+		params.SetExtraFields(c.extras)
+	}
+	for _, raw := range c.tools {
+		params.Tools = append(params.Tools, param.Override[openai.ChatCompletionToolUnionParam](raw))
+	}
+	return params
+}
+
+// param renders the message as the SDK's type.
+func (m *openAIMessage) param() openai.ChatCompletionMessageParamUnion {
+	switch m.role {
+	case "system":
+		return openai.SystemMessage(m.text)
+	case "tool":
+		return openai.ToolMessage(m.text, m.toolCallID)
+	case "assistant":
+		var msg openai.ChatCompletionAssistantMessageParam
+		for _, tc := range m.toolCalls {
+			msg.ToolCalls = append(msg.ToolCalls, openai.ChatCompletionMessageToolCallUnionParam{
+				OfFunction: &openai.ChatCompletionMessageFunctionToolCallParam{
+					ID:       tc.id,
+					Function: openai.ChatCompletionMessageFunctionToolCallFunctionParam{Name: tc.name, Arguments: tc.args},
+				},
+			})
+		}
+		if !m.noContent {
+			msg.Content.OfString = openai.String(m.text)
+		}
+		if m.reasoning != "" {
+			// DeepSeek/Qwen expect their reasoning back on tool-call turns.
+			msg.SetExtraFields(map[string]any{"reasoning_content": m.reasoning})
+		}
+		return openai.ChatCompletionMessageParamUnion{OfAssistant: &msg}
+	}
+	if m.parts == nil {
+		return openai.UserMessage(m.text)
+	}
+	parts := make([]openai.ChatCompletionContentPartUnionParam, 0, len(m.parts))
+	for _, pt := range m.parts {
+		if pt.imageURL != "" {
+			parts = append(parts, openai.ImageContentPart(openai.ChatCompletionContentPartImageImageURLParam{URL: pt.imageURL}))
+		} else {
+			parts = append(parts, openai.TextContentPart(pt.text))
+		}
+	}
+	return openai.UserMessage(parts)
 }
 
 // maxCachedTools bounds toolCache (MCP servers may bring many tools, and
@@ -193,59 +309,81 @@ const maxCachedTools = 1024
 // encodes a definition by reflection and splices its raw schema in with
 // sjson: ~0.2 ms of CPU per model call for the built-in tools, redone for
 // the same tools at every call. A cached definition goes out as raw JSON.
+// Definitions are found by name and compared whole (a tool of one name
+// may differ between sessions: MCP servers, limits in descriptions): no
+// key to build and hash from the ~5 KB of the definitions at every call.
 type toolCache struct {
 	mu sync.Mutex
-	m  map[string]json.RawMessage
+	m  map[string][]cachedTool // by name, newest first
+	n  int
 }
 
-func (c *toolCache) get(t ToolSpec) (openai.ChatCompletionToolUnionParam, error) {
-	key := t.Name + "\x00" + t.Description + "\x00" + string(t.InputSchema)
+// cachedTool is one definition and its encoding.
+type cachedTool struct {
+	description string
+	schema      []byte
+	raw         json.RawMessage
+}
+
+// maxToolVariants bounds the definitions kept under one name.
+const maxToolVariants = 4
+
+func (c *toolCache) get(t ToolSpec) (json.RawMessage, error) {
 	c.mu.Lock()
-	raw, ok := c.m[key]
-	c.mu.Unlock()
-	if !ok {
-		fn := shared.FunctionDefinitionParam{Name: t.Name}
-		if t.Description != "" {
-			fn.Description = openai.String(t.Description)
+	for _, e := range c.m[t.Name] {
+		if e.description == t.Description && bytes.Equal(e.schema, t.InputSchema) {
+			c.mu.Unlock()
+			return e.raw, nil
 		}
-		schema := t.InputSchema
-		if len(bytes.TrimSpace(schema)) == 0 {
-			schema = json.RawMessage(`{"type":"object","properties":{}}`)
-		}
-		// Raw, so the schema is sent as written (key order, numbers).
-		fn.SetExtraFields(map[string]any{"parameters": schema})
-		b, err := json.Marshal(openai.ChatCompletionFunctionTool(fn))
-		if err != nil {
-			return openai.ChatCompletionToolUnionParam{}, fmt.Errorf("tool %s: %w", t.Name, err)
-		}
-		raw = b
-		c.mu.Lock()
-		if c.m == nil || len(c.m) >= maxCachedTools {
-			c.m = map[string]json.RawMessage{}
-		}
-		c.m[key] = raw
-		c.mu.Unlock()
 	}
-	return param.Override[openai.ChatCompletionToolUnionParam](raw), nil
+	c.mu.Unlock()
+	fn := shared.FunctionDefinitionParam{Name: t.Name}
+	if t.Description != "" {
+		fn.Description = openai.String(t.Description)
+	}
+	schema := t.InputSchema
+	if len(bytes.TrimSpace(schema)) == 0 {
+		schema = json.RawMessage(`{"type":"object","properties":{}}`)
+	}
+	// Raw, so the schema is sent as written (key order, numbers).
+	fn.SetExtraFields(map[string]any{"parameters": schema})
+	raw, err := json.Marshal(openai.ChatCompletionFunctionTool(fn))
+	if err != nil {
+		return nil, fmt.Errorf("tool %s: %w", t.Name, err)
+	}
+	c.mu.Lock()
+	if c.m == nil || c.n >= maxCachedTools {
+		c.m, c.n = map[string][]cachedTool{}, 0
+	}
+	variants := c.m[t.Name]
+	if len(variants) >= maxToolVariants {
+		variants = variants[:maxToolVariants-1]
+		c.n--
+	}
+	e := cachedTool{description: t.Description, schema: bytes.Clone(t.InputSchema), raw: raw}
+	c.m[t.Name] = append([]cachedTool{e}, variants...)
+	c.n++
+	c.mu.Unlock()
+	return raw, nil
 }
 
 // thinking asks for reasoning the way the preset's server understands.
-func (p *openAIProvider) thinking(params *openai.ChatCompletionNewParams, model string, budget int) {
+func (p *openAIProvider) thinking(c *openAICall, model string, budget int) {
 	style := p.preset.Thinking
 	if p.maxCompletion && style == ThinkingNone {
 		style = ThinkingEffort // openai_compatible pointed at api.openai.com
 	}
 	switch style {
 	case ThinkingDashScope:
-		params.SetExtraFields(map[string]any{"enable_thinking": true, "thinking_budget": budget})
+		c.extras = map[string]any{"enable_thinking": true, "thinking_budget": budget}
 	case ThinkingEffort:
 		if p.preset.Key == "gemini" || isOpenAIReasoningModel(model) {
-			params.ReasoningEffort = effort(budget)
+			c.effort = effort(budget)
 		}
 	case ThinkingOpenRouter:
-		params.SetExtraFields(map[string]any{"reasoning": map[string]any{"max_tokens": budget}})
+		c.extras = map[string]any{"reasoning": map[string]any{"max_tokens": budget}}
 	case ThinkingZhipu:
-		params.SetExtraFields(map[string]any{"thinking": map[string]any{"type": "enabled"}})
+		c.extras = map[string]any{"thinking": map[string]any{"type": "enabled"}}
 	}
 }
 
@@ -274,10 +412,10 @@ func isOpenAIReasoningModel(model string) bool {
 }
 
 // openAIMessages maps the conversation onto Chat Completions messages.
-func openAIMessages(req *Request) []openai.ChatCompletionMessageParamUnion {
-	out := make([]openai.ChatCompletionMessageParamUnion, 0, len(req.Messages)+1)
+func openAIMessages(req *Request) []openAIMessage {
+	out := make([]openAIMessage, 0, len(req.Messages)+1)
 	if req.System != "" {
-		out = append(out, openai.SystemMessage(req.System))
+		out = append(out, openAIMessage{role: "system", text: req.System})
 	}
 	// The current turn starts at the last user message.
 	turnStart := 0
@@ -297,20 +435,20 @@ func openAIMessages(req *Request) []openai.ChatCompletionMessageParamUnion {
 		// becomes a message of its own.
 		for _, b := range m.Content {
 			if b.Type == BlockToolResult {
-				out = append(out, openai.ToolMessage(b.Text, b.ToolCallID))
+				out = append(out, openAIMessage{role: "tool", text: b.Text, toolCallID: b.ToolCallID})
 			}
 		}
 		var text []string
-		var parts []openai.ChatCompletionContentPartUnionParam
+		var parts []openAIPart
 		flush := func() {
 			switch {
 			case parts != nil:
 				if len(text) > 0 {
-					parts = append(parts, openai.TextContentPart(strings.Join(text, "\n")))
+					parts = append(parts, openAIPart{text: strings.Join(text, "\n")})
 				}
-				out = append(out, openai.UserMessage(parts))
+				out = append(out, openAIMessage{role: "user", parts: parts})
 			case len(text) > 0:
-				out = append(out, openai.UserMessage(strings.Join(text, "\n")))
+				out = append(out, openAIMessage{role: "user", text: strings.Join(text, "\n")})
 			}
 			text, parts = text[:0], nil
 		}
@@ -322,14 +460,13 @@ func openAIMessages(req *Request) []openai.ChatCompletionMessageParamUnion {
 				// Images ride in the same user message as content parts,
 				// in order, as data URLs.
 				if len(text) > 0 {
-					parts = append(parts, openai.TextContentPart(strings.Join(text, "\n")))
+					parts = append(parts, openAIPart{text: strings.Join(text, "\n")})
 					text = text[:0]
 				}
-				parts = append(parts, openai.ImageContentPart(openai.ChatCompletionContentPartImageImageURLParam{
-					URL: "data:" + b.MediaType + ";base64," + b.Data}))
+				parts = append(parts, openAIPart{imageURL: "data:" + b.MediaType + ";base64," + b.Data})
 			case BlockSummary:
 				flush()
-				out = append(out, openai.UserMessage(b.Text))
+				out = append(out, openAIMessage{role: "user", text: b.Text})
 			}
 		}
 		flush()
@@ -339,9 +476,9 @@ func openAIMessages(req *Request) []openai.ChatCompletionMessageParamUnion {
 
 // openAIAssistant maps an assistant message; withReasoning sends its
 // thinking back as reasoning_content.
-func openAIAssistant(m *Message, withReasoning bool) openai.ChatCompletionMessageParamUnion {
+func openAIAssistant(m *Message, withReasoning bool) openAIMessage {
 	var text, thinking strings.Builder
-	var msg openai.ChatCompletionAssistantMessageParam
+	msg := openAIMessage{role: "assistant"}
 	for _, b := range m.Content {
 		switch b.Type {
 		case BlockText:
@@ -353,24 +490,15 @@ func openAIAssistant(m *Message, withReasoning bool) openai.ChatCompletionMessag
 			if strings.TrimSpace(args) == "" {
 				args = "{}"
 			}
-			msg.ToolCalls = append(msg.ToolCalls, openai.ChatCompletionMessageToolCallUnionParam{
-				OfFunction: &openai.ChatCompletionMessageFunctionToolCallParam{
-					ID: b.ToolCallID,
-					Function: openai.ChatCompletionMessageFunctionToolCallFunctionParam{
-						Name: b.Name, Arguments: args,
-					},
-				},
-			})
+			msg.toolCalls = append(msg.toolCalls, openAIToolCall{id: b.ToolCallID, name: b.Name, args: args})
 		}
 	}
-	if text.Len() > 0 || len(msg.ToolCalls) == 0 {
-		msg.Content.OfString = openai.String(text.String())
-	}
+	msg.text = text.String()
+	msg.noContent = text.Len() == 0 && len(msg.toolCalls) > 0
 	if thinking.Len() > 0 && withReasoning {
-		// DeepSeek/Qwen expect their reasoning back on tool-call turns.
-		msg.SetExtraFields(map[string]any{"reasoning_content": thinking.String()})
+		msg.reasoning = thinking.String()
 	}
-	return openai.ChatCompletionMessageParamUnion{OfAssistant: &msg}
+	return msg
 }
 
 // requestError turns a failed request into *APIError where there was an

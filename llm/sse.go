@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"strings"
+	"sync"
 	"unsafe"
 
 	"github.com/tidwall/gjson"
@@ -37,7 +38,8 @@ const (
 // only in the test that compares both ways.
 func readSSEWith(body io.Reader, size, grow int, whole bool, fn func(event, data []byte, more bool) (done bool, err error)) error {
 	watch := &fillWatch{r: body}
-	r := bufio.NewReaderSize(watch, size)
+	r := newSSEReader(watch, size)
+	defer func() { putSSEReader(r, size) }() // r may have been replaced: the one in use then
 	var data, long, event []byte
 	// nl is where the first line of the buffered bytes ends, when the
 	// last event's look at what follows it found that (-1: no line end
@@ -107,6 +109,30 @@ func readSSEWith(body io.Reader, size, grow int, whole bool, fn func(event, data
 		if err != nil {
 			return err
 		}
+	}
+}
+
+// sseReaders keeps the read buffers of finished streams (sseBuffer bytes)
+// for the next: a model call would otherwise allocate and clear 32 KiB.
+// The events handed to fn alias the buffer only during the call, so a
+// buffer is free once readSSEWith returns.
+var sseReaders sync.Pool
+
+func newSSEReader(r io.Reader, size int) *bufio.Reader {
+	if size == sseBuffer {
+		if br, ok := sseReaders.Get().(*bufio.Reader); ok {
+			br.Reset(r)
+			return br
+		}
+	}
+	return bufio.NewReaderSize(r, size)
+}
+
+// putSSEReader keeps br for the next stream if it is of sseBuffer bytes.
+func putSSEReader(br *bufio.Reader, size int) {
+	if size == sseBuffer && br.Size() == sseBuffer {
+		br.Reset(nil)
+		sseReaders.Put(br)
 	}
 }
 

@@ -161,7 +161,7 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rec := RecordedRequest{Method: r.Method, Path: r.URL.Path, Header: r.Header.Clone(), Body: body, Format: FormatAnthropic}
-	_ = json.Unmarshal(body, &rec.Anthropic)
+	head := decodeHead(body)
 	s.mu.Lock()
 	s.requests = append(s.requests, rec)
 	s.mu.Unlock()
@@ -171,11 +171,11 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
 		writeAnthropicError(w, &reply)
 		return
 	}
-	if !rec.Anthropic.Stream {
+	if !head.Stream {
 		writeAnthropicError(w, &Reply{Status: http.StatusBadRequest, ErrorMessage: "llmtest: only stream: true is supported"})
 		return
 	}
-	model := rec.Anthropic.Model
+	model := head.Model
 	if model == "" {
 		model = "claude-llmtest"
 	}

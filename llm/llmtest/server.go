@@ -30,6 +30,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	gojson "github.com/goccy/go-json"
 )
 
 // Server is the fake. It is safe for concurrent use.
@@ -63,6 +65,44 @@ type RecordedRequest struct {
 	Chat ChatRequest `json:"-"`
 	// Anthropic is Body decoded (zero when Body is not a Messages request).
 	Anthropic AnthropicRequest `json:"-"`
+	// decoded is set once Chat or Anthropic holds Body decoded: that is
+	// done when Requests hands the record out, not when it is served.
+	decoded bool
+}
+
+// decode fills Chat or Anthropic from Body, once.
+func (r *RecordedRequest) decode() {
+	if r.decoded {
+		return
+	}
+	r.decoded = true
+	switch r.Format {
+	case FormatOpenAI:
+		_ = json.Unmarshal(r.Body, &r.Chat)
+	case FormatAnthropic:
+		_ = json.Unmarshal(r.Body, &r.Anthropic)
+	}
+}
+
+// requestHead is what serving a model request needs from its body. A
+// benchmark's fake serves hundreds of 8 KB requests a second that nobody
+// reads back, so the whole body is decoded only when Requests hands it out
+// (decode), and the head with go-json, which skips the rest of the body
+// ~20x faster than encoding/json (3 µs against 60 µs for 8.5 KB).
+type requestHead struct {
+	Model         string         `json:"model"`
+	Stream        bool           `json:"stream"`
+	StreamOptions *StreamOptions `json:"stream_options"`
+}
+
+// decodeHead reads the head of a request body; a body that is not valid
+// JSON gives the zero head, as its full decode did.
+func decodeHead(body []byte) requestHead {
+	var h requestHead
+	if gojson.Unmarshal(body, &h) != nil {
+		return requestHead{}
+	}
+	return h
 }
 
 // JSON decodes Body generically, for assertions on fields Chat lacks.
@@ -206,6 +246,9 @@ func (s *Server) Pending() int {
 func (s *Server) Requests() []RecordedRequest {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	for i := range s.requests {
+		s.requests[i].decode()
+	}
 	return append([]RecordedRequest(nil), s.requests...)
 }
 
@@ -275,7 +318,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rec := RecordedRequest{Method: r.Method, Path: r.URL.Path, Header: r.Header.Clone(), Body: body, Format: FormatOpenAI}
-	_ = json.Unmarshal(body, &rec.Chat)
+	head := decodeHead(body)
 	s.mu.Lock()
 	s.requests = append(s.requests, rec)
 	s.mu.Unlock()
@@ -285,16 +328,16 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &reply)
 		return
 	}
-	if !rec.Chat.Stream {
+	if !head.Stream {
 		writeError(w, &Reply{Status: http.StatusBadRequest, ErrorMessage: "llmtest: only stream: true is supported"})
 		return
 	}
-	model := rec.Chat.Model
+	model := head.Model
 	if model == "" {
 		model = "gpt-4o-mini"
 	}
 	st := newStreamer(s, w, r, &reply, fmt.Sprintf("chatcmpl-llmtest%d", s.seq.Add(1)), model,
-		rec.Chat.StreamOptions != nil && rec.Chat.StreamOptions.IncludeUsage)
+		head.StreamOptions != nil && head.StreamOptions.IncludeUsage)
 	st.run()
 }
 
