@@ -86,7 +86,7 @@ type config struct {
 	rounds                                                 int
 	conns                                                  string
 	rate                                                   float64
-	duration, dropEvery, reconnectMax, timeout, hold       time.Duration
+	duration, dropEvery, reconnectMax, timeout, hold, ramp time.Duration
 	pods                                                   int
 }
 
@@ -124,6 +124,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&c.baseline, "baseline", true, "also run the plain-writer baseline (stdio-stream)")
 	fs.BoolVar(&c.modelFlush, "model-flush", false, "the fake model flushes every chunk, a socket write each (stdio-stream; default: full buffers, as a model that outruns the network)")
 	fs.IntVar(&c.setupWidth, "setup-width", 64, "connections set up at once")
+	fs.DurationVar(&c.ramp, "ramp", 0, "http-fanout: start the prompts evenly over this time instead of all at once")
 	fs.IntVar(&c.pods, "pods", 0, "http-fanout: run that many cluster pods (throwaway PostgreSQL) behind a round-robin proxy; 0: one plain server")
 	fs.DurationVar(&c.timeout, "timeout", 0, "bound of one run (default: derived from the sizes)")
 	fs.StringVar(&c.compareRef, "compare", "", "compare --server with the build of this git ref, in alternating rounds")
@@ -272,7 +273,7 @@ func runWorkload(ctx context.Context, name string, o *bench.Options, c *config) 
 		var out []*bench.Result
 		for _, n := range connList(c.conns, name) {
 			r, err := bench.Fanout(ctx, o, bench.FanoutParams{
-				Conns: n, Chunks: orDefault(c.chunks, 500), Rate: c.rate, SetupWidth: c.setupWidth, Timeout: c.timeout, Pods: c.pods})
+				Conns: n, Chunks: orDefault(c.chunks, 500), Rate: c.rate, SetupWidth: c.setupWidth, Timeout: c.timeout, Pods: c.pods, Ramp: c.ramp})
 			if err != nil {
 				return out, fmt.Errorf("conns=%d: %w", n, err)
 			}

@@ -188,6 +188,7 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
 		return append(b, "}}\n\n"...)
 	}
 	st.run(fmt.Sprintf("msg_llmtest%d", s.seq.Add(1)), model)
+	st.drain()
 }
 
 // anStreamer writes one scripted answer in the Anthropic format.

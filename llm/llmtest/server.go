@@ -339,6 +339,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 	st := newStreamer(s, w, r, &reply, fmt.Sprintf("chatcmpl-llmtest%d", s.seq.Add(1)), model,
 		head.StreamOptions != nil && head.StreamOptions.IncludeUsage)
 	st.run()
+	st.drain()
 }
 
 var defaultErrors = map[int][3]string{
@@ -403,6 +404,10 @@ type pacer struct {
 	cutAt  int // -1: never
 	timer  *time.Timer
 	failed bool
+	// out gathers unflushed chunks into writes of batchSize, as a server
+	// that outruns the network fills its socket buffer: one write system
+	// call per batch instead of one per 4 KiB of net/http's buffers.
+	out []byte
 	// errorEvent is the format's in-stream error for StreamError.
 	errorEvent func() []byte
 }
@@ -513,6 +518,7 @@ func (st *streamer) run() {
 		st.cut()
 		return
 	}
+	st.drain()
 	_, _ = st.w.Write([]byte("data: [DONE]\n\n"))
 	_ = st.rc.Flush()
 }
@@ -680,10 +686,21 @@ func (st *pacer) put(b []byte) bool {
 	return true
 }
 
+// batchSize is the size of the writes of unflushed chunks.
+const batchSize = 64 << 10
+
 // write writes without counting (structural events of the Anthropic format).
 func (st *pacer) write(b []byte) bool {
 	if st.failed {
 		return false
+	}
+	if !st.flush {
+		st.out = append(st.out, b...)
+		if len(st.out) < batchSize {
+			return true
+		}
+		b = st.out
+		st.out = st.out[:0]
 	}
 	if _, err := st.w.Write(b); err != nil {
 		st.failed = true
@@ -698,9 +715,21 @@ func (st *pacer) write(b []byte) bool {
 	return true
 }
 
+// drain writes the chunks write gathered.
+func (st *pacer) drain() {
+	if len(st.out) == 0 || st.failed {
+		return
+	}
+	if _, err := st.w.Write(st.out); err != nil {
+		st.failed = true
+	}
+	st.out = st.out[:0]
+}
+
 // cut ends the stream abnormally: an error event, a dropped connection or a
 // hang.
 func (st *pacer) cut() {
+	st.drain()
 	st.failed = true
 	if st.reply.StreamError != "" && st.errorEvent != nil {
 		_, _ = st.w.Write(st.errorEvent())

@@ -151,3 +151,40 @@ func TestDisconnectAndHang(t *testing.T) {
 		t.Fatal("Close blocked on a hanging reply")
 	}
 }
+
+// A buffered answer is written in batches, and a scripted cut still comes
+// after exactly the chunks it names, every one of them delivered.
+func TestBufferedChunksAreWholeBeforeACut(t *testing.T) {
+	srv := llmtest.Start(t)
+	mark := func(i int) string { return "m" + strings.Repeat("x", i%7) }
+	for _, c := range []struct {
+		reply  llmtest.Reply
+		chunks int
+		broken bool
+	}{
+		{llmtest.Reply{Chunks: 5000, ChunkFunc: mark, Buffered: true}, 5000, false},
+		{llmtest.Reply{Chunks: 5000, ChunkFunc: mark, Buffered: true, Disconnect: true, AfterChunks: 3000}, 3000, true},
+	} {
+		srv.Script(c.reply)
+		res, err := http.Post(srv.URL()+"/chat/completions", "application/json", strings.NewReader(chatBody))
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err := io.ReadAll(res.Body)
+		res.Body.Close()
+		if (err != nil) != c.broken {
+			t.Errorf("chunks %d: body error %v, want broken %v", c.chunks, err, c.broken)
+		}
+		// AfterChunks counts the role chunk that opens the stream too.
+		got := strings.Count(string(body), `"delta":{"content":"m`)
+		if c.broken {
+			got = strings.Count(string(body), "data: ")
+		}
+		if got != c.chunks {
+			t.Errorf("got %d chunks, want %d", got, c.chunks)
+		}
+		if done := strings.HasSuffix(string(body), "data: [DONE]\n\n"); done == c.broken {
+			t.Errorf("chunks %d: [DONE] at the end %v", c.chunks, done)
+		}
+	}
+}

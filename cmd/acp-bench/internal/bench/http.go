@@ -78,6 +78,24 @@ func setupConns(ctx context.Context, o *Options, h *acpclient.HTTP, n, width int
 	return conns, sids
 }
 
+// warmPool opens n pooled POST connections at once, as n editors would
+// have theirs open from their session/new, so that the prompts do not
+// queue for a connection in the client.
+func warmPool(ctx context.Context, h *acpclient.HTTP, n int) {
+	var ready, wg sync.WaitGroup
+	ready.Add(1)
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ready.Wait()
+			_ = h.Health(ctx)
+		}()
+	}
+	ready.Done()
+	wg.Wait()
+}
+
 func closeConns(ctx context.Context, conns []*hconn, errs *stats.Counter) {
 	parallel(len(conns), 64, func(i int) {
 		if c := conns[i]; c != nil {
@@ -99,6 +117,9 @@ type FanoutParams struct {
 	SetupWidth int
 	// Timeout bounds the run (0: derived from the sizes).
 	Timeout time.Duration
+	// Ramp spreads the prompt starts evenly over this time (0: all at
+	// once, a burst: the first-chunk latency then measures the burst).
+	Ramp time.Duration
 	// Pods > 0 runs that many cluster pods (a throwaway PostgreSQL) behind
 	// a round-robin proxy, which the clients talk to (see cluster.go).
 	Pods int
@@ -126,6 +147,10 @@ func Fanout(ctx context.Context, o *Options, p FanoutParams) (*Result, error) {
 	p.defaults()
 	r := newResult("http-fanout", "conns="+strconv.Itoa(p.Conns), map[string]any{
 		"conns": p.Conns, "chunks": p.Chunks, "rate": p.Rate})
+	if p.Ramp > 0 {
+		r.Params["ramp"] = p.Ramp.String()
+		r.Variant += ",ramp=" + p.Ramp.String()
+	}
 	fake, stopFake := startFake(2 * time.Second)
 	defer stopFake()
 	fake.SetDefault(streamingReply(p.Chunks, interval(p.Rate)))
@@ -150,13 +175,14 @@ func Fanout(ctx context.Context, o *Options, p FanoutParams) (*Result, error) {
 		defer srv.Stop()
 		addr = srv.Addr
 	}
-	h := acpclient.NewHTTP(addr, 256)
+	h := acpclient.NewHTTP(addr, max(256, p.Conns))
 	defer h.Close()
 	deadline := time.Now().Add(p.Timeout)
 	var errs stats.Counter
 
 	u0 := srv.Usage()
 	conns, sids := setupConns(ctx, o, h, p.Conns, p.SetupWidth, deadline, true, &errs)
+	warmPool(ctx, h, p.Conns)
 	defer closeConns(context.Background(), conns, nil)
 	uSetup := srv.Usage()
 
@@ -178,6 +204,9 @@ func Fanout(ctx context.Context, o *Options, p FanoutParams) (*Result, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			if p.Ramp > 0 {
+				time.Sleep(time.Until(start.Add(p.Ramp * time.Duration(i) / time.Duration(len(conns)))))
+			}
 			check, err := c.prompt(ctx, sids[i], p.Chunks, s)
 			now := time.Now()
 			mu.Lock()
