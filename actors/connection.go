@@ -147,6 +147,8 @@ func (c *connection) Receive(ctx actor.Context) {
 		c.send(protocol.EncodeRequest(c.nextID, m.method, m.params), m.sessionID)
 	case *drain:
 		c.startDrain(ctx)
+	case *withdrawRequest:
+		c.withdraw(m)
 	case *cancelTurns:
 		for _, pid := range c.sessions {
 			ctx.Send(pid, &cancelTurns{conn: ctx.Self(), requestID: m.requestID})

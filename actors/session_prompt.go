@@ -44,8 +44,7 @@ func (s *session) prompt(ctx actor.Context, r *sessionRequest) {
 		return
 	}
 	if s.turn != nil || s.mcp.held != nil {
-		s.respondError(ctx, r.id, protocol.ErrInvalidParams(map[string]string{
-			"prompt": "a prompt is already running in this session; cancel it or wait for its response"}))
+		s.enqueuePrompt(ctx, r) // session_queue.go
 		return
 	}
 	if !s.deps.hasCredentials() {
@@ -60,6 +59,7 @@ func (s *session) prompt(ctx actor.Context, r *sessionRequest) {
 	user := llm.Message{Role: llm.RoleUser, Content: blocks}
 	command := slashCommand(&user)
 	if command == "clear" {
+		s.echoPrompt(ctx, &user)
 		s.append(store.CompactionEntry("(The user cleared the conversation; nothing before this point is relevant.)", s.store.LastSeq()))
 		if s.fenced != nil {
 			s.respondError(ctx, r.id, s.fenced)
@@ -73,6 +73,7 @@ func (s *session) prompt(ctx actor.Context, r *sessionRequest) {
 	if command == "" && s.holdPrompt(r) {
 		return // answered once the MCP servers are up (session_mcp.go)
 	}
+	s.echoPrompt(ctx, &user)
 	if command == "" {
 		s.record(ctx, user)
 		if s.fenced != nil {
@@ -92,6 +93,7 @@ func (s *session) prompt(ctx actor.Context, r *sessionRequest) {
 	props := actor.PropsFromProducer(func() actor.Actor { return newTurn(s.deps, opts) },
 		actor.WithReceiverMiddleware(keepStack), actor.WithSupervisor(reportAndStop{}))
 	s.turn = ctx.Spawn(props)
+	s.markTurn(true)
 }
 
 // slashCommand recognises /compact and /clear typed as the whole prompt.
@@ -124,7 +126,8 @@ func (s *session) endTurn(ctx actor.Context, m *turnFinished) {
 		return
 	}
 	s.turn = nil
-	s.dropPermissionAsks()
+	s.markTurn(false)
+	s.dropPermissionAsks(ctx)
 	var (
 		repaired, added []store.Entry
 		err             error
@@ -172,9 +175,8 @@ func (s *session) endTurn(ctx actor.Context, m *turnFinished) {
 		s.respondTo(ctx, s.closeConn, s.closeID, struct{}{}, nil)
 		ctx.Stop(ctx.Self())
 	}
-	if s.draining {
-		ctx.Send(s.conn, &sessionIdle{sessionID: s.id})
-	}
+	s.answerDrainers(ctx)
+	s.startQueued(ctx)
 }
 
 // promptBlocks turns ACP prompt content into model input. Images go to the

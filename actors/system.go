@@ -58,6 +58,13 @@ type Config struct {
 	// MaxImageBytes caps one image of a prompt (default 5 MiB); a larger
 	// one is refused with -32602.
 	MaxImageBytes int
+	// SessionAttach is what a session/load or session/resume of a session
+	// live on another connection does: AttachShare (default) attaches that
+	// connection too, AttachMove moves the session to it.
+	SessionAttach string
+	// PromptQueue caps the prompts that wait for a session's running turn
+	// (default 8); more are refused.
+	PromptQueue int
 }
 
 // Defaults of Config.
@@ -143,6 +150,12 @@ func NewServer(deps Deps) *Server {
 	}
 	if deps.Config.ClientTimeout <= 0 {
 		deps.Config.ClientTimeout = DefaultClientTimeout
+	}
+	if deps.Config.SessionAttach != AttachMove {
+		deps.Config.SessionAttach = AttachShare
+	}
+	if deps.Config.PromptQueue <= 0 {
+		deps.Config.PromptQueue = DefaultPromptQueue
 	}
 	if deps.Metrics == nil {
 		deps.Metrics = &Metrics{}
