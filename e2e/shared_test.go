@@ -1,0 +1,72 @@
+package e2e
+
+import (
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+
+	"github.com/iac-code/iac-code/llm/llmtest"
+)
+
+// One session, several clients: two stdio processes on one home, and
+// (shared_tsclient_test.go) two TypeScript SDK clients on one session.
+var _ = Describe("one session, several clients", Label("e2e", "shared"), func() {
+	var (
+		fake *llmtest.Server
+		cwd  string
+		home string
+	)
+	BeforeEach(func() {
+		fake = llmtest.NewServer()
+		DeferCleanup(fake.Close)
+		cwd = GinkgoT().TempDir()
+		home = GinkgoT().TempDir()
+	})
+	env := func(extra ...string) []string {
+		return agentEnv(fake, append([]string{"IAC_CODE_HOME=" + home}, extra...)...)
+	}
+
+	It("two stdio processes on one home: a turn running in A refuses B at once naming A; idle, B gets it within 1 s; A's next prompt sees B's turn", func() {
+		fake.Script(llmtest.Reply{Text: "A one"}, llmtest.Reply{Text: "counting 1 2 3", Hang: true, AfterChunks: 3},
+			llmtest.Reply{Text: "B one"}, llmtest.Reply{Text: "A two"})
+		a := startAgent(env())
+		b := startAgent(env())
+		a.initialize()
+		b.initialize()
+		sid := a.newSession(cwd)
+		Expect(a.result(a.prompt(sid, "a1"))["stopReason"]).To(Equal("end_turn"))
+
+		By("a turn runs in A: B's load fails at once, naming A's pid and the turn")
+		from := a.mark()
+		running := a.prompt(sid, "count")
+		a.waitUpdate("agent_message_chunk", from)
+		began := time.Now()
+		e := b.errorOf(b.request("session/load", loadParams(sid, cwd)))
+		took := time.Since(began)
+		Expect(took).To(BeNumerically("<", 500*time.Millisecond), "at once, not after a wait")
+		Expect(e["code"]).To(Equal(-32010.0))
+		Expect(e["message"]).To(And(ContainSubstring("another iac-code process"), ContainSubstring("a turn is running there")))
+		Expect(e["data"]).To(And(HaveKeyWithValue("pid", float64(a.cmd.Process.Pid)), HaveKeyWithValue("reason", "session_turn_running")))
+		GinkgoWriter.Printf("B refused in %v while A runs a turn\n", took)
+
+		By("A's turn ends: B loads the session within 1 s and prompts")
+		a.notify("session/cancel", map[string]any{"sessionId": sid})
+		Expect(a.result(running)["stopReason"]).To(Equal("cancelled"))
+		began = time.Now()
+		Expect(b.result(b.request("session/load", loadParams(sid, cwd)))).To(HaveKey("modes"))
+		took = time.Since(began)
+		Expect(took).To(BeNumerically("<", time.Second))
+		GinkgoWriter.Printf("B loaded the session idle in A in %v\n", took)
+		Expect(b.result(b.prompt(sid, "b1"))["stopReason"]).To(Equal("end_turn"))
+
+		By("A's next prompt takes it back with B's turn in its model request")
+		Expect(a.result(a.prompt(sid, "a2"))["stopReason"]).To(Equal("end_turn"))
+		texts := chatTexts(lastRequest(fake))
+		Expect(texts[:2]).To(Equal([]string{"a1", "A one"}))
+		Expect(texts[len(texts)-3:]).To(Equal([]string{"b1", "B one", "a2"}))
+		a.finish()
+		b.finish()
+		expectConsecutive(historySeqs(historyPath(home, sid)))
+	})
+})
