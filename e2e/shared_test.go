@@ -1,6 +1,11 @@
 package e2e
 
 import (
+	"bytes"
+	"encoding/json"
+	"os/exec"
+	"path/filepath"
+	"strings"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -68,5 +73,28 @@ var _ = Describe("one session, several clients", Label("e2e", "shared"), func() 
 		a.finish()
 		b.finish()
 		expectConsecutive(historySeqs(historyPath(home, sid)))
+	})
+
+	It("acp-factory: loadSession in a second agent process while the first still runs, then both go on", Label("node"), func() {
+		fake.Script(llmtest.Reply{Text: "A one"}, llmtest.Reply{Text: "B one"}, llmtest.Reply{Text: "A two"})
+		cmd := exec.Command("node", filepath.Join(nodeDir, "acp-factory-load.mjs"), "--bin", binPath, "--cwd", cwd)
+		cmd.Env = env()
+		var stdout bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, GinkgoWriter
+		_ = cmd.Run() // a failed flow exits 1; its JSON line says why
+		var run struct {
+			OK     bool     `json:"ok"`
+			Error  string   `json:"error"`
+			LoadMs float64  `json:"loadMs"`
+			Texts  []string `json:"texts"`
+		}
+		lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+		Expect(json.Unmarshal([]byte(lines[len(lines)-1]), &run)).To(Succeed(), "output: %s", stdout.String())
+		Expect(run.OK).To(BeTrue(), "acp-factory flow failed: %s", run.Error)
+		GinkgoWriter.Printf("acp-factory: loadSession in the second process took %v ms\n", run.LoadMs)
+		Expect(run.LoadMs).To(BeNumerically("<", 1000))
+		// acp-factory hands B's first prompt the load's replay too: A's answer, then B's
+		Expect(run.Texts).To(Equal([]string{"A one", "A one" + "B one", "A two"}))
+		Expect(chatTexts(lastRequest(fake))).To(Equal([]string{"first from A", "A one", "then B", "B one", "back to A"}))
 	})
 })
