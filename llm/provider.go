@@ -4,7 +4,7 @@
 //   - config.go, settings.go: Config and LoadConfig (environment, then
 //     $IAC_CODE_HOME/settings.yml and .credentials.yml), New, Register.
 //   - presets.go: the built-in providers (Presets) and ContextWindow.
-//   - openai.go, anthropic.go: the two wire protocols; sse.go their shared
+//   - openai*.go, anthropic.go: the two wire protocols; sse.go their shared
 //     server-sent-events reader.
 //   - retry.go: WithRetry (applied by New) and the stream idle timeout.
 //   - assemble.go: Assembler, the assistant message built from events.
