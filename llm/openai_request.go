@@ -207,8 +207,14 @@ func isOpenAIReasoningModel(model string) bool {
 // openAIMessages maps the conversation onto Chat Completions messages.
 func openAIMessages(req *Request) []openAIMessage {
 	out := make([]openAIMessage, 0, len(req.Messages)+1)
-	if req.System != "" {
-		out = append(out, openAIMessage{role: "system", text: req.System})
+	// One system message, SystemTurn after System: the automatic prefix
+	// cache matches the stable start, and servers whose chat templates take
+	// a single leading system message (many open models') accept it.
+	switch {
+	case req.System != "" && req.SystemTurn != "":
+		out = append(out, openAIMessage{role: "system", text: req.System + "\n\n" + req.SystemTurn})
+	case req.System != "" || req.SystemTurn != "":
+		out = append(out, openAIMessage{role: "system", text: req.System + req.SystemTurn})
 	}
 	// The current turn starts at the last user message.
 	turnStart := 0

@@ -137,8 +137,13 @@ type ToolSpec struct {
 
 // Request is one model call.
 type Request struct {
-	Model     string
-	System    string
+	Model string
+	// System is the system prompt's stable start, the same bytes at every
+	// call of a project so the provider's prompt cache holds it (Anthropic:
+	// a cache_control breakpoint; OpenAI: its automatic prefix cache).
+	// SystemTurn follows it: what changes from prompt to prompt.
+	System     string
+	SystemTurn string
 	Messages  []Message
 	Tools     []ToolSpec
 	MaxTokens int
