@@ -144,9 +144,9 @@ type Request struct {
 	// SystemTurn follows it: what changes from prompt to prompt.
 	System     string
 	SystemTurn string
-	Messages  []Message
-	Tools     []ToolSpec
-	MaxTokens int
+	Messages   []Message
+	Tools      []ToolSpec
+	MaxTokens  int
 	// ThinkingBudget > 0 asks for extended thinking / reasoning where supported.
 	ThinkingBudget int
 }
