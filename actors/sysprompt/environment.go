@@ -70,10 +70,11 @@ func gitStatus(ctx context.Context, root string, timeout time.Duration) *GitStat
 	case !full:
 		st.More = true
 	}
-	lines := strings.Split(string(bytes.TrimRight(out, "\n")), "\n")
-	if !full && len(lines) > 0 {
-		lines = lines[:len(lines)-1] // cut mid-line
+	if !full {
+		// A line cut short would misstate a path: keep whole lines.
+		out = out[:bytes.LastIndexByte(out, '\n')+1]
 	}
+	lines := strings.Split(string(out), "\n")
 	for _, l := range lines {
 		switch {
 		case l == "":

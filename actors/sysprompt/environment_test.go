@@ -69,7 +69,7 @@ func fakeGit(t *testing.T, script string) string {
 func TestGatherSlowGitIsBoundedAndKilled(t *testing.T) {
 	pidFile := filepath.Join(t.TempDir(), "pid")
 	// git prints a little, then hangs in a child (sleep) of its group.
-	fakeGit(t, "echo '## main'\necho ' M x'\nsleep 30 &\necho $! > "+pidFile+"\nwait\n")
+	fakeGit(t, "echo '## main'\necho ' M x'\necho '?? half'\nprintf '?? cut-sho'\nsleep 30 &\necho $! > "+pidFile+"\nwait\n")
 	start := time.Now()
 	env := Gather(context.Background(), "/", "/", true, 300*time.Millisecond)
 	took := time.Since(start)
@@ -77,7 +77,8 @@ func TestGatherSlowGitIsBoundedAndKilled(t *testing.T) {
 		t.Errorf("Gather took %v with a 300ms limit", took)
 	}
 	g := env.Git
-	if g == nil || !strings.Contains(g.Problem, "did not finish within 300ms") || g.Branch != "main" {
+	if g == nil || !strings.Contains(g.Problem, "did not finish within 300ms") || g.Branch != "main" ||
+		strings.Join(g.Changes, "|") != " M x|?? half" {
 		t.Fatalf("git = %+v", g)
 	}
 	b, err := os.ReadFile(pidFile)
