@@ -4,12 +4,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 )
 
-func write(t *testing.T, path, text string) {
+func write(t testing.TB, path, text string) {
 	t.Helper()
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		t.Fatal(err)
@@ -149,26 +148,6 @@ func TestInstructionsSymlinks(t *testing.T) {
 	}
 	if in, _ := NewProject(nested, home).Refresh(); len(in.Files) != 2 || in.Files[0].Text != "SECRET-CONTENT" {
 		t.Errorf("user link: %+v", in.Files)
-	}
-}
-
-func TestInstructionsFIFOAndDirectoryAreSkipped(t *testing.T) {
-	root, nested := repo(t)
-	if err := syscall.Mkfifo(filepath.Join(root, FileName), 0o644); err != nil {
-		t.Skip("no mkfifo:", err)
-	}
-	if err := os.Mkdir(filepath.Join(nested, FileName), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan *Instructions, 1)
-	go func() { in, _ := NewProject(nested, "").Refresh(); done <- in }()
-	select {
-	case in := <-done:
-		if len(in.Files) != 0 || len(in.Skipped) != 2 {
-			t.Errorf("instructions = %+v", in)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("a FIFO named AGENTS.md hung the loader")
 	}
 }
 
