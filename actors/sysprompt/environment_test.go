@@ -142,3 +142,35 @@ func TestModeRules(t *testing.T) {
 		t.Error("no sub-agent role")
 	}
 }
+
+// A real repository of 30,000 files in one commit (git fast-import, no
+// checkout: git status lists every file as deleted): the output is capped
+// and git is stopped once enough was read.
+func TestGatherRealHugeRepoIsCapped(t *testing.T) {
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("no git")
+	}
+	root, _ := filepath.EvalSymlinks(t.TempDir())
+	gitIn(t, root, "init", "-q", "-b", "trunk")
+	var stream strings.Builder
+	stream.WriteString("blob\nmark :1\ndata 2\nx\n")
+	stream.WriteString("commit refs/heads/trunk\ncommitter t <t@t> 0 +0000\ndata 4\nhuge\n")
+	for i := range 30000 {
+		stream.WriteString("M 100644 :1 dir" + strconv.Itoa(i%100) + "/file-" + strconv.Itoa(i) + ".txt\n")
+	}
+	cmd := exec.Command("git", "fast-import", "--quiet")
+	cmd.Dir, cmd.Stdin = root, strings.NewReader(stream.String())
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("fast-import: %v\n%s", err, out)
+	}
+	start := time.Now()
+	g := Gather(context.Background(), root, root, true, GitTimeout).Git
+	took := time.Since(start)
+	if g.Problem != "" || !strings.HasPrefix(g.Branch, "trunk") || len(g.Changes) != maxGitLines || !g.More {
+		t.Fatalf("git = %+v", g)
+	}
+	if !strings.HasPrefix(g.Changes[0], "D  dir") {
+		t.Errorf("first change %q", g.Changes[0])
+	}
+	t.Logf("git status of 30,000 files: %v", took)
+}
