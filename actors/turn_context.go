@@ -62,12 +62,11 @@ func (s *session) prefetchInstructions() {
 	go refreshInstructions(proj, log)
 }
 
-// loadedInstructions lists the AGENTS.md files the model is given in this
-// session, in order (as of the last prompt or the session's start; nil
-// before they were first read). For /status.
-func (s *session) loadedInstructions() []string {
-	if in := s.deps.projects.For(s.meta.Cwd).Loaded(); in != nil {
-		return in.Paths()
-	}
-	return nil
+// loadedInstructions are the AGENTS.md files the model is given in this
+// session (Paths in order, Files with Cut, Skipped with reasons), as of
+// the last prompt or the session's start; nil before they were first
+// read. For /status. The value is never modified (a change makes a new
+// one).
+func (s *session) loadedInstructions() *sysprompt.Instructions {
+	return s.deps.projects.For(s.meta.Cwd).Loaded()
 }

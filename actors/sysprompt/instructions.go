@@ -168,7 +168,11 @@ func candidates(home, root, cwd string) []candidate {
 		}
 	}
 	for i := len(dirs) - 1; i >= 0; i-- {
-		out = append(out, candidate{path: filepath.Join(dirs[i], FileName)})
+		path := filepath.Join(dirs[i], FileName)
+		if len(out) > 0 && out[0].user && out[0].path == path {
+			continue // IAC_CODE_HOME inside the repository: the file once
+		}
+		out = append(out, candidate{path: path})
 	}
 	return out
 }
@@ -271,6 +275,9 @@ func readOne(c candidate, root string, limit int) (*File, string) {
 		buf = cutText(buf, limit)
 	}
 	out.Text = strings.ToValidUTF8(string(buf), "\uFFFD")
+	if strings.TrimSpace(out.Text) == "" {
+		return nil, "" // nothing to tell the model
+	}
 	return out, ""
 }
 

@@ -62,6 +62,17 @@ func TestInstructionsOrderUserThenRootToCwd(t *testing.T) {
 	}
 }
 
+func TestInstructionsEmptyAndDuplicateFiles(t *testing.T) {
+	root, nested := repo(t)
+	write(t, filepath.Join(root, FileName), "root rules")
+	write(t, filepath.Join(nested, FileName), " \n\t\n")
+	// The state root is the repository's top level: its file comes once.
+	in, _ := NewProject(nested, root).Refresh()
+	if len(in.Files) != 1 || !in.Files[0].User || in.Files[0].Text != "root rules" || len(in.Skipped) != 0 {
+		t.Errorf("instructions = %+v", in)
+	}
+}
+
 func TestInstructionsWithoutGitUseTheCwdOnly(t *testing.T) {
 	dir, _ := filepath.EvalSymlinks(t.TempDir())
 	sub := filepath.Join(dir, "sub")
