@@ -52,6 +52,8 @@ type Instructions struct {
 	Git     bool   // Root holds .git
 	Files   []File
 	Skipped []Skipped
+	// stable is Stable(in), built once when the files were read.
+	stable string
 }
 
 // Paths lists the loaded files' paths, in order.
@@ -109,6 +111,7 @@ func (p *Project) Refresh() (in *Instructions, changed bool) {
 		return p.loaded, false
 	}
 	p.loaded = load(cands, root, git)
+	p.loaded.stable = stableText(p.loaded)
 	p.stamps = stamps
 	p.reads++
 	return p.loaded, true

@@ -217,6 +217,9 @@ func TestStableIsTheSameBytesForEqualInstructions(t *testing.T) {
 	if Stable(a) != Stable(&b2) {
 		t.Errorf("stable differs:\n%s\n---\n%s", Stable(a), Stable(&b2))
 	}
+	if Stable(a) != stableText(a) || a.stable == "" {
+		t.Error("the text kept by Refresh is not Stable's")
+	}
 	if strings.Contains(Stable(a), nested) {
 		t.Error("the cwd is in the stable text")
 	}

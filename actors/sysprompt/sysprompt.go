@@ -45,6 +45,13 @@ The files below come from the project (and one from the user). Follow their conv
 // Stable is the cacheable start of the system prompt: the rules and the
 // instructions' files.
 func Stable(in *Instructions) string {
+	if in != nil && in.stable != "" {
+		return in.stable // built by Refresh: not copied again per prompt
+	}
+	return stableText(in)
+}
+
+func stableText(in *Instructions) string {
 	var b strings.Builder
 	b.WriteString(rules)
 	if in == nil || len(in.Files) == 0 {
