@@ -106,7 +106,7 @@ var _ = Describe("README", Label("e2e", "readme"), func() {
 		Expect(err).NotTo(HaveOccurred())
 		Expect(pages).NotTo(BeEmpty())
 		for _, p := range pages {
-			Expect(readme).To(ContainSubstring("](docs/"+filepath.Base(p)), "README links no docs/%s", filepath.Base(p))
+			Expect(readme).To(ContainSubstring("](docs/"+filepath.Base(p)), "README links no docs/%s: add it to the README's Documentation list", filepath.Base(p))
 		}
 	})
 
@@ -118,7 +118,7 @@ var _ = Describe("README", Label("e2e", "readme"), func() {
 				missing = append(missing, v)
 			}
 		}
-		Expect(missing).To(BeEmpty(), "settings read by the code but not documented in docs/configuration.md")
+		Expect(missing).To(BeEmpty(), "settings read by the code but not documented: add a row for each to docs/configuration.md (and to the README's table when a newcomer needs it)")
 	})
 
 	It("runs its acpx blocks against the built binary", Label("node"), func() {
