@@ -1,9 +1,11 @@
 package e2e
 
 import (
+	"bufio"
 	"bytes"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -113,6 +115,22 @@ http {
 	return ng
 }
 
+// rawGet sends GET path exactly as given (no client-side cleaning) and
+// returns the status and body.
+func rawGet(base, path string) (int, string) {
+	conn, err := net.DialTimeout("tcp", strings.TrimPrefix(base, "http://"), 5*time.Second)
+	Expect(err).NotTo(HaveOccurred())
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	_, err = fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n", path)
+	Expect(err).NotTo(HaveOccurred())
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	Expect(err).NotTo(HaveOccurred())
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
 // streamStarts counts the streams each pod has started serving (GET /acp
 // answered 200), wherever their connection lives.
 func streamStarts(pods []*httpAgent) []float64 {
@@ -181,6 +199,11 @@ var _ = Describe("deploy/nginx.conf under a real nginx", Label("e2e", "nginx", "
 		resp.Body.Close()
 		Expect(resp.StatusCode).To(Equal(http.StatusNotFound))
 		Expect(cl.pods[0].metric("iaccode_http_streams")).To(BeZero())
+		for _, path := range []string{"/metrics/", "//metrics", "/metrics?x=1", "/acp/../metrics", "/acp/%2e%2e/metrics",
+			"/acp/..%2fmetrics", "/acp%2f..%2fmetrics", "/acp/..\\metrics", "/health/../metrics"} {
+			status, body := rawGet(ng.base, path)
+			Expect(body).NotTo(ContainSubstring("iaccode_"), "GET %s through nginx: %d", path, status)
+		}
 
 		By("bodies up to the pods' 4 MiB pass (nginx's own default is 1 MiB); larger ones are refused by nginx")
 		padding := strings.Repeat("x", 3<<20)
