@@ -165,6 +165,24 @@ var _ = Describe("a session shared by several connections", func() {
 		Expect(p.requests()).To(HaveLen(4), "no queued prompt ran")
 	})
 
+	It("answers a queued prompt refused when it starts to its own sender", func() {
+		gate := make(chan struct{})
+		p.then(func(ctx context.Context, emit func(llm.Event)) error {
+			<-gate
+			return say("done")(ctx, emit)
+		})
+		first := a.call("session/prompt", textPrompt(sid, "one"))
+		Eventually(func() int { return len(p.requests()) }, 2*time.Second).Should(Equal(1))
+		bad := b.call("session/prompt", map[string]any{"sessionId": sid,
+			"prompt": []any{map[string]any{"type": "image", "mimeType": "image/png", "data": "%%%not base64"}}})
+		b.result(b.call("session/set_mode", map[string]any{"sessionId": sid, "modeId": "default"}))
+		// a is the last to ask something before b's prompt starts
+		a.result(a.call("session/set_mode", map[string]any{"sessionId": sid, "modeId": "default"}))
+		close(gate)
+		Expect(a.result(first)["stopReason"]).To(Equal("end_turn"))
+		Expect(b.errorOf(bad)["code"]).To(Equal(-32602.0))
+	})
+
 	It("detaches only the connection that closes; the other keeps working, and the last close ends the session", func() {
 		Expect(a.result(a.call("session/close", map[string]any{"sessionId": sid}))).To(BeEmpty())
 		Expect(b.result(b.call("session/prompt", textPrompt(sid, "still here")))["stopReason"]).To(Equal("end_turn"))

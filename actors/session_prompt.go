@@ -34,6 +34,9 @@ var slashCommands = []protocol.AvailableCommand{
 }
 
 func (s *session) prompt(ctx actor.Context, r *sessionRequest) {
+	if r.conn != nil {
+		s.conn = r.conn // a queued or held prompt is answered to its sender
+	}
 	var p protocol.PromptRequest
 	if err := protocol.Unmarshal(r.params, &p); err != nil {
 		s.respondError(ctx, r.id, protocol.ErrInvalidParams(map[string]string{"error": err.Error()}))
