@@ -503,9 +503,9 @@ func (s *session) attach(ctx actor.Context, m *attach) {
 // runs (its editor's buffers and terminals), if the tool's turn still runs:
 // after a prompt's answer no request of its turn reaches the client. A
 // refused request is answered at once, so the tool does not wait for
-// nothing.
+// nothing; so is one whose connection left (its turn is being cancelled).
 func (s *session) forwardRequest(ctx actor.Context, m *outboundRequest) {
-	if s.turn == nil || m.turn != s.turnID {
+	if s.turn == nil || m.turn != s.turnID || s.clients.find(s.promptConn) == nil {
 		ctx.Send(m.replyTo, &clientAnswer{tag: m.tag, err: protocol.NewError(protocol.CodeRequestCancelled, "the turn has ended", nil)})
 		return
 	}
