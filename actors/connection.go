@@ -15,6 +15,7 @@ import (
 	"github.com/iac-code/iac-code/protocol"
 	"github.com/iac-code/iac-code/store"
 	"github.com/iac-code/iac-code/tools"
+	"github.com/iac-code/iac-code/transport/cluster/clusterpb"
 )
 
 // Messages of the connection actor.
@@ -107,6 +108,9 @@ type connection struct {
 	// their requests are answered as for a session moved to another
 	// connection, until this connection loads them again.
 	moved map[string]bool
+	// stub: this connection is the proxy of a session actor of another pod
+	// (session_remote.go).
+	stub *actor.PID
 }
 
 func newConnection(deps *Deps, id string, out Outlet) *connection {
@@ -149,6 +153,10 @@ func (c *connection) Receive(ctx actor.Context) {
 		c.startDrain(ctx)
 	case *withdrawRequest:
 		c.withdraw(m)
+	case *shareStart:
+		c.startShare(ctx, m)
+	case *clusterpb.Relay:
+		c.relayed(ctx, m)
 	case *cancelTurns:
 		for _, pid := range c.sessions {
 			ctx.Send(pid, &cancelTurns{conn: ctx.Self(), requestID: m.requestID})
@@ -159,6 +167,10 @@ func (c *connection) Receive(ctx actor.Context) {
 	case *retireRequest:
 		c.retire(ctx, m)
 	case *actor.Terminated:
+		if c.stub != nil && m.Who.Equal(c.stub) {
+			ctx.Stop(ctx.Self()) // a proxy whose stub went away (session_remote.go)
+			return
+		}
 		// A session that stopped (closed, evicted, crashed) is forgotten.
 		for id, pid := range c.sessions {
 			if pid.Equal(m.Who) {

@@ -172,6 +172,9 @@ type session struct {
 
 	// mcp: the session's MCP servers (session_mcp.go).
 	mcp sessionMCP
+	// remote: this actor is the stub of a session another pod holds, and
+	// remote the proxy connection there (session_remote.go).
+	remote *actor.PID
 }
 
 func newSession(deps *Deps, id string, conn *actor.PID, caps tools.ClientCaps, kind startKind, reqID protocol.RawMessage, cwd, forkSrc string,
@@ -204,6 +207,10 @@ func (s *session) receive(ctx actor.Context) {
 	case *idleTick, *releaseTick:
 	default:
 		s.lastActive = time.Now()
+	}
+	if s.remote != nil {
+		s.receiveRemote(ctx)
+		return
 	}
 	switch m := ctx.Message().(type) {
 	case *outbound:
@@ -405,6 +412,9 @@ func (s *session) open(ctx actor.Context) {
 		s.store, entries, err = s.deps.Store.Fork(s.forkSrc, s.id)
 	default:
 		s.store, entries, err = s.deps.Store.Open(s.id)
+		if s.shareRemote(ctx, err) {
+			return // a stub of the session another pod holds
+		}
 		for try := 0; try < 2 && s.takeOver(err); try++ {
 			s.store, entries, err = s.deps.Store.Open(s.id)
 		}

@@ -109,6 +109,13 @@ type Handover interface {
 	// go of the session (its running prompt ends cancelled). nil once it
 	// did, or once owner is known dead (its lease can be taken at once).
 	TakeOver(sessionID, owner string) error
+	// Share asks owner, holding sessionID, to attach a proxy connection to
+	// it for stub, a session actor of this process (see session_remote.go):
+	// the proxy is sent init (initialize) and open (the client's load or
+	// resume), and every frame it writes goes to stub as a
+	// *clusterpb.Relay. The proxy's pid, or an error (then the session is
+	// taken over instead).
+	Share(sessionID, owner string, stub *actor.PID, init, open []byte) (*actor.PID, error)
 }
 
 // Frame is one encoded outbound JSON-RPC message. SessionID names the

@@ -82,4 +82,14 @@ var _ = Describe("one session, two TypeScript SDK clients", Label("e2e", "shared
 			"--scenario", "shared", "--cwd", cwd}, sharedArgs...)...)
 		expectShared(run, fake, cwd)
 	})
+
+	It("across two pods: the same, with the second client on the pod that does not hold the session", Label("cluster"), func() {
+		sharedScript(fake)
+		cl := newCluster(fake, 2)
+		run := runTSClient(agentEnv(fake), append([]string{"--transport", "http", "--http-url", cl.pods[0].base + "/acp",
+			"--peer-url", cl.pods[1].base + "/acp", "--scenario", "shared", "--cwd", cwd}, sharedArgs...)...)
+		expectShared(run, fake, cwd)
+		Expect(cl.pods[1].stderr.String()).NotTo(ContainSubstring("session handed over by another pod"), "shared, not moved")
+		Expect(cl.pods[0].stderr.String()).To(ContainSubstring("session shared with a connection of another pod"))
+	})
 })
