@@ -98,3 +98,37 @@ var _ = Describe("one session, several clients", Label("e2e", "shared"), func() 
 		Expect(chatTexts(lastRequest(fake))).To(Equal([]string{"first from A", "A one", "then B", "B one", "back to A"}))
 	})
 })
+
+var _ = Describe("one session shared across pods", Label("e2e", "shared", "cluster"), func() {
+	It("kill -9 of the pod holding it: the other pod's client prompts on, with everything completed before", func() {
+		fake := llmtest.NewServer()
+		DeferCleanup(fake.Close)
+		cwd := GinkgoT().TempDir()
+		fake.Script(llmtest.Reply{Text: "Noted: 42."}, llmtest.Reply{Text: "Seen from B."}, llmtest.Reply{Text: "Still 42."})
+		cl := newCluster(fake, 2)
+		a, b := openConn(cl.pods[0]), openConn(cl.pods[1])
+		sid := a.newSession(cwd)
+		Expect(a.wait(a.prompt(sid, "Remember 42"))["result"]).To(HaveKeyWithValue("stopReason", "end_turn"))
+		b.result("session/load", loadParams(sid, cwd))
+		Expect(b.wait(b.prompt(sid, "what do you see?"))["result"]).To(HaveKeyWithValue("stopReason", "end_turn"))
+		// A's stream has B's turn: shared, not moved
+		from := len(a.events)
+		a.events = append(a.events, a.s.until("B's turn on A's stream", func(m map[string]any) bool {
+			u := updateOf(m)
+			return u != nil && u["sessionUpdate"] == "usage_update"
+		})...)
+		Expect(chatText(a.updatesOf(sid, from), "user_message_chunk")).To(Equal("what do you see?"))
+		Expect(chatText(a.updatesOf(sid, from), "agent_message_chunk")).To(Equal("Seen from B."))
+
+		killed := time.Now()
+		Expect(cl.pods[0].cmd.Process.Kill()).To(Succeed())
+		<-cl.pods[0].exited
+		var r map[string]any
+		Eventually(func() map[string]any {
+			r = b.wait(b.prompt(sid, "and now?"))
+			return r
+		}, 20*time.Second, 200*time.Millisecond).Should(HaveKeyWithValue("result", HaveKeyWithValue("stopReason", "end_turn")))
+		GinkgoWriter.Printf("kill -9 of the holder → B's next prompt served on B after %v\n", time.Since(killed))
+		Expect(chatTexts(lastRequest(fake))).To(Equal([]string{"Remember 42", "Noted: 42.", "what do you see?", "Seen from B.", "and now?"}))
+	})
+})
