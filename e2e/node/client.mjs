@@ -278,6 +278,10 @@ export const scenarios = {
     try {
       await b.request(acp.methods.agent.initialize, { protocolVersion: acp.PROTOCOL_VERSION, clientCapabilities: {} });
       await b.request(acp.methods.agent.session.load, { sessionId, cwd: h.cwd, mcpServers: [] });
+      // the load's available_commands_update follows its answer
+      for (const deadline = Date.now() + 2000; Date.now() < deadline; await sleep(10)) {
+        if (b.updateEvents.some((e) => e.update.sessionUpdate === "available_commands_update")) break;
+      }
       const of = (events, from) => events.slice(from).filter((e) => e.sessionId === sessionId).map((e) => e.update);
       const sameStreams = async (what, fromA, fromB) => {
         const deadline = Date.now() + 5000;
