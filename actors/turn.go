@@ -11,6 +11,7 @@ import (
 	"github.com/iac-code/iac-code/llm"
 	"github.com/iac-code/iac-code/protocol"
 	"github.com/iac-code/iac-code/tools"
+	"github.com/iac-code/iac-code/tools/sandbox"
 )
 
 // Messages of the turn actor.
@@ -62,6 +63,8 @@ type turnOptions struct {
 	// turnID is the session's number of the prompt turn (a sub-agent's is
 	// its parent's), carried by the tools' requests to the client.
 	turnID int64
+	// jail is the session's sandbox, for the processes tools start.
+	jail *sandbox.Jail
 }
 
 func (*streamEnd) IgnoreDeadLetterLogging()      {}
@@ -87,6 +90,7 @@ type turn struct {
 	deps      *Deps
 	sessionID string
 	cwd       string
+	jail      *sandbox.Jail
 	model     string
 	tools     *tools.Registry
 	log       zerolog.Logger
@@ -156,6 +160,7 @@ func newTurn(deps *Deps, o turnOptions) *turn {
 		subagent:    o.subagent,
 		maxCalls:    o.maxCalls,
 		turnID:      o.turnID,
+		jail:        o.jail,
 	}
 }
 
@@ -340,7 +345,7 @@ func (t *turn) onStreamEnd(ctx actor.Context, err error) {
 	// Each call is decoded and resolved once, here: what the client is
 	// shown and asked about is what runs.
 	var calls []toolCall
-	env := &tools.Env{Cwd: t.cwd, Home: t.deps.Config.Home}
+	env := &tools.Env{Cwd: t.cwd, Home: t.deps.Config.Home, Jail: t.jail}
 	for i := range msg.Content {
 		if b := &msg.Content[i]; b.Type == llm.BlockToolUse {
 			c := prepareCall(len(calls), b.ToolCallID, b.Name, b.Input, t.tools, env)
@@ -391,7 +396,9 @@ func (t *turn) runTools(ctx actor.Context, msg llm.Message, calls []toolCall) {
 		t.pending = append(t.pending, &pendingCall{id: b.ToolCallID, name: b.Name})
 		t.emit(ctx, b.Display)
 		props := actor.PropsFromProducer(func() actor.Actor {
-			return newToolActor(t.deps, t.sessionID, t.cwd, t.model, session, call, t.ctx, t.turnID, t.mcp)
+			a := newToolActor(t.deps, t.sessionID, t.cwd, t.model, session, call, t.ctx, t.turnID, t.mcp)
+			a.jail = t.jail
+			return a
 		}, actor.WithReceiverMiddleware(keepStack))
 		pid := ctx.Spawn(props)
 		t.toolPIDs[pid.Id] = call.index

@@ -6,6 +6,7 @@ import (
 	"context"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"syscall"
 	"time"
 
@@ -53,7 +54,17 @@ type groupTransport struct {
 }
 
 func (t *groupTransport) Connect(ctx context.Context) (sdk.Connection, error) {
-	conn, err := t.inner.Connect(ctx)
+	var conn sdk.Connection
+	var err error
+	if jail := t.server.opts.Jail; jail != nil {
+		cmd := t.inner.Command
+		if serr := jail.Start(cmd, func() error { conn, err = t.inner.Connect(ctx); return err },
+			filepath.Dir(cmd.Path)); serr != nil && err == nil {
+			err = serr // the sandbox refused: nothing started
+		}
+	} else {
+		conn, err = t.inner.Connect(ctx)
+	}
 	t.stderrW.Close() // the child has its copy
 	if err != nil {
 		t.stderrR.Close()
