@@ -137,21 +137,25 @@ func (b *builder) add(list *[]string, path string) {
 func (b *builder) rw(path string) { b.add(&b.p.ReadWrite, path) }
 func (b *builder) rx(path string) { b.add(&b.p.ReadExec, path) }
 
-// etc adds the entries of /etc but the hidden ones; of /etc/ssh only the
-// client configuration (not the host keys).
+// etc adds the entries of /etc but the hidden ones; of /etc/ssh and
+// /etc/ssl all but the private keys (host keys, ssl/private).
 func (b *builder) etc() {
-	names, err := readDirNames("/etc")
+	b.entries("/etc", func(n string) bool { return etcHidden[n] })
+	b.entries("/etc/ssh", func(n string) bool { return strings.HasPrefix(n, "ssh_host_") && strings.HasSuffix(n, "_key") })
+	b.entries("/etc/ssl", func(n string) bool { return n == "private" })
+}
+
+// entries adds dir's entries except those hidden says.
+func (b *builder) entries(dir string, hidden func(string) bool) {
+	names, err := readDirNames(dir)
 	if err != nil {
 		return
 	}
 	for _, n := range names {
-		if !etcHidden[n] {
-			b.rx(filepath.Join("/etc", n))
+		if !hidden(n) {
+			b.rx(filepath.Join(dir, n))
 		}
 	}
-	b.rx("/etc/ssh/ssh_config")
-	b.rx("/etc/ssh/ssh_config.d")
-	b.rx("/etc/ssl/certs") // TLS roots, for git, curl, npm, go over HTTPS
 }
 
 func readDirNames(dir string) ([]string, error) {
