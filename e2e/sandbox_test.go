@@ -248,4 +248,33 @@ var _ = Describe("sandbox", Label("e2e", "sandbox"), func() {
 		Entry("sandboxed", "auto", false),
 		Entry("IAC_CODE_SANDBOX=off", "off", true),
 	)
+
+	Describe("on a kernel without Landlock (hidden by the test build)", func() {
+		noLandlock := func(mode string) (*agent, string) {
+			a := startAgent(agentEnv(fake, "HOME="+home, "IAC_CODE_HOME="+stateDir, "IAC_CODE_SANDBOX="+mode,
+				"IAC_CODE_E2E_NO_LANDLOCK=1"))
+			init := a.initialize()
+			Expect(init["_meta"]).To(HaveKeyWithValue("sandbox", HaveKeyWithValue("reason", ContainSubstring("Landlock hidden"))))
+			sid := a.newSession(cwd)
+			Expect(a.result(a.request("session/set_mode", map[string]any{"sessionId": sid, "modeId": "bypass"}))).To(BeEmpty())
+			return a, sid
+		}
+		It("on: the start-up log says so and a command fails with the reason, never run", func() {
+			a, sid := noLandlock("on")
+			Expect(a.stderr.String()).To(ContainSubstring(`"level":"error"`))
+			Expect(a.stderr.String()).To(ContainSubstring("IAC_CODE_SANDBOX=on but the sandbox cannot be set up"))
+			res := runAll(a, sid, "bypass", false, [][2]string{{"c", "touch ran.txt"}})
+			Expect(res["c"]).To(ContainSubstring("sandbox: IAC_CODE_SANDBOX=on but Landlock hidden"))
+			Expect(res["c"]).To(ContainSubstring("the command was not run"))
+			Expect(filepath.Join(cwd, "ran.txt")).NotTo(BeAnExistingFile())
+			a.finish()
+		})
+		It("auto: one warning at start, and commands run as without the sandbox", func() {
+			a, sid := noLandlock("auto")
+			Expect(strings.Count(a.stderr.String(), "no sandbox: the kernel has no Landlock")).To(Equal(1))
+			res := runAll(a, sid, "bypass", false, [][2]string{{"c", "cat ~/.ssh/id_ed25519"}})
+			Expect(res["c"]).To(ContainSubstring(sshKey))
+			a.finish()
+		})
+	})
 })

@@ -103,8 +103,8 @@ func (c *bashCall) Access() Access        { return Access{} }
 // Sandbox: a command run here is contained by the session's jail; one run
 // in the client's terminal is the editor's to contain.
 func (c *bashCall) Sandbox(caps ClientCaps) map[string]any {
-	if c.jail == nil || caps.Terminal {
-		return nil
+	if c.jail == nil || caps.Terminal || !c.jail.Status().Active() {
+		return nil // not contained (IAC_CODE_SANDBOX=on without Landlock: it will not run)
 	}
 	return c.jail.Meta()
 }
