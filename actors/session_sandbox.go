@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"os"
 	"path/filepath"
 
 	"github.com/iac-code/iac-code/tools"
@@ -22,15 +23,21 @@ func (s *session) sandboxRoots() []string {
 // commands are not sandboxed).
 func (s *session) sandboxJail() *sandbox.Jail {
 	roots := s.sandboxRoots()
+	if s.jail != nil && equalStrings(roots, s.jailRoots) {
+		return s.jail
+	}
+	if s.deps.Config.Sandbox.Active() {
+		if exposed := sandbox.Exposed(roots, s.deps.Config.Home, os.Getenv("HOME")); len(exposed) > 0 {
+			s.log.Warn().Strs("exposed", exposed).Msg("the session's directories contain these; the sandbox cannot hide them")
+		}
+	}
 	if s.jail == nil {
 		s.jail = s.deps.Config.Sandbox.NewJail(roots, filepath.Join(s.deps.Config.Home, tools.SpillDir))
 		s.jailRoots = roots
 		return s.jail
 	}
-	if !equalStrings(roots, s.jailRoots) {
-		s.jail.SetRoots(roots)
-		s.jailRoots = roots
-	}
+	s.jail.SetRoots(roots)
+	s.jailRoots = roots
 	return s.jail
 }
 

@@ -146,7 +146,7 @@ var _ = Describe("sandbox", Label("e2e", "sandbox"), func() {
 				{"cwd", `echo hi > made.txt && cat made.txt && echo "tmpdir=$TMPDIR" && echo t > "$TMPDIR/t" && cat "$TMPDIR/t"`},
 				{"sibling", "ls " + sibling},
 				{"net", "exec 3<>/dev/tcp/127.0.0.1/" + strconv.Itoa(port) + " && echo connected"},
-				{"bg", "(cat ~/.ssh/id_ed25519) & wait $!; echo \"background-exit=$?\""},
+				{"bg", "(cat ~/.ssh/id_ed25519) & wait $!; echo \"background-exit=$?\"; setsid -w cat ~/.ssh/id_ed25519; echo \"setsid-exit=$?\""},
 				{"signal", "kill -0 " + serverPID + " && echo may-signal"},
 				{"toolchain", "cd proj && go build -o app . && ./app && git init -q && git status --short && npm test --silent && cat node-ok.txt"},
 			})
@@ -169,6 +169,7 @@ var _ = Describe("sandbox", Label("e2e", "sandbox"), func() {
 				Expect(res["net"]).To(ContainSubstring("connected"))
 				Eventually(connects.Load).Should(BeNumerically(">=", 1))
 				Expect(res["bg"]).To(ContainSubstring(sshKey))
+				Expect(res["bg"]).To(ContainSubstring("setsid-exit=0"))
 				Expect(res["signal"]).To(ContainSubstring("may-signal"))
 				a.finish()
 				return
@@ -191,6 +192,7 @@ var _ = Describe("sandbox", Label("e2e", "sandbox"), func() {
 			Consistently(connects.Load, "200ms").Should(BeZero(), "the listener saw a connection")
 			Expect(res["bg"]).To(ContainSubstring("Permission denied"))
 			Expect(res["bg"]).To(ContainSubstring("background-exit=1"))
+			Expect(res["bg"]).To(ContainSubstring("setsid-exit=1"), "a process that leaves the group stays in the sandbox")
 			Expect(res["bg"]).NotTo(ContainSubstring(sshKey))
 			Expect(res["signal"]).To(ContainSubstring("Operation not permitted"), res["signal"])
 			Expect(res["signal"]).NotTo(ContainSubstring("may-signal"))
@@ -222,6 +224,28 @@ var _ = Describe("sandbox", Label("e2e", "sandbox"), func() {
 		Expect(res["kill"]).To(ContainSubstring("after-kill"))
 		a.finish() // the server is alive and exits cleanly
 	})
+
+	DescribeTable("a sub-agent's bash is inside the sandbox",
+		func(sandboxMode string, readable bool) {
+			a, sid := start(sandboxMode, "bypass")
+			fake.Script(
+				toolCallReply("ag", "agent", map[string]any{"prompt": "read the key", "description": "read key", "subagent_type": "explore"}),
+				toolCallReply("sub", "bash", map[string]any{"command": "cat ~/.ssh/id_ed25519"}),
+				llmtest.Reply{Text: "sub-agent done"},
+				llmtest.Reply{Text: "done"},
+			)
+			Expect(a.result(a.prompt(sid, "go"))["stopReason"]).To(Equal("end_turn"))
+			if readable {
+				Expect(toolResultFor(fake, "sub")).To(ContainSubstring(sshKey))
+			} else {
+				Expect(toolResultFor(fake, "sub")).To(ContainSubstring("Permission denied"))
+				Expect(toolResultFor(fake, "sub")).NotTo(ContainSubstring(sshKey))
+			}
+			a.finish()
+		},
+		Entry("sandboxed", "auto", false),
+		Entry("IAC_CODE_SANDBOX=off", "off", true),
+	)
 
 	DescribeTable("a stdio MCP server is inside the sandbox",
 		func(sandboxMode string, readable bool) {

@@ -103,6 +103,22 @@ func BuildPolicy(s Settings, req Request, getenv func(string) string) Policy {
 	return b.p
 }
 
+// Exposed are the protected directories (the home, the server's state)
+// that a writable root contains, which the sandbox therefore cannot hide:
+// a session whose cwd is the home directory, or holds IAC_CODE_HOME.
+func Exposed(roots []string, state, home string) []string {
+	var out []string
+	for _, p := range []string{resolve(home), resolve(state)} {
+		for _, r := range roots {
+			if within(p, resolve(r)) {
+				out = append(out, p)
+				break
+			}
+		}
+	}
+	return out
+}
+
 // Writable reports whether path (absolute) lies beneath a ReadWrite entry.
 func (p Policy) Writable(path string) bool {
 	path = filepath.Clean(path)

@@ -83,6 +83,16 @@ func TestPolicyGrantsTheSessionTheSystemAndToolchainsButNotTheHomeOrTheState(t *
 	}
 }
 
+func TestExposedNamesWhatARootCannotHide(t *testing.T) {
+	l := newLayout(t)
+	if got := Exposed([]string{l.ws}, l.state, l.home); len(got) != 0 {
+		t.Errorf("a workspace exposes %v", got)
+	}
+	if got := Exposed([]string{l.ws, l.home}, l.state, l.home); !slices.Equal(got, []string{l.home, l.state}) {
+		t.Errorf("the home as a root exposes %v, want the home and the state", got)
+	}
+}
+
 func TestPolicyIsWidenedOnlyByTheSettings(t *testing.T) {
 	l := newLayout(t)
 	extraR, extraW := filepath.Join(l.home, "ro"), filepath.Join(l.home, "rw")

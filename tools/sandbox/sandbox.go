@@ -133,6 +133,21 @@ func (s Status) Meta() map[string]any {
 	return map[string]any{"mode": "off", "reason": s.Reason}
 }
 
+// Warnings are what the kernel's ABI leaves out of these settings.
+func (s Status) Warnings() []string {
+	if !s.Active() {
+		return nil
+	}
+	var out []string
+	if !s.Settings.Network && s.ABI < 4 {
+		out = append(out, fmt.Sprintf("IAC_CODE_SANDBOX_NETWORK=off needs Landlock ABI 4, the kernel has %d: TCP is not restricted", s.ABI))
+	}
+	if s.ABI < 6 {
+		out = append(out, fmt.Sprintf("Landlock ABI %d does not scope signals and abstract unix sockets (ABI 6): a sandboxed command can signal the server", s.ABI))
+	}
+	return out
+}
+
 // MetaKey is the _meta key of the sandbox's entry.
 const MetaKey = "sandbox"
 

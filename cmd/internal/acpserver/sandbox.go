@@ -29,5 +29,8 @@ func probeSandbox(getenv func(string) string, flag, home string, log zerolog.Log
 	default:
 		log.Info().Msg("sandbox off (IAC_CODE_SANDBOX=off)")
 	}
+	for _, w := range st.Warnings() {
+		log.Warn().Msg("sandbox: " + w)
+	}
 	return st, nil
 }
