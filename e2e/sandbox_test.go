@@ -148,6 +148,8 @@ var _ = Describe("sandbox", Label("e2e", "sandbox"), func() {
 				{"net", "exec 3<>/dev/tcp/127.0.0.1/" + strconv.Itoa(port) + " && echo connected"},
 				{"bg", "(cat ~/.ssh/id_ed25519) & wait $!; echo \"background-exit=$?\"; setsid -w cat ~/.ssh/id_ed25519; echo \"setsid-exit=$?\""},
 				{"signal", "kill -0 " + serverPID + " && echo may-signal"},
+				// counted, not shown: the key must not reach the wire
+				{"environ", "tr '\\0' '\\n' < /proc/" + serverPID + "/environ | grep -c '^IAC_CODE_API_KEY='"},
 				{"toolchain", "cd proj && go build -o app . && ./app && git init -q && git status --short && npm test --silent && cat node-ok.txt"},
 			})
 
@@ -171,6 +173,7 @@ var _ = Describe("sandbox", Label("e2e", "sandbox"), func() {
 				Expect(res["bg"]).To(ContainSubstring(sshKey))
 				Expect(res["bg"]).To(ContainSubstring("setsid-exit=0"))
 				Expect(res["signal"]).To(ContainSubstring("may-signal"))
+				Expect(res["environ"]).To(ContainSubstring("[stdout]\n1\n"), "the server's environment, through /proc")
 				a.finish()
 				return
 			}
@@ -196,6 +199,7 @@ var _ = Describe("sandbox", Label("e2e", "sandbox"), func() {
 			Expect(res["bg"]).NotTo(ContainSubstring(sshKey))
 			Expect(res["signal"]).To(ContainSubstring("Operation not permitted"), res["signal"])
 			Expect(res["signal"]).NotTo(ContainSubstring("may-signal"))
+			Expect(res["environ"]).To(ContainSubstring("Permission denied"), res["environ"])
 			// TMPDIR is the session's own directory, not /tmp; it goes
 			// when the session does.
 			var tmpdir string

@@ -86,23 +86,44 @@ func (r *ruleset) close() {
 func (r *ruleset) enforce(start func() error) error {
 	done := make(chan error, 1)
 	go func() {
-		// Never unlocked: the goroutine ends locked and the runtime
-		// terminates its restricted thread instead of reusing it.
 		runtime.LockOSThread()
-		defer func() {
-			if v := recover(); v != nil {
-				done <- fmt.Errorf("sandbox: the process start panicked: %v", v)
-			}
+		if unix.Gettid() != unix.Getpid() {
+			r.restrictAndStart(start, done)
+			return
+		}
+		// The main thread is the process's leader (/proc/<pid> and
+		// signals are checked against its credentials) and the runtime
+		// never ends it: keep it, locked to this goroutine, so that the
+		// one restricted runs on another thread.
+		inner := make(chan error, 1)
+		go func() {
+			runtime.LockOSThread()
+			r.restrictAndStart(start, inner)
 		}()
-		if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
-			done <- fmt.Errorf("sandbox: prctl(PR_SET_NO_NEW_PRIVS): %w", err)
-			return
-		}
-		if err := ll.LandlockRestrictSelf(r.fd, r.flags); err != nil {
-			done <- fmt.Errorf("sandbox: landlock_restrict_self: %w", err)
-			return
-		}
-		done <- start()
+		err := <-inner
+		runtime.UnlockOSThread()
+		done <- err
 	}()
 	return <-done
+}
+
+// restrictAndStart restricts the calling goroutine's locked thread and
+// runs start there. The thread is never unlocked: the goroutine ends
+// locked and the runtime terminates the restricted thread instead of
+// reusing it.
+func (r *ruleset) restrictAndStart(start func() error, done chan<- error) {
+	defer func() {
+		if v := recover(); v != nil {
+			done <- fmt.Errorf("sandbox: the process start panicked: %v", v)
+		}
+	}()
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		done <- fmt.Errorf("sandbox: prctl(PR_SET_NO_NEW_PRIVS): %w", err)
+		return
+	}
+	if err := ll.LandlockRestrictSelf(r.fd, r.flags); err != nil {
+		done <- fmt.Errorf("sandbox: landlock_restrict_self: %w", err)
+		return
+	}
+	done <- start()
 }

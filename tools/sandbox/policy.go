@@ -33,15 +33,49 @@ type Request struct {
 }
 
 // systemDirs are read and executed by every sandboxed process: programs,
-// libraries, configuration. /etc is taken entry by entry (etcHidden).
+// libraries, configuration. /etc is taken entry by entry (etcHidden), /proc
+// too (procGlobal).
 var systemDirs = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt",
-	"/nix/store", "/proc", "/sys"}
+	"/nix/store", "/sys"}
 
 // etcHidden are the entries of /etc a sandboxed process does not read
 // (secrets readable by a server that runs as root).
 var etcHidden = map[string]bool{"shadow": true, "shadow-": true, "gshadow": true, "gshadow-": true,
 	"sudoers": true, "sudoers.d": true, "ssh": true, "ssl": true, "credstore": true, "credstore.encrypted": true,
 	"security": true}
+
+// procHidden: of /proc only what describes the machine is read, never a
+// process: not the /proc/<pid> directories (another process's environ is
+// readable across Landlock domains), not self, thread-self and the links
+// into them (net, mounts: the server's), not kernel memory or the keyring.
+// /dev/stdout, /dev/fd/N and `<(…)` still work: they reach pipes, which
+// Landlock does not restrict.
+func procHidden(name string) bool {
+	if name == "" || strings.Trim(name, "0123456789") == "" {
+		return true
+	}
+	switch name {
+	case "self", "thread-self", "net", "mounts", "kcore", "kmsg", "kpagecgroup", "kpagecount", "kpageflags",
+		"keys", "key-users", "sysrq-trigger", "timer_list", "vmallocinfo", "kallsyms":
+		return true
+	}
+	fi, err := os.Lstat(filepath.Join("/proc", name))
+	return err != nil || fi.Mode()&os.ModeSymlink != 0
+}
+
+// inProcess reports whether path is /proc itself or lies in a process's
+// directory of it.
+func inProcess(path string) bool {
+	rest, ok := strings.CutPrefix(path, "/proc")
+	if !ok || (rest != "" && rest[0] != '/') {
+		return false
+	}
+	if rest == "" || rest == "/" {
+		return true
+	}
+	first, _, _ := strings.Cut(rest[1:], "/")
+	return strings.Trim(first, "0123456789") == ""
+}
 
 // devices are the device files programs open as a matter of course.
 var devices = []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty"}
@@ -73,6 +107,7 @@ func BuildPolicy(s Settings, req Request, getenv func(string) string) Policy {
 		b.rx(d)
 	}
 	b.etc()
+	b.entries("/proc", procHidden)
 	for _, entry := range filepath.SplitList(getenv("PATH")) {
 		if !filepath.IsAbs(entry) {
 			continue // "." and relative entries depend on the cwd, which is covered
@@ -137,8 +172,8 @@ type builder struct {
 
 func (b *builder) add(list *[]string, path string) {
 	p := resolve(path)
-	if p == "" {
-		return
+	if p == "" || inProcess(p) {
+		return // also a link into a process's /proc directory (/etc/mtab)
 	}
 	if b.seen == nil {
 		b.seen = map[string]bool{}

@@ -70,6 +70,9 @@ func TestPolicyGrantsTheSessionTheSystemAndToolchainsButNotTheHomeOrTheState(t *
 		}
 	}
 	for _, path := range p.ReadExec {
+		if inProcess(path) {
+			t.Errorf("%s is granted: /proc itself or a process's directory (its environ)", path)
+		}
 		if path == "/etc" || path == "/etc/shadow" || path == "/etc/ssl" || path == "/etc/ssl/private" ||
 			(strings.HasPrefix(path, "/etc/ssh/ssh_host_") && strings.HasSuffix(path, "_key")) {
 			t.Errorf("%s is granted: /etc is taken entry by entry, without its secrets", path)
@@ -80,6 +83,15 @@ func TestPolicyGrantsTheSessionTheSystemAndToolchainsButNotTheHomeOrTheState(t *
 	}
 	if !slices.Contains(p.Devices, "/dev/null") {
 		t.Errorf("devices = %v, want /dev/null", p.Devices)
+	}
+}
+
+func TestInProcess(t *testing.T) {
+	for path, want := range map[string]bool{"/proc": true, "/proc/1": true, "/proc/123/environ": true,
+		"/proc/cpuinfo": false, "/proc/sys/kernel": false, "/processes": false, "/usr/proc/1": false} {
+		if got := inProcess(path); got != want {
+			t.Errorf("inProcess(%q) = %v, want %v", path, got, want)
+		}
 	}
 }
 
