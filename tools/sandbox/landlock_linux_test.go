@@ -69,7 +69,7 @@ func TestAJailedProcessReachesItsSessionAndNothingElse(t *testing.T) {
 		{"(sleep 0.01; cat " + key + ") & wait $!", false}, // a background job is inside too
 		{"kill -0 " + strconv.Itoa(os.Getpid()), st.ABI < 6},
 		{"cat /proc/" + strconv.Itoa(os.Getpid()) + "/environ", false}, // the server's environment
-		{"cat /proc/self/environ", false},                                 // no process's /proc directory
+		{"cat /proc/self/environ", false},                              // no process's /proc directory
 		{"grep -q processor /proc/cpuinfo && head -c1 /proc/meminfo && cat /proc/sys/kernel/ostype", true},
 		{"echo to-stderr > /dev/stderr && cat <(echo substituted) && echo x | cat /dev/stdin", true},
 		{"echo > /dev/null && head -c1 /dev/urandom | wc -c && ls /usr/bin >/dev/null", true},
