@@ -3,6 +3,7 @@
 package sandbox
 
 import (
+	"errors"
 	"net"
 	"os"
 	"os/exec"
@@ -11,7 +12,60 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
+
+// mainThreadStart is what a start from the main thread left behind (see
+// TestMain); errNotOnMain when the test binary did not begin there.
+var mainThreadStart error
+
+var errNotOnMain = errors.New("TestMain did not run on the main thread (or no Landlock ABI 6)")
+
+// TestMain starts a jailed command while on the main thread, the process's
+// leader, before the tests. The caller blocks, so the runtime would run the
+// start goroutine on this very thread; enforce must restrict another one,
+// or the leader's credentials — those /proc and signals are checked
+// against — would be the command's domain, for good. Observable: the
+// command could signal the process.
+func TestMain(m *testing.M) {
+	mainThreadStart = errNotOnMain
+	if unix.Gettid() == unix.Getpid() {
+		mainThreadStart = startFromHere()
+	}
+	os.Exit(m.Run())
+}
+
+func startFromHere() error {
+	st := Probe(Settings{Mode: On, Network: true})
+	if st.ABI < 6 {
+		return errNotOnMain
+	}
+	ws, err := os.MkdirTemp("", "sandbox-main-ws-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(ws)
+	j := st.NewJail([]string{ws})
+	defer j.Close()
+	cmd := exec.Command("bash", "-c", "kill -0 "+strconv.Itoa(os.Getpid()))
+	if err := j.Start(cmd, nil); err != nil {
+		return err
+	}
+	if cmd.Wait() == nil {
+		return errors.New("a command started from the main thread could signal the process: the main thread was restricted")
+	}
+	return nil
+}
+
+func TestAStartFromTheMainThreadLeavesItUnrestricted(t *testing.T) {
+	if errors.Is(mainThreadStart, errNotOnMain) {
+		t.Skip(mainThreadStart)
+	}
+	if mainThreadStart != nil {
+		t.Fatal(mainThreadStart)
+	}
+}
 
 func landlockOrSkip(t testing.TB) Status {
 	st := Probe(Settings{Mode: On, Network: true})
