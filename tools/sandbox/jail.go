@@ -60,8 +60,9 @@ func (j *Jail) SetRoots(roots []string) {
 	j.state.Unlock()
 }
 
-// Start starts cmd inside the jail: its environment (cmd.Env, or the
-// server's when nil) gets TMPDIR and the cache redirections (Env), then
+// Start starts cmd inside the jail: its environment (cmd.Env, which must
+// be set: the tool environment, without the server's secrets) gets TMPDIR
+// and the cache redirections (Env), then
 // start — cmd.Start when nil; a transport's Connect that starts cmd — runs
 // on a thread restricted to the policy, readOnly added. An error means
 // nothing was started: the kernel refused, the temporary directory could
@@ -75,7 +76,7 @@ func (j *Jail) Start(cmd *exec.Cmd, start func() error, readOnly ...string) erro
 	}
 	env := cmd.Env
 	if env == nil {
-		env = os.Environ()
+		return errors.New("sandbox: the command has no environment (it would get the server's)")
 	}
 	j.mu.RLock()
 	defer j.mu.RUnlock()

@@ -49,6 +49,7 @@ func startFromHere() error {
 	j := st.NewJail([]string{ws})
 	defer j.Close()
 	cmd := exec.Command("bash", "-c", "kill -0 "+strconv.Itoa(os.Getpid()))
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
 	if err := j.Start(cmd, nil); err != nil {
 		return err
 	}
@@ -176,7 +177,7 @@ func BenchmarkStart(b *testing.B) {
 		b.Run(mode, func(b *testing.B) {
 			for b.Loop() {
 				cmd := exec.Command("/bin/true")
-				cmd.Dir = dir
+				cmd.Dir, cmd.Env = dir, []string{}
 				var err error
 				if mode == "on" {
 					err = j.Start(cmd, nil)
