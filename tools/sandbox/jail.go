@@ -195,6 +195,7 @@ func removeAll(dir string) {
 // command's build cache, the XDG cache, npm's) is moved into tmp, so that
 // `go build` or `npm test` work without widening the sandbox. A cache
 // directory that IAC_CODE_SANDBOX_WRITE made writable is kept.
+// SSH_AUTH_SOCK is dropped (see dropped).
 func Env(env []string, p Policy, tmp string) []string {
 	getenv := lookup(env)
 	home := getenv("HOME")
@@ -223,7 +224,7 @@ func Env(env []string, p Policy, tmp string) []string {
 	out := make([]string, 0, len(env)+len(set))
 	for _, kv := range env {
 		name, _, _ := strings.Cut(kv, "=")
-		if _, ok := set[name]; !ok {
+		if _, ok := set[name]; !ok && !dropped[name] {
 			out = append(out, kv)
 		}
 	}
@@ -234,6 +235,11 @@ func Env(env []string, p Policy, tmp string) []string {
 	}
 	return out
 }
+
+// dropped are variables a sandboxed process does not get: the way to the
+// user's SSH agent (Landlock before ABI 9 does not restrict connecting to
+// a unix socket; the agent would sign as the user).
+var dropped = map[string]bool{"SSH_AUTH_SOCK": true}
 
 // nearest is path resolved as far as it exists (a cache directory may not
 // exist yet; its parent decides where it would be made).

@@ -35,13 +35,15 @@ type ruleset struct {
 	flags uint32
 }
 
-// newRuleset builds the ruleset of p: everything Landlock ABI 7 can
-// restrict (best effort: what an older kernel knows), TCP only when the
-// network is off; IPC scopes (signals, abstract unix sockets) always.
+// newRuleset builds the ruleset of p, best effort (what an older kernel
+// does not know is not restricted): the file system as Landlock ABI 9
+// knows it (connecting to a pathname unix socket outside the writable
+// roots included), IPC scopes (signals, abstract unix sockets) always, and
+// with the network off TCP (ABI 4) and UDP (ABI 10).
 func newRuleset(p Policy) (*ruleset, error) {
-	cfg := landlock.Config{HandledAccessFS: landlock.V7.HandledAccessFS, Scoped: landlock.V7.Scoped}
+	cfg := landlock.Config{HandledAccessFS: landlock.V9.HandledAccessFS, Scoped: landlock.V9.Scoped}
 	if !p.Network {
-		cfg.HandledAccessNet = landlock.V7.HandledAccessNet
+		cfg.HandledAccessNet = landlock.V10.HandledAccessNet
 	}
 	var rwDirs, rwFiles, rxDirs, rxFiles []string
 	split := func(paths []string, dirs, files *[]string) {
@@ -56,8 +58,8 @@ func newRuleset(p Policy) (*ruleset, error) {
 	split(p.ReadWrite, &rwDirs, &rwFiles)
 	split(p.ReadExec, &rxDirs, &rxFiles)
 	fd, flags, err := cfg.BestEffort().NewRulesetFD(
-		landlock.RWDirs(rwDirs...).WithRefer().IgnoreIfMissing(),
-		landlock.RWFiles(rwFiles...).IgnoreIfMissing(),
+		landlock.RWDirs(rwDirs...).WithRefer().WithResolveUnix().IgnoreIfMissing(),
+		landlock.RWFiles(rwFiles...).WithResolveUnix().IgnoreIfMissing(),
 		landlock.RODirs(rxDirs...).IgnoreIfMissing(),
 		landlock.ROFiles(rxFiles...).IgnoreIfMissing(),
 		landlock.RWFiles(p.Devices...).WithIoctlDev().IgnoreIfMissing(),

@@ -136,6 +136,25 @@ func TestAJailedProcessReachesItsSessionAndNothingElse(t *testing.T) {
 		}
 	}
 
+	// A unix socket outside: reachable before ABI 9 (documented), not after.
+	sockDir := t.TempDir()
+	unixLn, err := net.Listen("unix", filepath.Join(sockDir, "s.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unixLn.Close()
+	go func() {
+		if c, err := unixLn.Accept(); err == nil {
+			c.Close()
+		}
+	}()
+	if _, err := exec.LookPath("python3"); err == nil {
+		script := "python3 -c \"import socket; socket.socket(socket.AF_UNIX).connect('" + filepath.Join(sockDir, "s.sock") + "')\""
+		if out, ok := run(t, j, l.ws, script); ok != (st.ABI < 9) {
+			t.Errorf("connect to a unix socket outside: succeeded=%v with ABI %d; output: %s", ok, st.ABI, out)
+		}
+	}
+
 	ln, err := net.Listen("tcp4", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -147,8 +147,12 @@ func TestEnvMovesCachesTheSandboxCannotWriteIntoTheTempDir(t *testing.T) {
 	l := newLayout(t)
 	widened := filepath.Join(l.root, "shared-gocache")
 	p := Policy{ReadWrite: []string{l.ws, l.tmp, widened}}
-	env := Env([]string{"HOME=" + l.home, "PATH=/usr/bin", "TMPDIR=/tmp", "GOCACHE=" + widened}, p, l.tmp)
+	env := Env([]string{"HOME=" + l.home, "PATH=/usr/bin", "TMPDIR=/tmp", "GOCACHE=" + widened,
+		"SSH_AUTH_SOCK=/tmp/ssh-x/agent.1"}, p, l.tmp)
 	got := lookup(env)
+	if got("SSH_AUTH_SOCK") != "" || got("PATH") != "/usr/bin" {
+		t.Errorf("SSH_AUTH_SOCK kept or PATH lost: %v", env)
+	}
 	if got("TMPDIR") != l.tmp {
 		t.Errorf("TMPDIR = %q, want %q", got("TMPDIR"), l.tmp)
 	}
