@@ -3,6 +3,7 @@ package actors
 import (
 	"os"
 	"path/filepath"
+	"slices"
 
 	"github.com/iac-code/iac-code/tools"
 	"github.com/iac-code/iac-code/tools/sandbox"
@@ -23,7 +24,7 @@ func (s *session) sandboxRoots() []string {
 // commands are not sandboxed).
 func (s *session) sandboxJail() *sandbox.Jail {
 	roots := s.sandboxRoots()
-	if s.jail != nil && equalStrings(roots, s.jailRoots) {
+	if s.jail != nil && slices.Equal(roots, s.jailRoots) {
 		return s.jail
 	}
 	if s.deps.Config.Sandbox.Active() {
@@ -44,18 +45,6 @@ func (s *session) sandboxJail() *sandbox.Jail {
 func (s *session) closeSandbox() {
 	s.jail.Close()
 	s.jail, s.jailRoots = nil, nil
-}
-
-func equalStrings(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // sandboxedToolCall is the permission request's tool call for a call

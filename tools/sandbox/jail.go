@@ -60,13 +60,13 @@ func (j *Jail) SetRoots(roots []string) {
 	j.state.Unlock()
 }
 
-// Start starts cmd inside the jail: its environment (cmd.Env, which must
+// Start starts cmd inside the jail. Its environment (cmd.Env, which must
 // be set: the tool environment, without the server's secrets) gets TMPDIR
-// and the cache redirections (Env), then
-// start — cmd.Start when nil; a transport's Connect that starts cmd — runs
-// on a thread restricted to the policy, readOnly added. An error means
-// nothing was started: the kernel refused, the temporary directory could
-// not be made, or IAC_CODE_SANDBOX=on without Landlock.
+// and the cache redirections (Env); then start — cmd.Start when nil, or a
+// transport's Connect that starts cmd — runs on a thread restricted to the
+// policy, readOnly added. An error means nothing was started: the kernel
+// refused, the temporary directory could not be made, or
+// IAC_CODE_SANDBOX=on without Landlock.
 func (j *Jail) Start(cmd *exec.Cmd, start func() error, readOnly ...string) error {
 	if j.status.Refused() {
 		return errors.New("sandbox: IAC_CODE_SANDBOX=on but " + j.status.Reason + "; the command was not run")
