@@ -135,7 +135,7 @@ var _ = Describe("sandbox", Label("e2e", "sandbox"), func() {
 		func(sandboxMode, permMode string) {
 			sandboxed := sandboxMode != "off"
 			a, sid := start(sandboxMode, permMode)
-			outside := filepath.Join(os.TempDir(), fmt.Sprintf("iac-sbx-outside-%d", GinkgoRandomSeed()+int64(GinkgoParallelProcess())))
+			outside := filepath.Join(os.TempDir(), fmt.Sprintf("iac-sbx-outside-%d-%d", os.Getpid(), GinkgoRandomSeed()))
 			DeferCleanup(func() { _ = os.Remove(outside) })
 			port := listener.Addr().(*net.TCPAddr).Port
 			serverPID := strconv.Itoa(a.cmd.Process.Pid)
