@@ -450,6 +450,11 @@ func before(au int64, aid string, bu int64, bid string) bool {
 
 // List implements Store.
 func (s *FileStore) List(cwd, cursor string, limit int) ([]Meta, string, error) {
+	return s.ListOwned("", cwd, cursor, limit)
+}
+
+// ListOwned implements Store; owner "" lists every owner's.
+func (s *FileStore) ListOwned(owner, cwd, cursor string, limit int) ([]Meta, string, error) {
 	if limit <= 0 {
 		limit = DefaultListLimit
 	}
@@ -481,7 +486,7 @@ func (s *FileStore) List(cwd, cursor string, limit int) ([]Meta, string, error) 
 			continue
 		}
 		seen[id] = true
-		if cwd != "" && filepath.Clean(m.Cwd) != cwd {
+		if (cwd != "" && filepath.Clean(m.Cwd) != cwd) || (owner != "" && m.OwnedBy() != owner) {
 			continue
 		}
 		metas = append(metas, m)
