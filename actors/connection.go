@@ -69,8 +69,10 @@ type pendingRequest struct {
 // connection dispatches one client connection's JSON-RPC traffic and owns its
 // outbound order: every frame the client sees passes through here.
 type connection struct {
-	deps        *Deps
-	id          string
+	deps *Deps
+	id   string
+	// who opened the connection; its sessions are who.Principal's.
+	who         Identity
 	out         Outlet
 	log         zerolog.Logger
 	initialized bool
@@ -109,10 +111,11 @@ type connection struct {
 	moved map[string]bool
 }
 
-func newConnection(deps *Deps, id string, out Outlet) *connection {
+func newConnection(deps *Deps, id string, who Identity, out Outlet) *connection {
 	return &connection{
 		deps:     deps,
 		id:       id,
+		who:      who,
 		out:      out,
 		log:      deps.Log.With().Str("conn", id).Logger(),
 		sessions: map[string]*actor.PID{},

@@ -185,14 +185,35 @@ func (s *Server) SetHandover(h Handover) { s.deps.Handover = h }
 // reachable from other processes (cluster mode). Call it before serving.
 func (s *Server) System() *actor.ActorSystem { return s.sys }
 
-// Connect spawns a connection actor writing to out.
+// Identity is who opened a connection: the principal the transport
+// authenticated (DefaultPrincipal for stdio and unauthenticated HTTP) and,
+// for the audit log, the client's address.
+type Identity struct {
+	Principal string
+	Remote    string
+}
+
+// DefaultPrincipal is the principal of stdio, of the shared HTTP token, and
+// the owner of sessions stored before sessions had owners.
+const DefaultPrincipal = store.DefaultOwner
+
+// Connect spawns a connection actor of DefaultPrincipal writing to out.
 func (s *Server) Connect(out Outlet) *Conn { return s.ConnectID(uuid.NewString(), out) }
 
 // ConnectID is Connect with the connection id chosen by the transport
 // (cluster mode: it names the pod).
 func (s *Server) ConnectID(id string, out Outlet) *Conn {
+	return s.ConnectAs(id, Identity{Principal: DefaultPrincipal}, out)
+}
+
+// ConnectAs is ConnectID for a connection of principal who.Principal: its
+// sessions are that principal's, and it sees no one else's.
+func (s *Server) ConnectAs(id string, who Identity, out Outlet) *Conn {
+	if who.Principal == "" {
+		who.Principal = DefaultPrincipal
+	}
 	log := s.deps.Log.With().Str("conn", id).Logger()
-	props := actor.PropsFromProducer(func() actor.Actor { return newConnection(s.deps, id, out) },
+	props := actor.PropsFromProducer(func() actor.Actor { return newConnection(s.deps, id, who, out) },
 		actor.WithReceiverMiddleware(survivePanics(log, out)))
 	pid := s.sys.Root.Spawn(props)
 	return &Conn{ID: id, pid: pid, root: s.sys.Root}
