@@ -63,11 +63,11 @@ const (
 
 // Edge is the HTTP+SSE transport of one actors.Server.
 type Edge struct {
-	srv   *actors.Server
-	cfg   Config
-	log   zerolog.Logger
-	hs    *fasthttp.Server
-	met   *metrics
+	srv *actors.Server
+	cfg Config
+	log zerolog.Logger
+	hs  *fasthttp.Server
+	met *metrics
 	// authn decides the principal of each request; nil: no authentication.
 	authn auth.Authenticator
 	guard *edgeGuard
@@ -114,17 +114,17 @@ type Edge struct {
 func New(srv *actors.Server, cfg Config, log zerolog.Logger) *Edge {
 	cfg = cfg.withDefaults()
 	e := &Edge{
-		srv:    srv,
-		cfg:    cfg,
-		log:    log.With().Str("transport", "http").Logger(),
-		conns:  map[string]*conn{},
-		authn:  cfg.Auth,
+		srv:   srv,
+		cfg:   cfg,
+		log:   log.With().Str("transport", "http").Logger(),
+		conns: map[string]*conn{},
+		authn: cfg.Auth,
 
 		perUser: map[string]int{},
-		tombs:  map[string]string{},
-		quit:   make(chan struct{}),
-		reaped: make(chan struct{}),
-		guard:  newEdgeGuard(cfg),
+		tombs:   map[string]string{},
+		quit:    make(chan struct{}),
+		reaped:  make(chan struct{}),
+		guard:   newEdgeGuard(cfg),
 
 		cluster: cfg.Cluster,
 		remotes: map[uint64]*stream{},
