@@ -392,8 +392,9 @@ func (c *connection) newSession(ctx actor.Context, m *protocol.Message) {
 		c.fail(m.ID, protocol.ErrInvalidParams(map[string]string{"error": err.Error()}))
 		return
 	}
-	if bad := checkCwd(req.Cwd); bad != "" {
-		c.fail(m.ID, protocol.ErrInvalidParams(map[string]string{"cwd": bad}))
+	cwd, bad := c.workspaceCwd(req.Cwd)
+	if bad != nil {
+		c.fail(m.ID, bad)
 		return
 	}
 	servers, ok := c.mcpServersOf(m.ID, req.McpServers)
@@ -401,7 +402,7 @@ func (c *connection) newSession(ctx actor.Context, m *protocol.Message) {
 		return
 	}
 	// The session actor creates its store entry and answers the request.
-	c.openSession(ctx, uuid.NewString(), startNew, m.ID, req.Cwd, "", servers)
+	c.openSession(ctx, uuid.NewString(), startNew, m.ID, cwd, "", servers)
 }
 
 // mcpServersOf parses mcpServers, answering reqID with -32602 (naming the
@@ -449,7 +450,7 @@ func (c *connection) openSession(ctx actor.Context, id string, kind startKind, r
 	servers []protocol.McpServerConfig) {
 	notices := c.notices
 	props := actor.PropsFromProducer(func() actor.Actor {
-		return newSession(c.deps, id, ctx.Self(), c.caps, kind, reqID, cwd, forkSrc, servers, notices)
+		return newSession(c.deps, id, c.who.Principal, ctx.Self(), c.caps, kind, reqID, cwd, forkSrc, servers, notices)
 	}, actor.WithSupervisor(reportAndStop{}), actor.WithGuardian(c.deps.sessionGuardian),
 		actor.WithReceiverMiddleware(keepStack))
 	name := sessionActorName(id)
@@ -507,10 +508,16 @@ func (c *connection) reopenSession(ctx actor.Context, m *protocol.Message, metho
 		return
 	}
 	if ref.Cwd != "" {
-		if bad := checkCwd(ref.Cwd); bad != "" {
-			c.fail(m.ID, protocol.ErrInvalidParams(map[string]string{"cwd": bad}))
+		cwd, bad := c.workspaceCwd(ref.Cwd)
+		if bad != nil {
+			c.fail(m.ID, bad)
 			return
 		}
+		ref.Cwd = cwd
+	}
+	if !c.owns(ref.SessionID) {
+		c.fail(m.ID, protocol.ErrSessionNotFound())
+		return
 	}
 	target := ref.SessionID
 	if method == protocol.MethodSessionFork {
@@ -540,9 +547,9 @@ func (c *connection) listSessions(ctx actor.Context, m *protocol.Message) {
 			return
 		}
 	}
-	self, root, st, id, log := ctx.Self(), ctx.ActorSystem().Root, c.deps.Store, m.ID, c.log
+	self, root, st, id, log, owner := ctx.Self(), ctx.ActorSystem().Root, c.deps.Store, m.ID, c.log, c.who.Principal
 	go func() {
-		metas, next, err := st.List(req.Cwd, req.Cursor, 50)
+		metas, next, err := st.ListOwned(owner, req.Cwd, req.Cursor, 50)
 		var frame []byte
 		switch {
 		case errors.Is(err, store.ErrInvalidCursor):

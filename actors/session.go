@@ -99,7 +99,11 @@ type (
 type session struct {
 	deps *Deps
 	id   string
-	conn *actor.PID
+	// owner is the principal of the connection that opened the session:
+	// the owner of a new one; load, resume and fork were checked against
+	// the stored owner by that connection (connection.owns).
+	owner string
+	conn  *actor.PID
 	// caps are the capabilities of conn's client (set with conn).
 	caps  tools.ClientCaps
 	start startKind
@@ -125,6 +129,8 @@ type session struct {
 	seen   int
 
 	turn *actor.PID
+	// turnCounted: the running turn holds one of its owner's slots.
+	turnCounted bool
 	// turnID numbers the turns; a tool's request to the client is sent only
 	// while its turn runs.
 	turnID   int64
@@ -164,11 +170,12 @@ type session struct {
 	mcp sessionMCP
 }
 
-func newSession(deps *Deps, id string, conn *actor.PID, caps tools.ClientCaps, kind startKind, reqID protocol.RawMessage, cwd, forkSrc string,
+func newSession(deps *Deps, id, owner string, conn *actor.PID, caps tools.ClientCaps, kind startKind, reqID protocol.RawMessage, cwd, forkSrc string,
 	servers []protocol.McpServerConfig, notices bool) *session {
 	s := &session{
 		deps:     deps,
 		id:       id,
+		owner:    owner,
 		conn:     conn,
 		caps:     caps,
 		start:    kind,
@@ -202,6 +209,7 @@ func (s *session) receive(ctx actor.Context) {
 		s.open(ctx)
 	case *actor.Stopped:
 		s.deps.Metrics.Sessions.Add(-1)
+		s.releaseTurnCount()
 		if s.left != nil {
 			s.deps.leaving.CompareAndDelete(s.id, s.left)
 			close(s.left)
@@ -393,7 +401,8 @@ func (s *session) open(ctx actor.Context) {
 	)
 	switch s.start {
 	case startNew:
-		s.store, err = s.deps.Store.Create(store.Meta{ID: s.id, Cwd: s.startCwd, Mode: "default", Model: s.deps.llmConfig().Model})
+		s.store, err = s.deps.Store.Create(store.Meta{ID: s.id, Cwd: s.startCwd, Mode: "default", Model: s.deps.llmConfig().Model,
+			Owner: s.owner})
 	case startFork:
 		s.store, entries, err = s.deps.Store.Fork(s.forkSrc, s.id)
 	default:

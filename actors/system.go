@@ -58,6 +58,12 @@ type Config struct {
 	// MaxImageBytes caps one image of a prompt (default 5 MiB); a larger
 	// one is refused with -32602.
 	MaxImageBytes int
+	// WorkspaceRoot (IAC_CODE_WORKSPACE_ROOT), when set, is the directory a
+	// session's cwd must resolve into; "{user}" stands for the principal.
+	WorkspaceRoot string
+	// MaxTurnsPerUser caps the running prompt turns of one principal (0: no
+	// cap); a prompt beyond it is refused with -32011.
+	MaxTurnsPerUser int
 }
 
 // Defaults of Config.
@@ -90,6 +96,8 @@ type Deps struct {
 	// leaving are the sessions handed off to another process that are still
 	// stopping: id → channel closed once stopped (see HandOff).
 	leaving *sync.Map
+	// turns counts the running turns of each principal.
+	turns *userTurns
 }
 
 // Handover moves sessions between processes that share a store (cluster
@@ -148,6 +156,7 @@ func NewServer(deps Deps) *Server {
 		deps.Metrics = &Metrics{}
 	}
 	deps.leaving = &sync.Map{}
+	deps.turns = &userTurns{}
 	if deps.Tools == nil {
 		deps.Tools = tools.Default()
 	}

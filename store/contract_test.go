@@ -374,6 +374,14 @@ func describeStoreContract(name string, fresh func() backend) bool {
 				all, _, err := st.List("", "", 10)
 				Expect(err).NotTo(HaveOccurred())
 				Expect(all).To(HaveLen(5))
+
+				m, err = st.Stat("b1")
+				Expect(err).NotTo(HaveOccurred())
+				Expect(m.OwnedBy()).To(Equal("bob"))
+				_, err = st.Stat("nope")
+				Expect(err).To(MatchError(store.ErrNotFound))
+				_, err = st.Stat("../x")
+				Expect(err).To(MatchError(store.ErrNotFound))
 			})
 
 			It("pages 120 sessions by 50 with a stable cursor, no duplicates and no gaps", func() {

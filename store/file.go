@@ -520,6 +520,18 @@ func (s *FileStore) ListOwned(owner, cwd, cursor string, limit int) ([]Meta, str
 	return page, next, nil
 }
 
+// Stat implements Store.
+func (s *FileStore) Stat(id string) (Meta, error) {
+	if !ValidID(id) {
+		return Meta{}, fmt.Errorf("%w: %q", ErrNotFound, id)
+	}
+	m, ok := s.listMeta(id)
+	if !ok {
+		return Meta{}, fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
+	return m.clone(), nil
+}
+
 // listMeta returns the meta of session id, from the cache while meta.json
 // is unchanged. Unreadable metas are logged and skipped.
 func (s *FileStore) listMeta(id string) (Meta, bool) {

@@ -492,6 +492,29 @@ func (s *PGStore) Delete(id string) error {
 	}
 }
 
+// Stat implements Store: the meta row, no lease.
+func (s *PGStore) Stat(id string) (Meta, error) {
+	if !ValidID(id) {
+		return Meta{}, fmt.Errorf("%w: %q", ErrNotFound, id)
+	}
+	ctx, cancel := opCtx()
+	defer cancel()
+	var raw []byte
+	err := s.pool.QueryRow(ctx, "SELECT meta FROM iac_sessions WHERE id = $1", id).Scan(&raw)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Meta{}, fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
+	if err != nil {
+		return Meta{}, s.dbErr("stat "+id, err)
+	}
+	var m Meta
+	if err := safeUnmarshal(raw, &m); err != nil {
+		return Meta{}, fmt.Errorf("decode meta of %s: %w", id, err)
+	}
+	m.ID = id
+	return m, nil
+}
+
 // List implements Store: one indexed query per page.
 func (s *PGStore) List(cwd, cursor string, limit int) ([]Meta, string, error) {
 	return s.ListOwned("", cwd, cursor, limit)

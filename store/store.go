@@ -119,6 +119,9 @@ type Store interface {
 	// previous call; nextCursor is "" on the last page. limit <= 0 means
 	// DefaultListLimit. Reads meta files only.
 	List(cwd, cursor string, limit int) (metas []Meta, nextCursor string, err error)
+	// Stat reads a session's stored meta without opening it (no lock, no
+	// lease): ErrNotFound for an unknown or invalid id.
+	Stat(id string) (Meta, error)
 	// ListOwned is List of the sessions of owner only (Meta.OwnedBy).
 	ListOwned(owner, cwd, cursor string, limit int) (metas []Meta, nextCursor string, err error)
 	// Delete removes a session. ErrNotFound, ErrInUse.
