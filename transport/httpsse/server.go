@@ -102,6 +102,8 @@ type Edge struct {
 	// which fasthttp's graceful shutdown does not wait for; lateRuns holds
 	// their writers by net.Conn until the hijack handler or the close of
 	// the connection (connState) starts them.
+	// fresh is Serve's listener, which evicts silent connections at the cap.
+	fresh    *freshListener
 	late     sync.WaitGroup
 	lateRuns sync.Map
 	closing  atomic.Bool
@@ -161,7 +163,8 @@ func New(srv *actors.Server, cfg Config, log zerolog.Logger) *Edge {
 // resilientListener).
 func (e *Edge) Serve(ln net.Listener) error {
 	go e.reaper()
-	return e.hs.Serve(newResilientListener(ln, e.log))
+	e.fresh = newFreshListener(newResilientListener(ln, e.log), e.cfg.MaxConnections, e.log)
+	return e.hs.Serve(e.fresh)
 }
 
 // Serve runs the edge on cfg.Host:cfg.Port until ctx is cancelled, then shuts
@@ -250,6 +253,12 @@ func (e *Edge) Shutdown(ctx context.Context) error {
 // connState starts the writer of a late stream whose hijack handler will
 // not run: fasthttp closed its connection instead (see route).
 func (e *Edge) connState(nc net.Conn, state fasthttp.ConnState) {
+	if state == fasthttp.StateActive {
+		if e.fresh != nil {
+			e.fresh.served(nc)
+		}
+		return
+	}
 	if state != fasthttp.StateClosed {
 		return
 	}
