@@ -450,7 +450,7 @@ func (c *connection) openSession(ctx actor.Context, id string, kind startKind, r
 	servers []protocol.McpServerConfig) {
 	notices := c.notices
 	props := actor.PropsFromProducer(func() actor.Actor {
-		return newSession(c.deps, id, c.who.Principal, ctx.Self(), c.caps, kind, reqID, cwd, forkSrc, servers, notices)
+		return newSession(c.deps, id, sessionWho{Identity: c.who, connID: c.id}, ctx.Self(), c.caps, kind, reqID, cwd, forkSrc, servers, notices)
 	}, actor.WithSupervisor(reportAndStop{}), actor.WithGuardian(c.deps.sessionGuardian),
 		actor.WithReceiverMiddleware(keepStack))
 	name := sessionActorName(id)
@@ -462,7 +462,8 @@ func (c *connection) openSession(ctx actor.Context, id string, kind startKind, r
 			c.attaching = map[string]attachRequest{}
 		}
 		c.attaching[pid.Id] = attachRequest{id: id, kind: kind, reqID: reqID, cwd: cwd, servers: servers}
-		ctx.Request(pid, &attach{kind: kind, reqID: reqID, cwd: cwd, conn: ctx.Self(), servers: servers, notices: notices, caps: c.caps})
+		ctx.Request(pid, &attach{kind: kind, reqID: reqID, cwd: cwd, conn: ctx.Self(), who: sessionWho{Identity: c.who, connID: c.id},
+			servers: servers, notices: notices, caps: c.caps})
 	} else if err != nil {
 		c.log.Error().Err(err).Str("session", id).Msg("spawn session")
 		c.fail(reqID, protocol.ErrInternal("could not start the session", newErrorID()))

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/rs/zerolog"
+
 	"github.com/iac-code/iac-code/protocol"
 	"github.com/iac-code/iac-code/store"
 )
@@ -104,4 +106,33 @@ func errTooManyTurns(limit int) *protocol.Error {
 	return protocol.ErrLimit(fmt.Sprintf(
 		"Too many running prompts for this user (limit %d, IAC_CODE_MAX_TURNS_PER_USER); wait for one to finish or cancel it", limit),
 		"too_many_turns", limit)
+}
+
+// audit starts an audit line (one per session lifecycle event and
+// permission decision): who, from where, on which connection and session.
+// It never carries a credential: the actors never see one.
+func (s *session) audit(method, outcome string) *zerolog.Event {
+	return s.log.Info().Bool("audit", true).Str("principal", s.owner).Str("conn", s.who.connID).
+		Str("remote", s.who.Remote).Str("method", method).Str("outcome", outcome)
+}
+
+// sessionWho is the connection a session serves now, for its audit lines.
+type sessionWho struct {
+	Identity
+	connID string
+}
+
+// startMethod names the request of a start kind in audit lines.
+func startMethod(k startKind) string {
+	switch k {
+	case startNew:
+		return protocol.MethodSessionNew
+	case startLoad:
+		return protocol.MethodSessionLoad
+	case startResume:
+		return protocol.MethodSessionResume
+	case startFork:
+		return protocol.MethodSessionFork
+	}
+	return "restore"
 }

@@ -226,6 +226,9 @@ var _ = Describe("tenancy: identities, owned sessions, workspaces", Label("e2e",
 		Expect(logs).To(MatchRegexp(`"audit":true[^\n]*"outcome":"unauthenticated"`))
 		Expect(logs).To(MatchRegexp(`"audit":true[^\n]*"outcome":"not_owner"`))
 		Expect(logs).To(MatchRegexp(`"audit":true[^\n]*"outcome":"forbidden"`))
+		for _, event := range []string{"session new", "session fork", "session load", "session resume", "session close"} {
+			Expect(logs).To(MatchRegexp(`"audit":true[^\n]*"principal":"alice"[^\n]*"message":"`+event+`"`), event)
+		}
 		for _, secret := range append([]string{sharedToken, t.aliceToken, t.bobToken, "carol-token-1", "carol-token-2"}, values(bad)...) {
 			if len(secret) > 8 {
 				Expect(logs).NotTo(ContainSubstring(secret))
@@ -241,6 +244,39 @@ var _ = Describe("tenancy: identities, owned sessions, workspaces", Label("e2e",
 			Expect(p.stderr.String()).NotTo(ContainSubstring(t.aliceToken))
 			Expect(p.stderr.String()).NotTo(ContainSubstring(t.bobToken))
 		}
+	})
+
+	It("holds each user to its quotas without starving another: connections (429) and running prompts (-32011)", func() {
+		a := startHTTPAgent(agentEnv(fake, append(t.env, "IAC_CODE_MAX_CONNECTIONS_PER_USER=2", "IAC_CODE_MAX_TURNS_PER_USER=1")...), sharedToken)
+		alice, bob := a.as(t.aliceToken), a.as(t.bobToken)
+		c1, c2 := openConn(alice), openConn(alice)
+		r := alice.post("", jrpc(1, "initialize", map[string]any{"protocolVersion": 1}))
+		Expect(r.status).To(Equal(http.StatusTooManyRequests), string(r.body))
+		Expect(r.header.Get("Retry-After")).NotTo(BeEmpty())
+		Expect(string(r.body)).To(ContainSubstring("limit 2"))
+		cb := openConn(bob)
+
+		s1, s2 := c1.newSession(t.ws("alice")), c2.newSession(t.ws("alice"))
+		Expect(c1.wait(c1.prompt(s1, "warm up"))).To(HaveKey("result"))
+		fake.Script(llmtest.Reply{Text: "a b c d e f", Hang: true, AfterChunks: 3})
+		first := c1.prompt(s1, "long one")
+		c1.s.until("first chunk", isAgentChunk)
+		m := c2.call("session/prompt", map[string]any{"sessionId": s2, "prompt": []any{map[string]any{"type": "text", "text": "second"}}})
+		e, _ := m["error"].(map[string]any)
+		Expect(e).NotTo(BeNil(), jsonText(m))
+		Expect(e["code"]).To(BeEquivalentTo(-32011))
+		Expect(e["message"]).To(ContainSubstring("limit 1"))
+
+		By("another user is served meanwhile")
+		sb := cb.newSession(t.ws("bob"))
+		Expect(cb.wait(cb.prompt(sb, "hi"))).To(HaveKey("result"))
+
+		By("once the running prompt ends, the user may prompt again; a closed connection frees its slot")
+		c1.call("session/cancel", map[string]any{"sessionId": s1})
+		Expect(c1.wait(first)["result"]).To(HaveKeyWithValue("stopReason", "cancelled"))
+		Expect(c2.wait(c2.prompt(s2, "now"))).To(HaveKey("result"))
+		Expect(alice.do(http.MethodDelete, nil, "Acp-Connection-Id", c2.id).status).To(Equal(http.StatusOK))
+		Expect(openConn(alice).id).NotTo(BeEmpty())
 	})
 
 	It("refuses to start on a malformed tokens file, naming file and line", func() {
