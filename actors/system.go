@@ -14,6 +14,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/rs/zerolog"
 
+	"github.com/iac-code/iac-code/actors/sysprompt"
 	"github.com/iac-code/iac-code/llm"
 	"github.com/iac-code/iac-code/protocol"
 	"github.com/iac-code/iac-code/store"
@@ -98,6 +99,8 @@ type Deps struct {
 	leaving *sync.Map
 	// turns counts the running turns of each principal.
 	turns *userTurns
+	// projects are the AGENTS.md files by working directory (turn_context.go).
+	projects *sysprompt.Projects
 }
 
 // Handover moves sessions between processes that share a store (cluster
@@ -157,6 +160,7 @@ func NewServer(deps Deps) *Server {
 	}
 	deps.leaving = &sync.Map{}
 	deps.turns = &userTurns{}
+	deps.projects = sysprompt.NewProjects(deps.Config.Home)
 	if deps.Tools == nil {
 		deps.Tools = tools.Default()
 	}
