@@ -239,7 +239,8 @@ func (e *Edge) remoteGet(ctx *fasthttp.RequestCtx, owner string, id, sid []byte,
 		// At shutdown this pod's streams of other pods' connections just
 		// end: their events stay with the connection's pod, and the client
 		// resumes on another pod with Last-Event-ID.
-		quit: e.quit,
+		quit:    e.quit,
+		allowed: e.stillAllowed(ctx, who),
 		take: func(dst []event) handout {
 			var final []byte
 			var end bool

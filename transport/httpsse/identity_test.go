@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -16,16 +17,24 @@ import (
 )
 
 func usersChain(kv ...string) *auth.Chain {
-	path := filepath.Join(GinkgoT().TempDir(), "users.yaml")
+	return usersChainAt(filepath.Join(GinkgoT().TempDir(), "users.yaml"), kv...)
+}
+
+func usersChainAt(path string, kv ...string) *auth.Chain {
+	writeUsers(path, kv...)
+	f, err := auth.LoadTokenFile(path, zerolog.Nop())
+	Expect(err).NotTo(HaveOccurred())
+	return &auth.Chain{File: f}
+}
+
+func writeUsers(path string, kv ...string) {
 	y := "users:\n"
 	for i := 0; i+1 < len(kv); i += 2 {
 		sum := sha256.Sum256([]byte(kv[i+1]))
 		y += "  - name: " + kv[i] + "\n    token_sha256: \"" + hex.EncodeToString(sum[:]) + "\"\n"
 	}
-	Expect(os.WriteFile(path, []byte(y), 0o600)).To(Succeed())
-	f, err := auth.LoadTokenFile(path, zerolog.Nop())
-	Expect(err).NotTo(HaveOccurred())
-	return &auth.Chain{File: f}
+	Expect(os.WriteFile(path+".tmp", []byte(y), 0o600)).To(Succeed())
+	Expect(os.Rename(path+".tmp", path)).To(Succeed())
 }
 
 var _ = Describe("identities", func() {
@@ -59,6 +68,21 @@ var _ = Describe("identities", func() {
 		}
 		Expect(e.logs.String()).To(ContainSubstring(`"outcome":"forbidden"`))
 		Expect(e.logs.String()).NotTo(ContainSubstring(tokB))
+	})
+
+	It("ends an open stream at its next keep-alive once its token is revoked", func() {
+		path := filepath.Join(GinkgoT().TempDir(), "users.yaml")
+		chain := usersChainAt(path, "alice", tokA, "bob", tokB)
+		e := startEnv(httpsse.Config{Auth: chain, KeepAlive: 50 * time.Millisecond})
+		ca, cb := e.initialize(asA...), e.initialize(asB...)
+		sa, sb := e.stream(ca, asA...), e.stream(cb, asB...)
+		writeUsers(path, "bob", tokB) // alice's token revoked
+		Expect(chain.File.Reload()).To(BeTrue())
+		sa.waitEOF()
+		Consistently(sb.eof, 300*time.Millisecond).ShouldNot(BeClosed(), "bob's stream stays")
+		resp, cancel := e.getStream(ca, asA...)
+		cancel()
+		Expect(resp.StatusCode).To(Equal(http.StatusUnauthorized))
 	})
 
 	It("caps the connections of one user with 429 and Retry-After, not another user's", func() {

@@ -652,6 +652,7 @@ func (e *Edge) get(ctx *fasthttp.RequestCtx, who string) (stream func()) {
 	if last != nil || replaced {
 		e.met.reconnects.Inc()
 	}
+	st.allowed = e.stillAllowed(ctx, who)
 	head := e.takeOver(ctx)
 	return func() { st.run(head) }
 }
