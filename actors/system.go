@@ -19,6 +19,7 @@ import (
 	"github.com/iac-code/iac-code/protocol"
 	"github.com/iac-code/iac-code/store"
 	"github.com/iac-code/iac-code/tools"
+	"github.com/iac-code/iac-code/tools/sandbox"
 )
 
 // Config holds the server's behaviour settings.
@@ -65,6 +66,9 @@ type Config struct {
 	// MaxTurnsPerUser caps the running prompt turns of one principal (0: no
 	// cap); a prompt beyond it is refused with -32011.
 	MaxTurnsPerUser int
+	// Sandbox is the sandbox in force for the processes tools start
+	// (zero: none, as with IAC_CODE_SANDBOX=off).
+	Sandbox sandbox.Status
 }
 
 // Defaults of Config.
