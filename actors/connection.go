@@ -15,6 +15,7 @@ import (
 	"github.com/iac-code/iac-code/protocol"
 	"github.com/iac-code/iac-code/store"
 	"github.com/iac-code/iac-code/tools"
+	"github.com/iac-code/iac-code/tools/sandbox"
 	"github.com/iac-code/iac-code/transport/cluster/clusterpb"
 )
 
@@ -70,8 +71,10 @@ type pendingRequest struct {
 // connection dispatches one client connection's JSON-RPC traffic and owns its
 // outbound order: every frame the client sees passes through here.
 type connection struct {
-	deps        *Deps
-	id          string
+	deps *Deps
+	id   string
+	// who opened the connection; its sessions are who.Principal's.
+	who         Identity
 	out         Outlet
 	log         zerolog.Logger
 	initialized bool
@@ -113,10 +116,11 @@ type connection struct {
 	stub *actor.PID
 }
 
-func newConnection(deps *Deps, id string, out Outlet) *connection {
+func newConnection(deps *Deps, id string, who Identity, out Outlet) *connection {
 	return &connection{
 		deps:     deps,
 		id:       id,
+		who:      who,
 		out:      out,
 		log:      deps.Log.With().Str("conn", id).Logger(),
 		sessions: map[string]*actor.PID{},
@@ -355,6 +359,7 @@ func (c *connection) initialize(m *protocol.Message) {
 		},
 		AgentInfo:   protocol.Implementation{Name: "iac-code", Version: c.deps.Config.Version},
 		AuthMethods: authMethods,
+		Meta:        map[string]any{sandbox.MetaKey: c.deps.Config.Sandbox.Meta()},
 	})
 }
 
@@ -403,8 +408,9 @@ func (c *connection) newSession(ctx actor.Context, m *protocol.Message) {
 		c.fail(m.ID, protocol.ErrInvalidParams(map[string]string{"error": err.Error()}))
 		return
 	}
-	if bad := checkCwd(req.Cwd); bad != "" {
-		c.fail(m.ID, protocol.ErrInvalidParams(map[string]string{"cwd": bad}))
+	cwd, bad := c.workspaceCwd(req.Cwd)
+	if bad != nil {
+		c.fail(m.ID, bad)
 		return
 	}
 	servers, ok := c.mcpServersOf(m.ID, req.McpServers)
@@ -412,7 +418,7 @@ func (c *connection) newSession(ctx actor.Context, m *protocol.Message) {
 		return
 	}
 	// The session actor creates its store entry and answers the request.
-	c.openSession(ctx, uuid.NewString(), startNew, m.ID, req.Cwd, "", servers)
+	c.openSession(ctx, uuid.NewString(), startNew, m.ID, cwd, "", servers)
 }
 
 // mcpServersOf parses mcpServers, answering reqID with -32602 (naming the
@@ -460,7 +466,7 @@ func (c *connection) openSession(ctx actor.Context, id string, kind startKind, r
 	servers []protocol.McpServerConfig) {
 	notices := c.notices
 	props := actor.PropsFromProducer(func() actor.Actor {
-		return newSession(c.deps, id, ctx.Self(), c.caps, kind, reqID, cwd, forkSrc, servers, notices)
+		return newSession(c.deps, id, sessionWho{Identity: c.who, connID: c.id}, ctx.Self(), c.caps, kind, reqID, cwd, forkSrc, servers, notices)
 	}, actor.WithSupervisor(reportAndStop{}), actor.WithGuardian(c.deps.sessionGuardian),
 		actor.WithReceiverMiddleware(keepStack))
 	name := sessionActorName(id)
@@ -472,7 +478,8 @@ func (c *connection) openSession(ctx actor.Context, id string, kind startKind, r
 			c.attaching = map[string]attachRequest{}
 		}
 		c.attaching[pid.Id] = attachRequest{id: id, kind: kind, reqID: reqID, cwd: cwd, servers: servers}
-		ctx.Request(pid, &attach{kind: kind, reqID: reqID, cwd: cwd, conn: ctx.Self(), servers: servers, notices: notices, caps: c.caps})
+		ctx.Request(pid, &attach{kind: kind, reqID: reqID, cwd: cwd, conn: ctx.Self(), who: sessionWho{Identity: c.who, connID: c.id},
+			servers: servers, notices: notices, caps: c.caps})
 	} else if err != nil {
 		c.log.Error().Err(err).Str("session", id).Msg("spawn session")
 		c.fail(reqID, protocol.ErrInternal("could not start the session", newErrorID()))
@@ -518,10 +525,16 @@ func (c *connection) reopenSession(ctx actor.Context, m *protocol.Message, metho
 		return
 	}
 	if ref.Cwd != "" {
-		if bad := checkCwd(ref.Cwd); bad != "" {
-			c.fail(m.ID, protocol.ErrInvalidParams(map[string]string{"cwd": bad}))
+		cwd, bad := c.workspaceCwd(ref.Cwd)
+		if bad != nil {
+			c.fail(m.ID, bad)
 			return
 		}
+		ref.Cwd = cwd
+	}
+	if !c.owns(ref.SessionID) {
+		c.fail(m.ID, protocol.ErrSessionNotFound())
+		return
 	}
 	target := ref.SessionID
 	if method == protocol.MethodSessionFork {
@@ -551,9 +564,9 @@ func (c *connection) listSessions(ctx actor.Context, m *protocol.Message) {
 			return
 		}
 	}
-	self, root, st, id, log := ctx.Self(), ctx.ActorSystem().Root, c.deps.Store, m.ID, c.log
+	self, root, st, id, log, owner := ctx.Self(), ctx.ActorSystem().Root, c.deps.Store, m.ID, c.log, c.who.Principal
 	go func() {
-		metas, next, err := st.List(req.Cwd, req.Cursor, 50)
+		metas, next, err := st.ListOwned(owner, req.Cwd, req.Cursor, 50)
 		var frame []byte
 		switch {
 		case errors.Is(err, store.ErrInvalidCursor):

@@ -3,6 +3,7 @@ package actors
 import (
 	"bytes"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -12,6 +13,7 @@ import (
 	"github.com/iac-code/iac-code/protocol"
 	"github.com/iac-code/iac-code/store"
 	"github.com/iac-code/iac-code/tools"
+	"github.com/iac-code/iac-code/tools/sandbox"
 )
 
 // startKind says how a session actor comes to life.
@@ -49,6 +51,7 @@ type (
 		reqID protocol.RawMessage
 		cwd   string
 		conn  *actor.PID
+		who   sessionWho
 		// servers are the MCP servers of the request; notices: the
 		// connection's client shows notices.
 		servers []protocol.McpServerConfig
@@ -102,6 +105,12 @@ type (
 type session struct {
 	deps *Deps
 	id   string
+	// owner is the principal of the connection that opened the session:
+	// the owner of a new one; load, resume and fork were checked against
+	// the stored owner by that connection (connection.owns).
+	owner string
+	// who is the connection the session serves now (audit lines).
+	who  sessionWho
 	// conn is the connection whose request the session serves now (the
 	// last one that sent it a request or attached); respond answers there.
 	conn *actor.PID
@@ -129,6 +138,8 @@ type session struct {
 	fenced *protocol.Error
 
 	turn *actor.PID
+	// turnCounted: the running turn holds one of its owner's slots.
+	turnCounted bool
 	// turnID numbers the turns; a tool's request to the client is sent only
 	// while its turn runs.
 	turnID   int64
@@ -175,13 +186,19 @@ type session struct {
 	// remote: this actor is the stub of a session another pod holds, and
 	// remote the proxy connection there (session_remote.go).
 	remote *actor.PID
+	// jail contains what the session's tools start, for jailRoots
+	// (session_sandbox.go); nil until first needed.
+	jail      *sandbox.Jail
+	jailRoots []string
 }
 
-func newSession(deps *Deps, id string, conn *actor.PID, caps tools.ClientCaps, kind startKind, reqID protocol.RawMessage, cwd, forkSrc string,
+func newSession(deps *Deps, id string, who sessionWho, conn *actor.PID, caps tools.ClientCaps, kind startKind, reqID protocol.RawMessage, cwd, forkSrc string,
 	servers []protocol.McpServerConfig, notices bool) *session {
 	s := &session{
 		deps:     deps,
 		id:       id,
+		owner:    who.Principal,
+		who:      who,
 		conn:     conn,
 		start:    kind,
 		startReq: reqID,
@@ -190,7 +207,7 @@ func newSession(deps *Deps, id string, conn *actor.PID, caps tools.ClientCaps, k
 		log:      deps.Log.With().Str("session", id).Logger(),
 	}
 	s.mcp.start, s.mcp.set = servers, &mcpToolSet{}
-	s.clients.add(client{pid: conn, caps: caps, notices: notices})
+	s.clients.add(client{pid: conn, who: who, caps: caps, notices: notices})
 	return s
 }
 
@@ -220,6 +237,7 @@ func (s *session) receive(ctx actor.Context) {
 		s.open(ctx)
 	case *actor.Stopped:
 		s.deps.Metrics.Sessions.Add(-1)
+		s.releaseTurnCount()
 		if s.left != nil {
 			s.deps.leaving.CompareAndDelete(s.id, s.left)
 			close(s.left)
@@ -235,6 +253,7 @@ func (s *session) receive(ctx actor.Context) {
 			s.store, s.fenced = nil, nil
 		}
 		s.cancelQueued(ctx, nil, nil)
+		s.closeSandbox()
 	case *idleTick:
 		idle := s.deps.Config.SessionIdle
 		if left := idle - time.Since(s.lastActive); left > 0 {
@@ -281,7 +300,7 @@ func (s *session) receive(ctx actor.Context) {
 		}
 		if c != nil {
 			c.seen++
-			s.conn = m.conn
+			s.conn, s.who = m.conn, c.who
 		}
 		if s.failed {
 			// e.g. a prompt that brought an evicted session back
@@ -361,6 +380,7 @@ func (s *session) handle(ctx actor.Context, r *sessionRequest) {
 		s.cancelQueued(ctx, nil, nil)
 		s.respond(ctx, r.id, struct{}{})
 	case protocol.MethodSessionClose:
+		s.audit(r.method, "ok").Msg("session close")
 		if s.closeShared(ctx, r) {
 			return
 		}
@@ -394,7 +414,7 @@ func (s *session) handle(ctx actor.Context, r *sessionRequest) {
 		_ = protocol.Unmarshal(r.params, &p)
 		servers, _, _ := protocol.ParseMcpServers(p.McpServers)
 		c := s.clients.find(r.conn)
-		s.attach(ctx, &attach{kind: kind, reqID: r.id, cwd: p.Cwd, conn: r.conn, servers: servers, notices: c.notices, caps: c.caps})
+		s.attach(ctx, &attach{kind: kind, reqID: r.id, cwd: p.Cwd, conn: r.conn, who: c.who, servers: servers, notices: c.notices, caps: c.caps})
 	}
 }
 
@@ -407,7 +427,8 @@ func (s *session) open(ctx actor.Context) {
 	)
 	switch s.start {
 	case startNew:
-		s.store, err = s.deps.Store.Create(store.Meta{ID: s.id, Cwd: s.startCwd, Mode: "default", Model: s.deps.llmConfig().Model})
+		s.store, err = s.deps.Store.Create(store.Meta{ID: s.id, Cwd: s.startCwd, Mode: "default", Model: s.deps.llmConfig().Model,
+			Owner: s.owner})
 	case startFork:
 		s.store, entries, err = s.deps.Store.Fork(s.forkSrc, s.id)
 	default:
@@ -425,6 +446,9 @@ func (s *session) open(ctx actor.Context) {
 	if err != nil {
 		s.failed = true
 		s.failErr = s.storeError(err, "cannot open the session")
+		if s.start != startRestore {
+			s.audit(startMethod(s.start), "error").Int("code", s.failErr.Code).Msg("session not opened")
+		}
 		s.respondError(ctx, s.startReq, s.failErr)
 		ctx.Send(s.conn, &retireRequest{id: s.id, pid: ctx.Self(), force: true})
 		return
@@ -457,6 +481,16 @@ func (s *session) armIdle(ctx actor.Context, d time.Duration) {
 // answerStart replays (load, fork) and answers the request that brought the
 // session to connection conn; the replay is for conn only.
 func (s *session) answerStart(ctx actor.Context, kind startKind, reqID protocol.RawMessage, conn *actor.PID) {
+	if c := s.clients.find(conn); c != nil {
+		s.who = c.who // the audit line names the connection answered
+	}
+	if kind != startRestore {
+		ev := s.audit(startMethod(kind), "ok").Str("cwd", s.meta.Cwd)
+		if kind == startFork {
+			ev = ev.Str("forked_from", s.forkSrc)
+		}
+		ev.Msg("session " + strings.TrimPrefix(startMethod(kind), "session/"))
+	}
 	switch kind {
 	case startNew, startFork:
 		if kind == startFork {

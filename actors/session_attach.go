@@ -40,7 +40,9 @@ func (*withdrawRequest) IgnoreDeadLetterLogging() {}
 
 // client is one connection attached to the session.
 type client struct {
-	pid  *actor.PID
+	pid *actor.PID
+	// who: its principal and connection id (audit lines).
+	who  sessionWho
 	caps tools.ClientCaps
 	// notices: the client shows `notice` updates.
 	notices bool
@@ -155,8 +157,8 @@ func (s *session) attachClient(ctx actor.Context, m *attach) {
 		}
 	}
 	known := s.clients.find(m.conn) != nil
-	s.clients.add(client{pid: m.conn, caps: m.caps, notices: m.notices})
-	s.conn = m.conn
+	s.clients.add(client{pid: m.conn, who: m.who, caps: m.caps, notices: m.notices})
+	s.conn, s.who = m.conn, m.who
 	if !known && s.permActive != nil {
 		s.askOne(ctx, s.permActive, m.conn)
 	}

@@ -34,8 +34,8 @@ var slashCommands = []protocol.AvailableCommand{
 }
 
 func (s *session) prompt(ctx actor.Context, r *sessionRequest) {
-	if r.conn != nil {
-		s.conn = r.conn // a queued or held prompt is answered to its sender
+	if c := s.clients.find(r.conn); c != nil {
+		s.conn, s.who = c.pid, c.who // a queued or held prompt is answered to its sender
 	}
 	var p protocol.PromptRequest
 	if err := protocol.Unmarshal(r.params, &p); err != nil {
@@ -76,10 +76,16 @@ func (s *session) prompt(ctx actor.Context, r *sessionRequest) {
 	if command == "" && s.holdPrompt(r) {
 		return // answered once the MCP servers are up (session_mcp.go)
 	}
+	if limit := s.deps.Config.MaxTurnsPerUser; !s.deps.turns.acquire(s.owner, limit) {
+		s.respondError(ctx, r.id, errTooManyTurns(limit))
+		return
+	}
+	s.turnCounted = true
 	s.echoPrompt(ctx, &user)
 	if command == "" {
 		s.record(ctx, user)
 		if s.fenced != nil {
+			s.releaseTurnCount()
 			s.respondError(ctx, r.id, s.fenced)
 			return
 		}
@@ -90,7 +96,7 @@ func (s *session) prompt(ctx actor.Context, r *sessionRequest) {
 	opts := turnOptions{
 		sessionID: s.id, cwd: s.meta.Cwd, model: s.meta.Model, turnID: s.turnID, mode: s.meta.Mode,
 		history: store.Context(s.entries), tools: s.toolsForMode(),
-		compactOnly: command == "compact",
+		compactOnly: command == "compact", jail: s.sandboxJail(),
 	}
 	opts.mcp, opts.mcpKeep = s.mcpTurnTools()
 	props := actor.PropsFromProducer(func() actor.Actor { return newTurn(s.deps, opts) },
@@ -130,6 +136,7 @@ func (s *session) endTurn(ctx actor.Context, m *turnFinished) {
 	}
 	s.turn = nil
 	s.markTurn(false)
+	s.releaseTurnCount()
 	s.dropPermissionAsks(ctx)
 	var (
 		repaired, added []store.Entry
@@ -257,5 +264,14 @@ func promptUsage(u llm.Usage) *protocol.Usage {
 		ThoughtTokens:     u.ThoughtTokens,
 		CachedReadTokens:  u.CachedReadTokens,
 		CachedWriteTokens: u.CachedWriteTokens,
+	}
+}
+
+// releaseTurnCount gives the owner's running-turn slot back (see
+// MaxTurnsPerUser), once.
+func (s *session) releaseTurnCount() {
+	if s.turnCounted {
+		s.turnCounted = false
+		s.deps.turns.release(s.owner)
 	}
 }

@@ -54,7 +54,7 @@ func (o relayOutlet) Send(f Frame) { o.root.Send(o.stub, &clusterpb.Relay{Body: 
 
 // ServeShare makes a proxy connection for stub, a session actor of another
 // pod, sends it init and open (see Handover.Share) and returns it.
-func (s *Server) ServeShare(sessionID string, stub *actor.PID, init, open []byte) (*actor.PID, error) {
+func (s *Server) ServeShare(sessionID, principal string, stub *actor.PID, init, open []byte) (*actor.PID, error) {
 	im, e := protocol.Decode(init)
 	if e != nil {
 		return nil, errors.New("share: bad initialize: " + e.Message)
@@ -63,7 +63,10 @@ func (s *Server) ServeShare(sessionID string, stub *actor.PID, init, open []byte
 	if e != nil {
 		return nil, errors.New("share: bad open request: " + e.Message)
 	}
-	conn := s.ConnectID("share-"+uuid.NewString(), relayOutlet{root: s.sys.Root, stub: stub})
+	// The proxy is the stub's principal: the load is checked against the
+	// session's owner as any other (connection.owns).
+	conn := s.ConnectAs("share-"+uuid.NewString(), Identity{Principal: principal, Remote: "pod " + stub.Address},
+		relayOutlet{root: s.sys.Root, stub: stub})
 	s.sys.Root.Send(conn.pid, &shareStart{stub: stub, init: im, open: om})
 	s.deps.Log.Info().Str("session", sessionID).Str("stub", stub.Address).Msg("session shared with a connection of another pod")
 	return conn.pid, nil
@@ -109,7 +112,8 @@ func (s *session) shareRemote(ctx actor.Context, err error) bool {
 	}
 	init := protocol.MustMarshal(&protocol.Message{JSONRPC: "2.0", ID: shareInitID, Method: protocol.MethodInitialize,
 		Params: protocol.MustMarshal(protocol.InitializeRequest{ProtocolVersion: protocol.ProtocolVersion, ClientCapabilities: &caps})})
-	proxy, serr := s.deps.Handover.Share(s.id, inUse.Owner, ctx.Self(), init, s.openRequest(s.start, s.startReq, s.startCwd, s.mcp.start))
+	proxy, serr := s.deps.Handover.Share(s.id, inUse.Owner, c.who.Principal, ctx.Self(), init,
+		s.openRequest(s.start, s.startReq, s.startCwd, s.mcp.start))
 	if serr != nil {
 		s.log.Info().Err(serr).Str("holder", inUse.Owner).Msg("session not shared by its pod; taking it over")
 		return false
