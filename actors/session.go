@@ -110,7 +110,7 @@ type session struct {
 	// the stored owner by that connection (connection.owns).
 	owner string
 	// who is the connection the session serves now (audit lines).
-	who  sessionWho
+	who sessionWho
 	// conn is the connection whose request the session serves now (the
 	// last one that sent it a request or attached); respond answers there.
 	conn *actor.PID
