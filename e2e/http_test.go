@@ -371,6 +371,21 @@ var _ = Describe("HTTP+SSE transport with a raw HTTP client", Label("e2e", "http
 		a.sigterm(10 * time.Second)
 	})
 
+	It("answers a string id with a lone surrogate escape with the id exactly as sent", func() {
+		a := startHTTPAgent(agentEnv(fake), "")
+		r := a.do(http.MethodPost, []byte(`{"jsonrpc":"2.0","id":"\ud800","method":"initialize","params":{"protocolVersion":1}}`))
+		Expect(r.status).To(Equal(http.StatusOK))
+		Expect(string(r.body)).To(HavePrefix(`{"jsonrpc":"2.0","id":"\ud800","result":{"protocolVersion":1`))
+		conn := r.header.Get("Acp-Connection-Id")
+		s := a.stream(conn)
+		Expect(a.do(http.MethodPost, []byte(`{"jsonrpc":"2.0","id":"s\udfff","method":"session/list","params":{}}`),
+			"Acp-Connection-Id", conn).status).To(Equal(http.StatusAccepted))
+		evs := s.until("the session/list answer", func(m map[string]any) bool { return m["result"] != nil })
+		Expect(evs[len(evs)-1].lines[1]).To(HavePrefix(`data: {"jsonrpc":"2.0","id":"s\udfff","result":{"sessions":`))
+		Expect(a.check.Violations()).To(BeEmpty(), "schema violations")
+		a.sigterm(10 * time.Second)
+	})
+
 	It("requires the bearer token when IACCODE_ACP_HTTP_TOKEN is set", func() {
 		a := startHTTPAgent(agentEnv(fake), "tok-e2e-123")
 		for _, path := range []string{"/acp", "/health", "/metrics"} {
