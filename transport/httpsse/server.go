@@ -36,6 +36,10 @@ const (
 	HeaderConnectionID = "Acp-Connection-Id"
 	HeaderSessionID    = "Acp-Session-Id"
 	HeaderLastEventID  = "Last-Event-ID"
+	// HeaderProtocolVersion is sent by clients after initialize; it is not
+	// read (the version is settled by initialize) but a browser's preflight
+	// must allow it, or every later request of a web client is refused.
+	HeaderProtocolVersion = "Acp-Protocol-Version"
 )
 
 // Error texts of the JSON bodies ({"error":"…"}).
