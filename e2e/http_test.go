@@ -229,6 +229,23 @@ func (s *sseStream) until(what string, match func(map[string]any) bool) []sseEve
 	}
 }
 
+// rest collects the events up to the end of the stream.
+func (s *sseStream) rest() []sseEvent {
+	var out []sseEvent
+	deadline := time.After(15 * time.Second)
+	for {
+		select {
+		case ev, ok := <-s.events:
+			if !ok {
+				return out
+			}
+			out = append(out, ev)
+		case <-deadline:
+			Fail("stream did not end")
+		}
+	}
+}
+
 func (s *sseStream) waitEOF() {
 	select {
 	case <-s.eof:

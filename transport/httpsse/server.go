@@ -476,6 +476,13 @@ func (e *Edge) postTo(c *conn, sid []byte, msg *protocol.Message) Reply {
 			return connReply(err)
 		}
 	}
+	if e.cluster != nil && msg.IsRequest() {
+		target := string(sid)
+		if target == "" {
+			target = paramsSessionID(msg)
+		}
+		c.trackRequest(msg.ID, target)
+	}
 	c.actor.Deliver(msg)
 	return Reply{Status: fasthttp.StatusAccepted}
 }
