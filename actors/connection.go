@@ -103,6 +103,8 @@ type connection struct {
 	// shows `notice` updates.
 	mcpServers map[string][]protocol.McpServerConfig
 	notices    bool
+	// terminalAuth: the client can run terminal auth methods.
+	terminalAuth bool
 	// moved are sessions handed over to another process (cluster pod):
 	// their requests are answered as for a session moved to another
 	// connection, until this connection loads them again.
@@ -240,6 +242,8 @@ func (c *connection) dispatch(ctx actor.Context, m *protocol.Message) {
 		c.initialize(m)
 	case protocol.MethodAuthenticate:
 		c.authenticate(m)
+	case protocol.MethodLogout:
+		c.logout(m)
 	case protocol.MethodSessionNew:
 		c.newSession(ctx, m)
 	case protocol.MethodSessionLoad, protocol.MethodSessionResume, protocol.MethodSessionFork:
@@ -320,12 +324,7 @@ func (c *connection) initialize(m *protocol.Message) {
 		c.notices = true
 	}
 	c.caps = capsOf(req.ClientCapabilities)
-	authMethods := []protocol.AuthMethod{}
-	if !c.deps.hasCredentials() {
-		authMethods = append(authMethods, protocol.AuthMethod{
-			ID: "api-key", Name: "API key", Description: c.deps.authHint(),
-		})
-	}
+	c.terminalAuth = req.ClientCapabilities != nil && req.ClientCapabilities.Auth != nil && req.ClientCapabilities.Auth.Terminal
 	c.reply(m.ID, protocol.InitializeResponse{
 		ProtocolVersion: protocol.ProtocolVersion,
 		AgentCapabilities: protocol.AgentCapabilities{
@@ -338,9 +337,10 @@ func (c *connection) initialize(m *protocol.Message) {
 				Resume: &protocol.Empty{},
 				Fork:   &protocol.Empty{},
 			},
+			Auth: &protocol.AgentAuthCapabilities{Logout: &protocol.Empty{}},
 		},
 		AgentInfo:   protocol.Implementation{Name: "iac-code", Version: c.deps.Config.Version},
-		AuthMethods: authMethods,
+		AuthMethods: c.authMethods(),
 	})
 }
 
@@ -348,7 +348,7 @@ func (c *connection) initialize(m *protocol.Message) {
 // set after the server started is picked up.
 func (c *connection) authenticate(m *protocol.Message) {
 	var req protocol.AuthenticateRequest
-	if err := protocol.Unmarshal(m.Params, &req); err != nil || req.MethodID != "api-key" {
+	if err := protocol.Unmarshal(m.Params, &req); err != nil || req.MethodID != authAPIKey {
 		c.fail(m.ID, protocol.ErrInvalidParams(map[string]string{"methodId": "unknown authentication method"}))
 		return
 	}
@@ -387,6 +387,12 @@ func (c *connection) newSession(ctx actor.Context, m *protocol.Message) {
 	var req protocol.NewSessionRequest
 	if err := protocol.Unmarshal(m.Params, &req); err != nil {
 		c.fail(m.ID, protocol.ErrInvalidParams(map[string]string{"error": err.Error()}))
+		return
+	}
+	if !c.deps.usableCredentials(c.log) {
+		// At once, so the client shows its auth methods before the user
+		// types a prompt.
+		c.fail(m.ID, c.deps.errAuthRequired())
 		return
 	}
 	if bad := checkCwd(req.Cwd); bad != "" {

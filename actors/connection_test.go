@@ -30,7 +30,20 @@ var _ = Describe("the connection actor", func() {
 		Expect(caps["promptCapabilities"]).To(Equal(map[string]any{"image": true, "audio": false, "embeddedContext": true}))
 		Expect(caps["sessionCapabilities"]).To(Equal(map[string]any{"list": map[string]any{}, "close": map[string]any{},
 			"resume": map[string]any{}, "fork": map[string]any{}}))
-		Expect(res["authMethods"]).To(BeEmpty())
+		Expect(caps["auth"]).To(Equal(map[string]any{"logout": map[string]any{}}))
+		methods := res["authMethods"].([]any)
+		Expect(methods).To(HaveLen(1), "the key method, never an empty list")
+		Expect(methods[0]).To(HaveKeyWithValue("id", "api-key"))
+		Expect(methods[0]).NotTo(HaveKey("type"))
+	})
+
+	It("offers the terminal login only to a client that advertises terminal auth", func() {
+		res := h.result(h.call("initialize", map[string]any{"protocolVersion": 1,
+			"clientCapabilities": map[string]any{"auth": map[string]any{"terminal": true}}}))
+		methods := res["authMethods"].([]any)
+		Expect(methods).To(HaveLen(2))
+		Expect(methods[1]).To(HaveKeyWithValue("type", "terminal"))
+		Expect(methods[1]).To(HaveKeyWithValue("args", []any{"login"}))
 	})
 
 	It("validates cwd on session/new", func() {

@@ -47,7 +47,8 @@ func stdioSpecs(format string) {
 		Expect(caps["promptCapabilities"]).To(Equal(map[string]any{"image": true, "audio": false, "embeddedContext": true}))
 		Expect(caps["sessionCapabilities"]).To(Equal(map[string]any{"list": map[string]any{}, "close": map[string]any{},
 			"resume": map[string]any{}, "fork": map[string]any{}}))
-		Expect(res["authMethods"]).To(Equal([]any{}))
+		Expect(res["authMethods"]).To(HaveLen(1), "never empty: the key method, with a key configured too")
+		Expect(res["authMethods"].([]any)[0]).To(HaveKeyWithValue("id", "api-key"))
 		a.finish()
 	})
 
@@ -210,8 +211,7 @@ func stdioSpecs(format string) {
 		start("IAC_CODE_API_KEY=")
 		res := a.initialize()
 		Expect(res["authMethods"]).To(HaveLen(1))
-		sid := a.newSession(cwd)
-		e := a.errorOf(a.prompt(sid, "x"))
+		e := a.errorOf(a.request("session/new", map[string]any{"cwd": cwd, "mcpServers": []any{}}))
 		Expect(e["code"]).To(Equal(-32000.0))
 		Expect(e["message"]).To(Equal("Authentication required"))
 		Expect(e["data"].(map[string]any)["hint"]).To(ContainSubstring("IAC_CODE_API_KEY"))

@@ -23,6 +23,13 @@ type ClientCapabilities struct {
 	FS       *FSCapabilities            `json:"fs,omitempty"`
 	Terminal bool                       `json:"terminal,omitempty"`
 	Session  *ClientSessionCapabilities `json:"session,omitempty"`
+	Auth     *AuthCapabilities          `json:"auth,omitempty"`
+}
+
+// AuthCapabilities: Terminal means the client can run the agent's
+// invocation in an interactive terminal (terminal auth methods).
+type AuthCapabilities struct {
+	Terminal bool `json:"terminal,omitempty"`
 }
 
 // ClientSessionCapabilities: Notices (present and not null) means the
@@ -44,10 +51,16 @@ type InitializeResponse struct {
 }
 
 type AgentCapabilities struct {
-	LoadSession         bool                `json:"loadSession"`
-	PromptCapabilities  PromptCapabilities  `json:"promptCapabilities"`
-	McpCapabilities     *McpCapabilities    `json:"mcpCapabilities,omitempty"`
-	SessionCapabilities SessionCapabilities `json:"sessionCapabilities"`
+	LoadSession         bool                   `json:"loadSession"`
+	PromptCapabilities  PromptCapabilities     `json:"promptCapabilities"`
+	McpCapabilities     *McpCapabilities       `json:"mcpCapabilities,omitempty"`
+	SessionCapabilities SessionCapabilities    `json:"sessionCapabilities"`
+	Auth                *AgentAuthCapabilities `json:"auth,omitempty"`
+}
+
+// AgentAuthCapabilities: Logout ({}) advertises the logout method.
+type AgentAuthCapabilities struct {
+	Logout *Empty `json:"logout,omitempty"`
 }
 
 // McpCapabilities are the MCP transports besides stdio the agent connects to.
@@ -72,12 +85,20 @@ type SessionCapabilities struct {
 	Fork   *Empty `json:"fork,omitempty"`
 }
 
-// AuthMethod is the default (agent-handled) variant: no `type` field.
+// AuthMethod is the agent-handled variant (no `type`), or with Type
+// AuthTerminal the terminal one: the client runs the agent's invocation
+// with Args appended in an interactive terminal (exit 0: success), and
+// never passes it to authenticate.
 type AuthMethod struct {
-	ID          string `json:"id"`
-	Name        string `json:"name"`
-	Description string `json:"description,omitempty"`
+	Type        string   `json:"type,omitempty"`
+	ID          string   `json:"id"`
+	Name        string   `json:"name"`
+	Description string   `json:"description,omitempty"`
+	Args        []string `json:"args,omitempty"`
 }
+
+// AuthTerminal is the `type` of a terminal auth method.
+const AuthTerminal = "terminal"
 
 type AuthenticateRequest struct {
 	MethodID string `json:"methodId"`

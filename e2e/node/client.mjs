@@ -260,6 +260,23 @@ export const scenarios = {
     return { sessionId, prompts };
   },
 
+  /**
+   * The key is in .credentials.yml: initialize (the agent must advertise
+   * auth.logout) → new → prompt → logout → a prompt and a session/new must
+   * be rejected. Result: {first, logout, rejectedPrompt, rejectedNew}.
+   */
+  async logout(h) {
+    const init = await h.initialize();
+    h.check(init?.agentCapabilities?.auth?.logout != null, "initialize does not advertise agentCapabilities.auth.logout");
+    h.check((init?.authMethods ?? []).length > 0, "authMethods is empty");
+    const { sessionId } = await h.newSession();
+    const first = await h.prompt(sessionId, h.text(0));
+    const logout = await h.request(acp.methods.agent.logout, {});
+    const rejectedPrompt = await h.expectReject(h.prompt(sessionId, h.text(0)), "prompt after logout");
+    const rejectedNew = await h.expectReject(h.newSession(), "session/new after logout");
+    return { first, logout, rejectedPrompt, rejectedNew };
+  },
+
   /** A prompt for a session id that does not exist is rejected; the connection stays usable. */
   async "unknown-session"(h) {
     await h.initialize();
