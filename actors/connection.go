@@ -590,7 +590,7 @@ func (c *connection) toSession(ctx actor.Context, m *protocol.Message, method st
 		pid, ok = c.sessions[ref.SessionID]
 	}
 	if !ok {
-		c.fail(m.ID, protocol.ErrSessionNotFound())
+		c.fail(m.ID, protocol.ErrSessionNotFound(ref.SessionID))
 		return
 	}
 	if method == protocol.MethodSessionClose {

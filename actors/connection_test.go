@@ -65,14 +65,15 @@ var _ = Describe("the connection actor", func() {
 	It("reports unknown sessions the spec's way", func() {
 		h.result(h.call("initialize", map[string]any{"protocolVersion": 1}))
 		e := h.errorOf(h.call("session/prompt", map[string]any{"sessionId": "nope", "prompt": []any{}}))
-		Expect(e["code"]).To(Equal(-32602.0))
-		Expect(e["data"]).To(Equal(map[string]any{"session_id": "Session not found"}))
+		Expect(e["code"]).To(Equal(-32002.0))
+		Expect(e["data"]).To(Equal(map[string]any{"sessionId": "nope", "session_id": "Session not found"}))
 	})
 
 	It("closes a session: later prompts get session not found", func() {
 		sid := h.newSession(GinkgoT().TempDir())
 		Expect(h.result(h.call("session/close", map[string]any{"sessionId": sid}))).To(BeEmpty())
 		e := h.errorOf(h.call("session/prompt", map[string]any{"sessionId": sid, "prompt": []any{map[string]any{"type": "text", "text": "x"}}}))
-		Expect(e["data"]).To(Equal(map[string]any{"session_id": "Session not found"}))
+		Expect(e["code"]).To(Equal(-32002.0))
+		Expect(e["data"]).To(Equal(map[string]any{"sessionId": sid, "session_id": "Session not found"}))
 	})
 })

@@ -88,7 +88,10 @@ func (s *session) storeError(err error, what string) *protocol.Error {
 		s.log.Info().Int("holder_pid", inUse.PID).Str("holder", inUse.Owner).Msg("session is open in another process")
 		return protocol.ErrSessionInUse(s.id, inUse.PID, inUse.Owner)
 	case errors.Is(err, store.ErrNotFound), errors.Is(err, store.ErrInvalidID):
-		return protocol.ErrSessionNotFound()
+		if s.start == startFork {
+			return protocol.ErrSessionNotFound(s.forkSrc)
+		}
+		return protocol.ErrSessionNotFound(s.id)
 	case isFDExhaustion(err):
 		s.log.Warn().Err(err).Msg(what + ": out of file descriptors")
 		return protocol.ErrLimit("The server is out of file descriptors; try again shortly", "file_descriptors", 0)

@@ -152,14 +152,14 @@ func stdioSpecs(format string) {
 		a.finish()
 	})
 
-	It("closes a session: later prompts get -32602 Session not found", func() {
+	It("closes a session: later prompts get -32002 Session not found", func() {
 		start()
 		a.initialize()
 		sid := a.newSession(cwd)
 		Expect(a.result(a.request("session/close", map[string]any{"sessionId": sid}))).To(BeEmpty())
 		e := a.errorOf(a.prompt(sid, "x"))
-		Expect(e["code"]).To(Equal(-32602.0))
-		Expect(e["data"]).To(Equal(map[string]any{"session_id": "Session not found"}))
+		Expect(e["code"]).To(Equal(-32002.0))
+		Expect(e["data"]).To(Equal(map[string]any{"sessionId": sid, "session_id": "Session not found"}))
 		a.finish()
 	})
 
@@ -198,7 +198,7 @@ func stdioSpecs(format string) {
 		Expect(a.errorOf(a.request("session/new", map[string]any{"cwd": "relative"}))["code"]).To(Equal(-32602.0))
 		Expect(a.errorOf(a.request("session/new", map[string]any{"cwd": 42}))["code"]).To(Equal(-32602.0))
 		e := a.errorOf(a.prompt("unknown-session", "x"))
-		Expect(e["data"]).To(Equal(map[string]any{"session_id": "Session not found"}))
+		Expect(e["data"]).To(Equal(map[string]any{"sessionId": "unknown-session", "session_id": "Session not found"}))
 		a.notify("session/cancel", map[string]any{"sessionId": "unknown-session"})
 		// a long line still works
 		sid := a.newSession(cwd)
