@@ -221,7 +221,7 @@ func (s *session) adoptMeta() {
 	if s.meta.Title == "" {
 		for i := range s.entries {
 			if e := &s.entries[i]; e.Kind == store.KindMessage && e.Message.Role == llm.RoleUser {
-				if s.meta.Title = store.TitleFrom(e.Message.TextOf()); s.meta.Title != "" {
+				if s.meta.Title = store.TitleFrom(e.Message.FirstText()); s.meta.Title != "" {
 					s.metaDirty = true
 					break
 				}
@@ -266,7 +266,7 @@ func (s *session) flushMeta() {
 func (s *session) record(ctx actor.Context, msg llm.Message) {
 	s.append(store.MessageEntry(msg))
 	if s.meta.Title == "" && msg.Role == llm.RoleUser {
-		if title := store.TitleFrom(msg.TextOf()); title != "" {
+		if title := store.TitleFrom(msg.FirstText()); title != "" {
 			// Written with the turn this prompt starts, at its end.
 			s.meta.Title, s.meta.UpdatedAt, s.metaDirty = title, time.Now().UTC(), true
 			if s.fenced != nil {
