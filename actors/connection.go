@@ -253,6 +253,8 @@ func (c *connection) dispatch(ctx actor.Context, m *protocol.Message) {
 	case protocol.MethodSessionPrompt, protocol.MethodSessionCancel, protocol.MethodSessionClose,
 		protocol.MethodSessionSetMode, protocol.MethodSessionSetConfig:
 		c.toSession(ctx, m, method)
+	case protocol.MethodSessionDelete:
+		c.deleteSession(ctx, m)
 	case protocol.MethodCancelRequest:
 		c.cancelRequest(ctx, m)
 	default:
@@ -336,6 +338,7 @@ func (c *connection) initialize(m *protocol.Message) {
 				Close:  &protocol.Empty{},
 				Resume: &protocol.Empty{},
 				Fork:   &protocol.Empty{},
+				Delete: &protocol.Empty{},
 			},
 			Auth: &protocol.AgentAuthCapabilities{Logout: &protocol.Empty{}},
 		},

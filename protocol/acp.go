@@ -83,6 +83,7 @@ type SessionCapabilities struct {
 	Close  *Empty `json:"close,omitempty"`
 	Resume *Empty `json:"resume,omitempty"`
 	Fork   *Empty `json:"fork,omitempty"`
+	Delete *Empty `json:"delete,omitempty"`
 }
 
 // AuthMethod is the agent-handled variant (no `type`), or with Type
