@@ -55,7 +55,7 @@ func replayUpdates(m *llm.Message) []any {
 			out = append(out, protocol.ChunkUpdate{SessionUpdate: protocol.UpdateAgentThoughtChunk, Content: protocol.Text(b.Text)})
 		case b.Type == llm.BlockToolUse:
 			out = append(out, protocol.ToolCallUpdate{SessionUpdate: protocol.UpdateToolCall, ToolCallID: b.ToolCallID,
-				Title: b.Name, Kind: string(tools.KindOther), Status: protocol.ToolPending, RawInput: b.Input})
+				Title: b.Name, Name: b.Name, Kind: string(tools.KindOther), Status: protocol.ToolPending, RawInput: b.Input})
 		case b.Type == llm.BlockToolResult:
 			status := protocol.ToolCompleted
 			if b.IsError {

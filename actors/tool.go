@@ -77,11 +77,18 @@ func (c *toolCall) startUpdate() protocol.ToolCallUpdate {
 		SessionUpdate: protocol.UpdateToolCall,
 		ToolCallID:    c.id,
 		Title:         title,
+		Name:          c.name,
 		Kind:          c.kind(),
 		Status:        protocol.ToolPending,
 		Locations:     locs,
 		RawInput:      c.input,
 	}
+}
+
+// diffContent is a file change as tool call content.
+func diffContent(d *tools.Diff) protocol.ToolCallContent {
+	newText := d.NewText
+	return protocol.ToolCallContent{Type: "diff", Path: d.Path, OldText: d.OldText, NewText: &newText}
 }
 
 func toLocations(in []tools.Location) []protocol.ToolCallLocation {
@@ -311,6 +318,12 @@ func (a *toolActor) start(ctx actor.Context) {
 	// the client when needed, about what the prepared call reaches.
 	u := a.call.startUpdate()
 	u.SessionUpdate = ""
+	if p, ok := a.call.call.(tools.Previewer); ok {
+		// The user reviews the change before approving it.
+		if d := p.Preview(); d != nil {
+			u.Content = append(u.Content, diffContent(d))
+		}
+	}
 	ctx.Send(a.session, newPermissionAsk(a.call.name, a.call.tool, a.call.call.Access(), u, ctx.Self()))
 }
 
@@ -433,8 +446,7 @@ func (a *toolActor) complete(ctx actor.Context, res tools.Result) {
 	}
 	u.Content = resultContent(res, res.Output != full)
 	if res.Diff != nil {
-		newText := res.Diff.NewText
-		u.Content = append(u.Content, protocol.ToolCallContent{Type: "diff", Path: res.Diff.Path, OldText: res.Diff.OldText, NewText: &newText})
+		u.Content = append(u.Content, diffContent(res.Diff))
 	}
 	if u.RawOutput == nil {
 		// The text is already in content; rawOutput stays small.

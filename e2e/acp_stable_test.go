@@ -110,4 +110,104 @@ var _ = Describe("stable ACP parts over stdio", Label("e2e", "acp-stable"), func
 		Entry("file store", false),
 		Entry("PostgreSQL store", Label("postgres"), true),
 	)
+
+	It("shows the diff and locations in write and edit permission requests, equal to the completed call's; names every tool call, on replay too", func() {
+		Expect(os.WriteFile(filepath.Join(cwd, "notes.txt"), []byte("alpha\nbeta\n"), 0o600)).To(Succeed())
+		fake.Script(
+			sessToolReply("e1", "edit_file", map[string]any{"path": "notes.txt", "old_string": "beta", "new_string": "gamma"}),
+			sessToolReply("w1", "write_file", map[string]any{"path": "new.txt", "content": "fresh\n"}),
+			llmtest.Reply{Text: "done"})
+		a := start()
+		a.initialize()
+		sid := a.newSession(cwd)
+		from := a.mark()
+		id := a.prompt(sid, "edit and write")
+		for n, want := range []struct{ tool, file string }{{"edit_file", "notes.txt"}, {"write_file", "new.txt"}} {
+			req := a.serverRequest("session/request_permission", n)
+			tc := req["params"].(map[string]any)["toolCall"].(map[string]any)
+			path := filepath.Join(cwd, want.file)
+			Expect(tc["locations"]).To(ContainElement(HaveKeyWithValue("path", path)), want.tool)
+			var asked map[string]any
+			for _, c := range tc["content"].([]any) {
+				if c.(map[string]any)["type"] == "diff" {
+					asked = c.(map[string]any)
+				}
+			}
+			Expect(asked).To(HaveKeyWithValue("path", path), want.tool)
+			a.answer(req["id"], sessAllow("allow_once"))
+			_, done := a.waitFor(want.tool+" completed", func(m map[string]any) bool {
+				u := updateOf(m)
+				return u != nil && u["sessionUpdate"] == "tool_call_update" && u["status"] == "completed" &&
+					u["toolCallId"] == tc["toolCallId"]
+			})
+			var completed map[string]any
+			for _, c := range updateOf(done)["content"].([]any) {
+				if c.(map[string]any)["type"] == "diff" {
+					completed = c.(map[string]any)
+				}
+			}
+			Expect(asked).To(Equal(completed), want.tool+": the diff approved is the diff applied")
+		}
+		Expect(toolCallNames(a, from)).To(Equal([]string{"edit_file", "write_file"}))
+		Expect(a.result(id)["stopReason"]).To(Equal("end_turn"))
+		Expect(os.ReadFile(filepath.Join(cwd, "notes.txt"))).To(Equal([]byte("alpha\ngamma\n")))
+
+		By("the replay of another connection names the tool calls too")
+		a.finish()
+		b := start()
+		b.initialize()
+		from = b.mark()
+		b.result(b.request("session/load", loadParams(sid, cwd)))
+		Expect(toolCallNames(b, from)).To(Equal([]string{"edit_file", "write_file"}))
+		b.finish()
+	})
 })
+
+var _ = Describe("stable ACP parts with the TypeScript SDK client", Label("e2e", "acp-stable", "node"), func() {
+	It("gets the diff of an edit in its permission request, equal to the completed call's, and the tool's name", func() {
+		fake := llmtest.NewServer()
+		DeferCleanup(fake.Close)
+		cwd := GinkgoT().TempDir()
+		Expect(os.WriteFile(filepath.Join(cwd, "notes.txt"), []byte("alpha\nbeta\n"), 0o600)).To(Succeed())
+		fake.Script(sessToolReply("e1", "edit_file", map[string]any{"path": "notes.txt", "old_string": "beta", "new_string": "gamma"}),
+			llmtest.Reply{Text: "done"})
+		run := runTSClient(agentEnv(fake), stdioArgs("permission", cwd, "--permission", "allow_once")...)
+		Expect(run.PermissionRequests).To(HaveLen(1))
+		tc := run.PermissionRequests[0]["params"].(map[string]any)["toolCall"].(map[string]any)
+		diffOf := func(content any) map[string]any {
+			for _, c := range content.([]any) {
+				if c.(map[string]any)["type"] == "diff" {
+					return c.(map[string]any)
+				}
+			}
+			return nil
+		}
+		asked := diffOf(tc["content"])
+		Expect(asked).To(HaveKeyWithValue("oldText", "alpha\nbeta\n"))
+		Expect(asked).To(HaveKeyWithValue("newText", "alpha\ngamma\n"))
+		var names []any
+		var completed map[string]any
+		for _, u := range run.Updates {
+			if u["sessionUpdate"] == "tool_call" {
+				names = append(names, u["name"])
+			}
+			if u["sessionUpdate"] == "tool_call_update" && u["status"] == "completed" {
+				completed = diffOf(u["content"])
+			}
+		}
+		Expect(names).To(Equal([]any{"edit_file"}))
+		Expect(asked).To(Equal(completed))
+	})
+})
+
+// toolCallNames is the name of every tool_call from wire position from.
+func toolCallNames(a *agent, from int) []string {
+	var names []string
+	for _, m := range a.messages()[from:] {
+		if u := updateOf(m); u != nil && u["sessionUpdate"] == "tool_call" {
+			name, _ := u["name"].(string)
+			names = append(names, name)
+		}
+	}
+	return names
+}

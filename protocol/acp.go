@@ -345,15 +345,18 @@ type ChunkUpdate struct {
 // ToolCallUpdate is both `tool_call` (title required) and `tool_call_update`
 // (only what changed); pointers and omitempty keep unchanged fields off the wire.
 type ToolCallUpdate struct {
-	SessionUpdate string             `json:"sessionUpdate,omitempty"`
-	ToolCallID    string             `json:"toolCallId"`
-	Title         string             `json:"title,omitempty"`
-	Kind          string             `json:"kind,omitempty"`
-	Status        string             `json:"status,omitempty"`
-	Content       []ToolCallContent  `json:"content,omitempty"`
-	Locations     []ToolCallLocation `json:"locations,omitempty"`
-	RawInput      RawMessage         `json:"rawInput,omitempty"`
-	RawOutput     any                `json:"rawOutput,omitempty"`
+	SessionUpdate string `json:"sessionUpdate,omitempty"`
+	ToolCallID    string `json:"toolCallId"`
+	Title         string `json:"title,omitempty"`
+	// Name is the tool's own name (read_file, an MCP tool's name), set on
+	// every tool_call; Title is what to show.
+	Name      string             `json:"name,omitempty"`
+	Kind      string             `json:"kind,omitempty"`
+	Status    string             `json:"status,omitempty"`
+	Content   []ToolCallContent  `json:"content,omitempty"`
+	Locations []ToolCallLocation `json:"locations,omitempty"`
+	RawInput  RawMessage         `json:"rawInput,omitempty"`
+	RawOutput any                `json:"rawOutput,omitempty"`
 }
 
 // Tool call statuses.

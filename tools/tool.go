@@ -58,6 +58,15 @@ type Call interface {
 	Run(ctx context.Context, progress func(text string)) Result
 }
 
+// Previewer is a Call that can show its change before it runs, for the
+// permission request: the diff against the file as it is on disk now
+// (nil when the call would fail). It is the completed call's diff unless
+// the file changes meanwhile, or the client's buffer differs from the disk
+// (a run through the client reads the buffer).
+type Previewer interface {
+	Preview() *Diff
+}
+
 // Access is what a call reaches, decided on resolved values.
 type Access struct {
 	// Paths are the file-system paths the call reads or writes.
