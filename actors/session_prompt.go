@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/google/uuid"
 
 	"github.com/iac-code/iac-code/llm"
 	"github.com/iac-code/iac-code/protocol"
@@ -57,7 +58,7 @@ func (s *session) prompt(ctx actor.Context, r *sessionRequest) {
 		s.respondError(ctx, r.id, bad)
 		return
 	}
-	user := llm.Message{Role: llm.RoleUser, Content: blocks}
+	user := llm.Message{Role: llm.RoleUser, Content: blocks, ID: uuid.NewString()}
 	command := slashCommand(&user)
 	if command == "clear" {
 		s.append(store.CompactionEntry("(The user cleared the conversation; nothing before this point is relevant.)", s.store.LastSeq()))
@@ -143,7 +144,7 @@ func (s *session) endTurn(ctx actor.Context, m *turnFinished) {
 		// history now has them, failed and interrupted, before the answer —
 		// the same updates a later load replays.
 		for i := range added {
-			for _, u := range replayUpdates(&added[i].Message) {
+			for _, u := range replayUpdates(&added[i].Message, replayMessageID(s.id, &added[i])) {
 				s.emit(ctx, u)
 			}
 		}

@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -160,6 +161,64 @@ var _ = Describe("stable ACP parts over stdio", Label("e2e", "acp-stable"), func
 		b.result(b.request("session/load", loadParams(sid, cwd)))
 		Expect(toolCallNames(b, from)).To(Equal([]string{"edit_file", "write_file"}))
 		b.finish()
+	})
+})
+
+// messageIDs are the messageId of every chunk of kind from wire position
+// from (of session sid).
+func messageIDs(a *agent, from int, kind string) []string {
+	var ids []string
+	for _, m := range a.messages()[from:] {
+		if u := updateOf(m); u != nil && u["sessionUpdate"] == kind {
+			id, _ := u["messageId"].(string)
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
+var _ = Describe("messageId over stdio", Label("e2e", "acp-stable"), func() {
+	It("gives every chunk of one message the same messageId, another to the next message, and the same ids on every replay", func() {
+		fake := llmtest.NewServer()
+		DeferCleanup(fake.Close)
+		home, cwd := GinkgoT().TempDir(), GinkgoT().TempDir()
+		fake.Script(llmtest.Reply{Thinking: "let me see", Text: "one two three four", Delay: 5 * time.Millisecond},
+			llmtest.Reply{Text: "five six", Delay: 5 * time.Millisecond})
+		env := agentEnv(fake, "IAC_CODE_HOME="+home)
+		a := startAgent(env)
+		a.initialize()
+		sid := a.newSession(cwd)
+		from := a.mark()
+		Expect(a.result(a.prompt(sid, "count"))["stopReason"]).To(Equal("end_turn"))
+		first := messageIDs(a, from, "agent_message_chunk")
+		Expect(len(first)).To(BeNumerically(">", 1), "several chunks")
+		Expect(first[0]).NotTo(BeEmpty())
+		for _, id := range first {
+			Expect(id).To(Equal(first[0]))
+		}
+		Expect(messageIDs(a, from, "agent_thought_chunk")).To(HaveEach(first[0]), "thoughts belong to the same answer")
+		from = a.mark()
+		Expect(a.result(a.prompt(sid, "more"))["stopReason"]).To(Equal("end_turn"))
+		second := messageIDs(a, from, "agent_message_chunk")
+		Expect(second).To(HaveEach(Not(Equal(first[0]))))
+		Expect(second).To(HaveEach(second[0]))
+		a.finish()
+
+		var replays [][]string
+		for range 2 {
+			b := startAgent(env)
+			b.initialize()
+			from := b.mark()
+			b.result(b.request("session/load", loadParams(sid, cwd)))
+			agentIDs := messageIDs(b, from, "agent_message_chunk")
+			Expect(agentIDs).To(Equal([]string{first[0], second[0]}), "the ids the client saw live")
+			userIDs := messageIDs(b, from, "user_message_chunk")
+			Expect(userIDs).To(HaveLen(2))
+			Expect(userIDs[0]).NotTo(Equal(userIDs[1]))
+			replays = append(replays, append(userIDs, agentIDs...))
+			b.finish()
+		}
+		Expect(replays[0]).To(Equal(replays[1]), "stable across replays")
 	})
 })
 

@@ -81,6 +81,10 @@ type Block struct {
 type Message struct {
 	Role    Role    `json:"role"`
 	Content []Block `json:"content"`
+	// ID is the ACP messageId the client was shown this message's chunks
+	// with (kept in the history, so a replay shows the same). Providers
+	// never send it to a model.
+	ID string `json:"id,omitempty"`
 }
 
 // TextOf joins the text blocks of a message.
