@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -201,7 +202,7 @@ func (c *connection) Receive(ctx actor.Context) {
 		// An attach reached a session that stopped meanwhile: start it anew.
 		if a, ok := c.attaching[m.Target.Id]; ok {
 			delete(c.attaching, m.Target.Id)
-			c.openSession(ctx, a.id, a.kind, a.reqID, a.cwd, "", a.servers)
+			c.openSession(ctx, a.id, a.kind, a.reqID, a.cwd, "", a.servers, a.dirs)
 		}
 	case *actor.Stopping:
 		for _, pid := range c.sessions {
@@ -339,6 +340,8 @@ func (c *connection) initialize(m *protocol.Message) {
 				Resume: &protocol.Empty{},
 				Fork:   &protocol.Empty{},
 				Delete: &protocol.Empty{},
+
+				AdditionalDirectories: &protocol.Empty{},
 			},
 			Auth: &protocol.AgentAuthCapabilities{Logout: &protocol.Empty{}},
 		},
@@ -402,12 +405,16 @@ func (c *connection) newSession(ctx actor.Context, m *protocol.Message) {
 		c.fail(m.ID, protocol.ErrInvalidParams(map[string]string{"cwd": bad}))
 		return
 	}
+	dirs, ok := c.additionalDirs(m.ID, req.AdditionalDirectories)
+	if !ok {
+		return
+	}
 	servers, ok := c.mcpServersOf(m.ID, req.McpServers)
 	if !ok || c.full("", m.ID) {
 		return
 	}
 	// The session actor creates its store entry and answers the request.
-	c.openSession(ctx, uuid.NewString(), startNew, m.ID, req.Cwd, "", servers)
+	c.openSession(ctx, uuid.NewString(), startNew, m.ID, req.Cwd, "", servers, dirs)
 }
 
 // mcpServersOf parses mcpServers, answering reqID with -32602 (naming the
@@ -422,6 +429,25 @@ func (c *connection) mcpServersOf(reqID protocol.RawMessage, raw protocol.RawMes
 		c.log.Warn().Msg(w)
 	}
 	return servers, true
+}
+
+// additionalDirs checks additionalDirectories, answering reqID with
+// -32602 (naming the entry) when one is not an absolute path of an
+// existing directory. They are kept as the client gave them, cleaned.
+func (c *connection) additionalDirs(reqID protocol.RawMessage, dirs []string) ([]string, bool) {
+	if len(dirs) == 0 {
+		return nil, true
+	}
+	out := make([]string, 0, len(dirs))
+	for i, d := range dirs {
+		if bad := checkCwd(d); bad != "" {
+			c.fail(reqID, protocol.ErrInvalidParams(map[string]string{
+				"additionalDirectories": fmt.Sprintf("entry %d (%q): %s", i, d, strings.Replace(bad, "cwd", "an additional directory", 1))}))
+			return nil, false
+		}
+		out = append(out, filepath.Clean(d))
+	}
+	return out, true
 }
 
 func checkCwd(cwd string) string {
@@ -446,16 +472,19 @@ type attachRequest struct {
 	reqID   protocol.RawMessage
 	cwd     string
 	servers []protocol.McpServerConfig
+	dirs    []string
 }
 
 // openSession spawns the session actor, which opens its store entry, starts
 // its MCP servers and answers reqID. A session already live (on any
 // connection) is attached to this one instead.
 func (c *connection) openSession(ctx actor.Context, id string, kind startKind, reqID protocol.RawMessage, cwd, forkSrc string,
-	servers []protocol.McpServerConfig) {
+	servers []protocol.McpServerConfig, dirs []string) {
 	notices := c.notices
 	props := actor.PropsFromProducer(func() actor.Actor {
-		return newSession(c.deps, id, ctx.Self(), c.caps, kind, reqID, cwd, forkSrc, servers, notices)
+		s := newSession(c.deps, id, ctx.Self(), c.caps, kind, reqID, cwd, forkSrc, servers, notices)
+		s.startDirs = dirs
+		return s
 	}, actor.WithSupervisor(reportAndStop{}), actor.WithGuardian(c.deps.sessionGuardian),
 		actor.WithReceiverMiddleware(keepStack))
 	name := sessionActorName(id)
@@ -466,8 +495,9 @@ func (c *connection) openSession(ctx actor.Context, id string, kind startKind, r
 		if c.attaching == nil {
 			c.attaching = map[string]attachRequest{}
 		}
-		c.attaching[pid.Id] = attachRequest{id: id, kind: kind, reqID: reqID, cwd: cwd, servers: servers}
-		ctx.Request(pid, &attach{kind: kind, reqID: reqID, cwd: cwd, conn: ctx.Self(), servers: servers, notices: notices, caps: c.caps})
+		c.attaching[pid.Id] = attachRequest{id: id, kind: kind, reqID: reqID, cwd: cwd, servers: servers, dirs: dirs}
+		ctx.Request(pid, &attach{kind: kind, reqID: reqID, cwd: cwd, conn: ctx.Self(), servers: servers, notices: notices, caps: c.caps,
+			dirs: dirs})
 	} else if err != nil {
 		c.log.Error().Err(err).Str("session", id).Msg("spawn session")
 		c.fail(reqID, protocol.ErrInternal("could not start the session", newErrorID()))
@@ -522,17 +552,21 @@ func (c *connection) reopenSession(ctx actor.Context, m *protocol.Message, metho
 	if method == protocol.MethodSessionFork {
 		target = ""
 	}
+	dirs, ok := c.additionalDirs(m.ID, ref.AdditionalDirectories)
+	if !ok {
+		return
+	}
 	servers, ok := c.mcpServersOf(m.ID, ref.McpServers)
 	if !ok || c.full(target, m.ID) {
 		return
 	}
 	switch method {
 	case protocol.MethodSessionFork:
-		c.openSession(ctx, uuid.NewString(), startFork, m.ID, ref.Cwd, ref.SessionID, servers)
+		c.openSession(ctx, uuid.NewString(), startFork, m.ID, ref.Cwd, ref.SessionID, servers, dirs)
 	case protocol.MethodSessionLoad:
-		c.openSession(ctx, ref.SessionID, startLoad, m.ID, ref.Cwd, "", servers)
+		c.openSession(ctx, ref.SessionID, startLoad, m.ID, ref.Cwd, "", servers, dirs)
 	default:
-		c.openSession(ctx, ref.SessionID, startResume, m.ID, ref.Cwd, "", servers)
+		c.openSession(ctx, ref.SessionID, startResume, m.ID, ref.Cwd, "", servers, dirs)
 	}
 }
 
@@ -561,7 +595,8 @@ func (c *connection) listSessions(ctx actor.Context, m *protocol.Message) {
 			res := protocol.ListSessionsResponse{Sessions: make([]protocol.SessionInfo, 0, len(metas)), NextCursor: next}
 			for _, meta := range metas {
 				res.Sessions = append(res.Sessions, protocol.SessionInfo{SessionID: meta.ID, Cwd: meta.Cwd,
-					Title: meta.Title, UpdatedAt: meta.UpdatedAt.UTC().Format(time.RFC3339)})
+					AdditionalDirectories: meta.AdditionalDirectories,
+					Title:                 meta.Title, UpdatedAt: meta.UpdatedAt.UTC().Format(time.RFC3339)})
 			}
 			frame = protocol.EncodeResult(id, res)
 		}
@@ -589,7 +624,7 @@ func (c *connection) toSession(ctx actor.Context, m *protocol.Message, method st
 		if c.full(ref.SessionID, m.ID) {
 			return
 		}
-		c.openSession(ctx, ref.SessionID, startRestore, nil, "", "", c.mcpServers[ref.SessionID])
+		c.openSession(ctx, ref.SessionID, startRestore, nil, "", "", c.mcpServers[ref.SessionID], nil)
 		pid, ok = c.sessions[ref.SessionID]
 	}
 	if !ok {

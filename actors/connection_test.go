@@ -29,7 +29,7 @@ var _ = Describe("the connection actor", func() {
 		Expect(caps["loadSession"]).To(BeTrue())
 		Expect(caps["promptCapabilities"]).To(Equal(map[string]any{"image": true, "audio": false, "embeddedContext": true}))
 		Expect(caps["sessionCapabilities"]).To(Equal(map[string]any{"list": map[string]any{}, "close": map[string]any{},
-			"resume": map[string]any{}, "fork": map[string]any{}, "delete": map[string]any{}}))
+			"resume": map[string]any{}, "fork": map[string]any{}, "delete": map[string]any{}, "additionalDirectories": map[string]any{}}))
 		Expect(caps["auth"]).To(Equal(map[string]any{"logout": map[string]any{}}))
 		methods := res["authMethods"].([]any)
 		Expect(methods).To(HaveLen(1), "the key method, never an empty list")

@@ -3,6 +3,7 @@ package actors
 import (
 	"bytes"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -53,6 +54,8 @@ type (
 		servers []protocol.McpServerConfig
 		notices bool
 		caps    tools.ClientCaps
+		// dirs are the request's additionalDirectories (the complete list).
+		dirs []string
 	}
 	// detach: the connection is going away; its sessions stop (they are on disk).
 	detach struct{ conn *actor.PID }
@@ -106,8 +109,12 @@ type session struct {
 	// startReq is the JSON-RPC id answered once the session is up.
 	startReq protocol.RawMessage
 	startCwd string
-	forkSrc  string
-	log      zerolog.Logger
+	// startDirs are the additionalDirectories of the request that started
+	// the session (the complete list; none when omitted), except a restore,
+	// which keeps the stored ones.
+	startDirs []string
+	forkSrc   string
+	log       zerolog.Logger
 
 	store store.Session
 	meta  store.Meta
@@ -393,7 +400,8 @@ func (s *session) open(ctx actor.Context) {
 	)
 	switch s.start {
 	case startNew:
-		s.store, err = s.deps.Store.Create(store.Meta{ID: s.id, Cwd: s.startCwd, Mode: "default", Model: s.deps.llmConfig().Model})
+		s.store, err = s.deps.Store.Create(store.Meta{ID: s.id, Cwd: s.startCwd, Mode: "default", Model: s.deps.llmConfig().Model,
+			AdditionalDirectories: s.startDirs})
 	case startFork:
 		s.store, entries, err = s.deps.Store.Fork(s.forkSrc, s.id)
 	default:
@@ -416,6 +424,10 @@ func (s *session) open(ctx actor.Context) {
 	s.adoptMeta()
 	if s.startCwd != "" && s.startCwd != s.meta.Cwd && s.start != startNew {
 		s.meta.Cwd = s.startCwd
+		s.saveMeta()
+	}
+	if s.start != startNew && s.start != startRestore && !slices.Equal(s.startDirs, s.meta.AdditionalDirectories) {
+		s.meta.AdditionalDirectories = s.startDirs
 		s.saveMeta()
 	}
 	s.configureMCP(ctx, s.mcp.start, s.meta.Cwd)
@@ -498,6 +510,10 @@ func (s *session) attach(ctx actor.Context, m *attach) {
 	// connection: without this an idle session loaded again is never
 	// retired (seen and sent would never match).
 	s.seen = 0
+	if m.kind != startRestore && !slices.Equal(m.dirs, s.meta.AdditionalDirectories) {
+		s.meta.AdditionalDirectories = m.dirs
+		s.changeMeta()
+	}
 	if m.cwd != "" && m.cwd != s.meta.Cwd {
 		s.meta.Cwd = m.cwd
 		s.changeMeta()

@@ -108,6 +108,7 @@ type toolActor struct {
 	deps      *Deps
 	sessionID string
 	cwd       string
+	dirs      []string
 	model     string
 	session   *actor.PID
 	call      toolCall
@@ -160,7 +161,7 @@ func (a *toolActor) startSubagent(ctx actor.Context, in tools.AgentInput) {
 	}
 	keep, _ := tools.SubagentKeep(in.SubagentType)
 	opts := turnOptions{
-		sessionID: a.sessionID, cwd: a.cwd, model: a.model, tools: reg, session: ctx.Self(),
+		sessionID: a.sessionID, cwd: a.cwd, dirs: a.dirs, model: a.model, tools: reg, session: ctx.Self(),
 		mcp: a.mcp, mcpKeep: keep,
 		history:  []llm.Message{{Role: llm.RoleUser, Content: []llm.Block{{Type: llm.BlockText, Text: in.Prompt}}}},
 		subagent: in.SubagentType, maxCalls: subagentMaxCalls, turnID: a.turnID,

@@ -43,9 +43,11 @@ type (
 type turnOptions struct {
 	sessionID string
 	cwd       string
-	model     string
-	history   []llm.Message
-	tools     *tools.Registry
+	// dirs are the session's additional workspace roots (tools.Env).
+	dirs    []string
+	model   string
+	history []llm.Message
+	tools   *tools.Registry
 	// compactOnly runs /compact: summarise, no model answer.
 	compactOnly bool
 	// session receives tool actors' updates and permission asks (default:
@@ -87,6 +89,7 @@ type turn struct {
 	deps      *Deps
 	sessionID string
 	cwd       string
+	dirs      []string
 	model     string
 	tools     *tools.Registry
 	log       zerolog.Logger
@@ -144,6 +147,7 @@ func newTurn(deps *Deps, o turnOptions) *turn {
 		deps:        deps,
 		sessionID:   o.sessionID,
 		cwd:         o.cwd,
+		dirs:        o.dirs,
 		model:       o.model,
 		tools:       o.tools,
 		base:        o.tools,
@@ -340,7 +344,7 @@ func (t *turn) onStreamEnd(ctx actor.Context, err error) {
 	// Each call is decoded and resolved once, here: what the client is
 	// shown and asked about is what runs.
 	var calls []toolCall
-	env := &tools.Env{Cwd: t.cwd, Home: t.deps.Config.Home}
+	env := &tools.Env{Cwd: t.cwd, Home: t.deps.Config.Home, AdditionalDirs: t.dirs}
 	for i := range msg.Content {
 		if b := &msg.Content[i]; b.Type == llm.BlockToolUse {
 			c := prepareCall(len(calls), b.ToolCallID, b.Name, b.Input, t.tools, env)
@@ -391,7 +395,9 @@ func (t *turn) runTools(ctx actor.Context, msg llm.Message, calls []toolCall) {
 		t.pending = append(t.pending, &pendingCall{id: b.ToolCallID, name: b.Name})
 		t.emit(ctx, b.Display)
 		props := actor.PropsFromProducer(func() actor.Actor {
-			return newToolActor(t.deps, t.sessionID, t.cwd, t.model, session, call, t.ctx, t.turnID, t.mcp)
+			ta := newToolActor(t.deps, t.sessionID, t.cwd, t.model, session, call, t.ctx, t.turnID, t.mcp)
+			ta.dirs = t.dirs
+			return ta
 		}, actor.WithReceiverMiddleware(keepStack))
 		pid := ctx.Spawn(props)
 		t.toolPIDs[pid.Id] = call.index

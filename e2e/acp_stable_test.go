@@ -164,6 +164,69 @@ var _ = Describe("stable ACP parts over stdio", Label("e2e", "acp-stable"), func
 	})
 })
 
+var _ = Describe("additionalDirectories over stdio", Label("e2e", "acp-stable"), func() {
+	It("treats additional directories as inside for the permission policy, lists them, and takes the complete list on load", func() {
+		fake := llmtest.NewServer()
+		DeferCleanup(fake.Close)
+		home, cwd, extra, outside := GinkgoT().TempDir(), GinkgoT().TempDir(), GinkgoT().TempDir(), GinkgoT().TempDir()
+		Expect(os.WriteFile(filepath.Join(extra, "lib.txt"), []byte("from the library\n"), 0o600)).To(Succeed())
+		Expect(os.WriteFile(filepath.Join(outside, "secret.txt"), []byte("SECRET\n"), 0o600)).To(Succeed())
+		fake.Script(
+			sessToolReply("r1", "read_file", map[string]any{"path": filepath.Join(extra, "lib.txt")}),
+			sessToolReply("w1", "write_file", map[string]any{"path": filepath.Join(extra, "new.txt"), "content": "edited\n"}),
+			sessToolReply("r2", "read_file", map[string]any{"path": filepath.Join(outside, "secret.txt")}),
+			llmtest.Reply{Text: "done"})
+		env := agentEnv(fake, "IAC_CODE_HOME="+home)
+		a := startAgent(env)
+		init := a.initialize()
+		Expect(init["agentCapabilities"].(map[string]any)["sessionCapabilities"]).To(HaveKeyWithValue("additionalDirectories", map[string]any{}))
+
+		By("each entry must be an absolute path of an existing directory")
+		for _, bad := range []string{"relative/dir", filepath.Join(extra, "missing"), filepath.Join(extra, "lib.txt")} {
+			e := a.errorOf(a.request("session/new", map[string]any{"cwd": cwd, "additionalDirectories": []any{bad}}))
+			Expect(e["code"]).To(Equal(-32602.0), bad)
+			Expect(e["data"]).To(HaveKey("additionalDirectories"), bad)
+		}
+
+		sid := a.result(a.request("session/new", map[string]any{"cwd": cwd, "mcpServers": []any{},
+			"additionalDirectories": []any{extra}}))["sessionId"].(string)
+		Expect(a.result(a.request("session/set_mode", map[string]any{"sessionId": sid, "modeId": "accept_edits"}))).To(BeEmpty())
+		id := a.prompt(sid, "read, write, read")
+		By("a read and, in accept_edits, a write in the additional directory need no permission; a read outside asks")
+		req := a.serverRequest("session/request_permission", 0)
+		tc := req["params"].(map[string]any)["toolCall"].(map[string]any)
+		Expect(tc["locations"]).To(ContainElement(HaveKeyWithValue("path", filepath.Join(outside, "secret.txt"))))
+		a.answer(req["id"], sessAllow("reject_once"))
+		Expect(a.result(id)["stopReason"]).To(Equal("end_turn"))
+		Expect(os.ReadFile(filepath.Join(extra, "new.txt"))).To(Equal([]byte("edited\n")))
+		results := map[string]string{}
+		for _, r := range lastRequest(fake).ToolResults() {
+			results[r.ID] = r.Content
+		}
+		Expect(results["r1"]).To(ContainSubstring("from the library"))
+		Expect(results["r2"]).NotTo(ContainSubstring("SECRET"))
+		n := 0
+		for _, m := range a.messages() {
+			if m["method"] == "session/request_permission" {
+				n++
+			}
+		}
+		Expect(n).To(Equal(1), "only the read outside asked")
+
+		By("session/list reports them; a load takes the complete list it is given (none when omitted)")
+		list := a.result(a.request("session/list", map[string]any{}))["sessions"].([]any)
+		Expect(list[0]).To(HaveKeyWithValue("additionalDirectories", []any{extra}))
+		a.result(a.request("session/load", map[string]any{"sessionId": sid, "cwd": cwd, "mcpServers": []any{},
+			"additionalDirectories": []any{outside}}))
+		list = a.result(a.request("session/list", map[string]any{}))["sessions"].([]any)
+		Expect(list[0]).To(HaveKeyWithValue("additionalDirectories", []any{outside}))
+		a.result(a.request("session/load", loadParams(sid, cwd)))
+		list = a.result(a.request("session/list", map[string]any{}))["sessions"].([]any)
+		Expect(list[0]).NotTo(HaveKey("additionalDirectories"))
+		a.finish()
+	})
+})
+
 // messageIDs are the messageId of every chunk of kind from wire position
 // from (of session sid).
 func messageIDs(a *agent, from int, kind string) []string {

@@ -46,7 +46,7 @@ func stdioSpecs(format string) {
 		Expect(caps["loadSession"]).To(BeTrue())
 		Expect(caps["promptCapabilities"]).To(Equal(map[string]any{"image": true, "audio": false, "embeddedContext": true}))
 		Expect(caps["sessionCapabilities"]).To(Equal(map[string]any{"list": map[string]any{}, "close": map[string]any{},
-			"resume": map[string]any{}, "fork": map[string]any{}, "delete": map[string]any{}}))
+			"resume": map[string]any{}, "fork": map[string]any{}, "delete": map[string]any{}, "additionalDirectories": map[string]any{}}))
 		Expect(res["authMethods"]).To(HaveLen(1), "never empty: the key method, with a key configured too")
 		Expect(res["authMethods"].([]any)[0]).To(HaveKeyWithValue("id", "api-key"))
 		a.finish()

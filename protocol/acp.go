@@ -84,6 +84,8 @@ type SessionCapabilities struct {
 	Resume *Empty `json:"resume,omitempty"`
 	Fork   *Empty `json:"fork,omitempty"`
 	Delete *Empty `json:"delete,omitempty"`
+	// AdditionalDirectories: new, load and resume take more workspace roots.
+	AdditionalDirectories *Empty `json:"additionalDirectories,omitempty"`
 }
 
 // AuthMethod is the agent-handled variant (no `type`), or with Type
@@ -108,8 +110,9 @@ type AuthenticateRequest struct {
 // NewSessionRequest: McpServers is kept raw and read by ParseMcpServers,
 // whose errors name the entry.
 type NewSessionRequest struct {
-	Cwd        string     `json:"cwd"`
-	McpServers RawMessage `json:"mcpServers,omitempty"`
+	Cwd                   string     `json:"cwd"`
+	McpServers            RawMessage `json:"mcpServers,omitempty"`
+	AdditionalDirectories []string   `json:"additionalDirectories,omitempty"`
 }
 
 type NewSessionResponse struct {
@@ -122,9 +125,10 @@ type NewSessionResponse struct {
 
 // SessionRef carries the fields shared by load, resume, fork and close.
 type SessionRef struct {
-	SessionID  string     `json:"sessionId"`
-	Cwd        string     `json:"cwd,omitempty"`
-	McpServers RawMessage `json:"mcpServers,omitempty"`
+	SessionID             string     `json:"sessionId"`
+	Cwd                   string     `json:"cwd,omitempty"`
+	McpServers            RawMessage `json:"mcpServers,omitempty"`
+	AdditionalDirectories []string   `json:"additionalDirectories,omitempty"`
 }
 
 // SessionStateResponse answers load and resume.
@@ -201,10 +205,11 @@ type ListSessionsResponse struct {
 }
 
 type SessionInfo struct {
-	SessionID string `json:"sessionId"`
-	Cwd       string `json:"cwd"`
-	Title     string `json:"title,omitempty"`
-	UpdatedAt string `json:"updatedAt,omitempty"`
+	SessionID             string   `json:"sessionId"`
+	Cwd                   string   `json:"cwd"`
+	AdditionalDirectories []string `json:"additionalDirectories,omitempty"`
+	Title                 string   `json:"title,omitempty"`
+	UpdatedAt             string   `json:"updatedAt,omitempty"`
 }
 
 type SessionIDParams struct {

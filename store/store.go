@@ -254,6 +254,9 @@ type Meta struct {
 	Usage       Usage               `json:"usage"`
 	// ForkedFrom is the id of the session this one was forked from.
 	ForkedFrom string `json:"forkedFrom,omitempty"`
+	// AdditionalDirectories are the workspace roots besides Cwd the session
+	// was last opened with (ACP additionalDirectories), absolute.
+	AdditionalDirectories []string `json:"additionalDirectories,omitempty"`
 }
 
 // FormatVersion is the version written into meta.json.
@@ -298,6 +301,7 @@ func (m Meta) clone() Meta {
 		}
 		m.Permissions = p
 	}
+	m.AdditionalDirectories = append([]string(nil), m.AdditionalDirectories...)
 	return m
 }
 

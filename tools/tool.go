@@ -146,6 +146,10 @@ type Env struct {
 	Cwd string
 	// Home is the state root (IAC_CODE_HOME), for spilled large outputs.
 	Home string
+	// AdditionalDirs are more workspace roots (ACP additionalDirectories):
+	// a path in one of them is inside, as in Cwd. Absolute, as the client
+	// gave them; the connection checked that they exist.
+	AdditionalDirs []string
 }
 
 // Location is a file a tool call touches.
