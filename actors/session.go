@@ -401,7 +401,7 @@ func (s *session) open(ctx actor.Context) {
 	switch s.start {
 	case startNew:
 		s.store, err = s.deps.Store.Create(store.Meta{ID: s.id, Cwd: s.startCwd, Mode: "default", Model: s.deps.llmConfig().Model,
-			AdditionalDirectories: s.startDirs})
+			AdditionalDirectories: s.startDirs, Config: s.sessionDefaults()})
 	case startFork:
 		s.store, entries, err = s.deps.Store.Fork(s.forkSrc, s.id)
 	default:

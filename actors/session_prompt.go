@@ -86,7 +86,8 @@ func (s *session) prompt(ctx actor.Context, r *sessionRequest) {
 	s.turnID++
 	opts := turnOptions{
 		sessionID: s.id, cwd: s.meta.Cwd, dirs: s.meta.AdditionalDirectories, model: s.meta.Model, turnID: s.turnID,
-		history: store.Context(s.entries), tools: s.toolsForMode(),
+		thinkingBudget: s.thinkingBudget(),
+		history:        store.Context(s.entries), tools: s.toolsForMode(),
 		compactOnly: command == "compact",
 	}
 	opts.mcp, opts.mcpKeep = s.mcpTurnTools()

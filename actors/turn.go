@@ -44,10 +44,13 @@ type turnOptions struct {
 	sessionID string
 	cwd       string
 	// dirs are the session's additional workspace roots (tools.Env).
-	dirs    []string
-	model   string
-	history []llm.Message
-	tools   *tools.Registry
+	dirs []string
+	// thinkingBudget is the session's thought_level as a budget (0: the
+	// configured one).
+	thinkingBudget int
+	model          string
+	history        []llm.Message
+	tools          *tools.Registry
 	// compactOnly runs /compact: summarise, no model answer.
 	compactOnly bool
 	// session receives tool actors' updates and permission asks (default:
@@ -93,7 +96,9 @@ type turn struct {
 	model     string
 	tools     *tools.Registry
 	log       zerolog.Logger
-	messages  []llm.Message
+	// thinkingBudget: see turnOptions.
+	thinkingBudget int
+	messages       []llm.Message
 	// compacting is set while a summary call runs; compactOnly ends the
 	// turn after it (the /compact command).
 	compacting  bool
@@ -144,22 +149,24 @@ func newTurn(deps *Deps, o turnOptions) *turn {
 		o.tools = deps.Tools
 	}
 	return &turn{
-		deps:        deps,
-		sessionID:   o.sessionID,
-		cwd:         o.cwd,
-		dirs:        o.dirs,
-		model:       o.model,
-		tools:       o.tools,
-		base:        o.tools,
-		mcp:         o.mcp,
-		mcpKeep:     o.mcpKeep,
-		log:         deps.Log.With().Str("session", o.sessionID).Logger(),
-		messages:    o.history,
-		compactOnly: o.compactOnly,
-		session:     o.session,
-		subagent:    o.subagent,
-		maxCalls:    o.maxCalls,
-		turnID:      o.turnID,
+		deps:      deps,
+		sessionID: o.sessionID,
+		cwd:       o.cwd,
+		dirs:      o.dirs,
+
+		thinkingBudget: o.thinkingBudget,
+		model:          o.model,
+		tools:          o.tools,
+		base:           o.tools,
+		mcp:            o.mcp,
+		mcpKeep:        o.mcpKeep,
+		log:            deps.Log.With().Str("session", o.sessionID).Logger(),
+		messages:       o.history,
+		compactOnly:    o.compactOnly,
+		session:        o.session,
+		subagent:       o.subagent,
+		maxCalls:       o.maxCalls,
+		turnID:         o.turnID,
 	}
 }
 
@@ -246,6 +253,8 @@ func (t *turn) callModel(ctx actor.Context) {
 		Messages:  t.forModel(t.messages),
 		Tools:     toolSpecs(t.tools),
 		MaxTokens: t.deps.llmConfig().MaxTokens,
+
+		ThinkingBudget: t.thinkingBudget,
 	})
 }
 

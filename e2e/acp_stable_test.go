@@ -227,6 +227,76 @@ var _ = Describe("additionalDirectories over stdio", Label("e2e", "acp-stable"),
 	})
 })
 
+// thoughtOption is the thought_level option of a configOptions list, or nil.
+func thoughtOption(opts any) map[string]any {
+	list, _ := opts.([]any)
+	for _, o := range list {
+		if o.(map[string]any)["id"] == "thought_level" {
+			return o.(map[string]any)
+		}
+	}
+	return nil
+}
+
+var _ = Describe("the thought_level config option over stdio", Label("e2e", "acp-stable"), func() {
+	var (
+		fake *llmtest.Server
+		home string
+		cwd  string
+	)
+	BeforeEach(func() {
+		fake = llmtest.NewServer()
+		DeferCleanup(fake.Close)
+		home, cwd = GinkgoT().TempDir(), GinkgoT().TempDir()
+	})
+	newSession := func(a *agent) (string, map[string]any) {
+		res := a.result(a.request("session/new", map[string]any{"cwd": cwd, "mcpServers": []any{}}))
+		return res["sessionId"].(string), res
+	}
+	setOption := func(a *agent, sid, id, value string) map[string]any {
+		return a.result(a.request("session/set_config_option", map[string]any{"sessionId": sid, "configId": id, "value": value}))
+	}
+
+	It("sends OpenAI reasoning_effort for o4-mini, nothing for gpt-4.1, and makes the last choice the default of new sessions", func() {
+		a := startAgent(agentEnv(fake, "IAC_CODE_HOME="+home, "IAC_CODE_PROVIDER=openai", "IAC_CODE_MODEL=o4-mini"))
+		a.initialize()
+		sid, res := newSession(a)
+		opt := thoughtOption(res["configOptions"])
+		Expect(opt).To(And(HaveKeyWithValue("category", "thought_level"), HaveKeyWithValue("currentValue", "default")))
+		Expect(thoughtOption(setOption(a, sid, "thought_level", "high")["configOptions"])).To(HaveKeyWithValue("currentValue", "high"))
+		Expect(a.result(a.prompt(sid, "think hard"))["stopReason"]).To(Equal("end_turn"))
+		Expect(lastRequest(fake).JSON()).To(HaveKeyWithValue("reasoning_effort", "high"))
+
+		Expect(thoughtOption(setOption(a, sid, "model", "gpt-4.1")["configOptions"])).To(BeNil(), "gpt-4.1 takes no level")
+		e := a.errorOf(a.request("session/set_config_option", map[string]any{"sessionId": sid, "configId": "thought_level", "value": "low"}))
+		Expect(e["code"]).To(Equal(-32602.0))
+		Expect(a.result(a.prompt(sid, "plain"))["stopReason"]).To(Equal("end_turn"))
+		Expect(lastRequest(fake).JSON()).NotTo(HaveKey("reasoning_effort"))
+
+		_, res = newSession(a)
+		Expect(thoughtOption(res["configOptions"])).To(HaveKeyWithValue("currentValue", "high"), "the last choice")
+		Expect(os.ReadFile(filepath.Join(home, "settings.yml"))).To(ContainSubstring("thought_level: high"))
+		a.finish()
+	})
+
+	It("sends a larger Anthropic thinking budget for a higher level on claude-sonnet-4-5", func() {
+		a := startAgent(agentEnv(fake, "IAC_CODE_HOME="+home, "IAC_CODE_PROVIDER=anthropic", "IAC_CODE_MODEL=claude-sonnet-4-5"))
+		a.initialize()
+		sid, res := newSession(a)
+		Expect(thoughtOption(res["configOptions"])).NotTo(BeNil())
+		budgets := map[string]float64{}
+		for _, level := range []string{"low", "high"} {
+			setOption(a, sid, "thought_level", level)
+			Expect(a.result(a.prompt(sid, "think "+level))["stopReason"]).To(Equal("end_turn"))
+			thinking := lastRequest(fake).JSON()["thinking"].(map[string]any)
+			Expect(thinking).To(HaveKeyWithValue("type", "enabled"))
+			budgets[level] = thinking["budget_tokens"].(float64)
+		}
+		Expect(budgets["high"]).To(BeNumerically(">", budgets["low"]))
+		a.finish()
+	})
+})
+
 // messageIDs are the messageId of every chunk of kind from wire position
 // from (of session sid).
 func messageIDs(a *agent, from int, kind string) []string {

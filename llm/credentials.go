@@ -127,3 +127,52 @@ func deleteKey(m *yaml.Node, key string) bool {
 	m.Content = out
 	return found
 }
+
+// SessionDefaults are the option values a user chose last (settings.yml
+// sessionDefaults), for their new sessions. A missing or malformed file
+// gives none: the server reported a malformed one at start.
+func SessionDefaults(home string) map[string]string {
+	out := map[string]string{}
+	if home == "" {
+		return out
+	}
+	root, err := parseYAML(filepath.Join(home, SettingsFile))
+	if err != nil || root == nil {
+		return out
+	}
+	for i := 0; i+1 < len(root.Content); i += 2 {
+		if root.Content[i].Value != "sessionDefaults" || root.Content[i+1].Kind != yaml.MappingNode {
+			continue
+		}
+		m := root.Content[i+1]
+		for j := 0; j+1 < len(m.Content); j += 2 {
+			if m.Content[j+1].Kind == yaml.ScalarNode {
+				out[m.Content[j].Value] = m.Content[j+1].Value
+			}
+		}
+	}
+	return out
+}
+
+// SaveSessionDefault keeps value as the default of option id for new
+// sessions (settings.yml sessionDefaults.<id>).
+func SaveSessionDefault(home, id, value string) error {
+	if home == "" {
+		return nil
+	}
+	return EditYAML(filepath.Join(home, SettingsFile), 0o600, func(root *yaml.Node) bool {
+		var m *yaml.Node
+		for i := 0; i+1 < len(root.Content); i += 2 {
+			if root.Content[i].Value == "sessionDefaults" && root.Content[i+1].Kind == yaml.MappingNode {
+				m = root.Content[i+1]
+			}
+		}
+		if m == nil {
+			deleteKey(root, "sessionDefaults")
+			m = &yaml.Node{Kind: yaml.MappingNode}
+			root.Content = append(root.Content, &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: "sessionDefaults"}, m)
+		}
+		setScalar(m, id, value)
+		return true
+	})
+}

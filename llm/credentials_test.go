@@ -68,3 +68,38 @@ func mustRead(t *testing.T, path string) []byte {
 	}
 	return b
 }
+
+func TestSessionDefaults(t *testing.T) {
+	home := t.TempDir()
+	if err := os.WriteFile(filepath.Join(home, SettingsFile), []byte("activeProvider: openai # mine\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := SaveSessionDefault(home, "thought_level", "high"); err != nil {
+		t.Fatal(err)
+	}
+	if err := SaveSessionDefault(home, "thought_level", "low"); err != nil {
+		t.Fatal(err)
+	}
+	if got := SessionDefaults(home); len(got) != 1 || got["thought_level"] != "low" {
+		t.Fatalf("defaults %v", got)
+	}
+	st, err := readSettings(filepath.Join(home, SettingsFile))
+	if err != nil || st.activeProvider.value != "openai" {
+		t.Fatalf("settings still read: %v %v", st.activeProvider, err)
+	}
+}
+
+func TestTakesThoughtLevel(t *testing.T) {
+	for _, c := range []struct {
+		provider, model string
+		want            bool
+	}{
+		{"openai", "o4-mini", true}, {"openai", "gpt-5", true}, {"openai", "gpt-4.1", false},
+		{"anthropic", "claude-sonnet-4-5", true}, {"anthropic", "claude-3-7-sonnet-latest", true},
+		{"anthropic", "claude-3-5-haiku-latest", false}, {"deepseek", "deepseek-reasoner", false},
+	} {
+		if got := (Config{Provider: c.provider}).TakesThoughtLevel(c.model); got != c.want {
+			t.Errorf("%s %s: %v", c.provider, c.model, got)
+		}
+	}
+}
