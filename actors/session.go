@@ -477,7 +477,7 @@ func (s *session) answerStart(ctx actor.Context, kind startKind, reqID protocol.
 		return
 	}
 	if kind != startResume {
-		s.emit(ctx, protocol.AvailableCommandsUpdate{SessionUpdate: protocol.UpdateAvailableCommands, AvailableCommands: slashCommands})
+		s.emit(ctx, protocol.AvailableCommandsUpdate{SessionUpdate: protocol.UpdateAvailableCommands, AvailableCommands: availableCommands()})
 	}
 }
 

@@ -59,6 +59,9 @@ func (s *session) prompt(ctx actor.Context, r *sessionRequest) {
 		return
 	}
 	user := llm.Message{Role: llm.RoleUser, Content: blocks, ID: uuid.NewString()}
+	if s.localCommand(ctx, r, &user) {
+		return
+	}
 	command := slashCommand(&user)
 	if command == "clear" {
 		s.append(store.CompactionEntry("(The user cleared the conversation; nothing before this point is relevant.)", s.store.LastSeq()))

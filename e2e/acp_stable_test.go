@@ -227,6 +227,69 @@ var _ = Describe("additionalDirectories over stdio", Label("e2e", "acp-stable"),
 	})
 })
 
+// agentText is the agent_message_chunk text from wire position from.
+func agentText(a *agent, from int) string {
+	var b strings.Builder
+	for _, m := range a.messages()[from:] {
+		if u := updateOf(m); u != nil && u["sessionUpdate"] == "agent_message_chunk" {
+			b.WriteString(u["content"].(map[string]any)["text"].(string))
+		}
+	}
+	return b.String()
+}
+
+var _ = Describe("slash commands over stdio", Label("e2e", "acp-stable"), func() {
+	It("lists /model, /mode, /status and /init; runs each: the first three without a model call, /init through the tools and permissions", func() {
+		fake := llmtest.NewServer()
+		DeferCleanup(fake.Close)
+		home, cwd := GinkgoT().TempDir(), GinkgoT().TempDir()
+		fake.Script(sessToolReply("w1", "write_file", map[string]any{"path": "AGENTS.md", "content": "# Agents\nRun go test.\n"}),
+			llmtest.Reply{Text: "Wrote AGENTS.md."})
+		a := startAgent(agentEnv(fake, "IAC_CODE_HOME="+home, "IAC_CODE_PROVIDER=openai", "IAC_CODE_MODEL=o4-mini"))
+		a.initialize()
+		from := a.mark()
+		sid := a.newSession(cwd)
+		_, cmds := a.waitUpdate("available_commands_update", from)
+		var names []string
+		for _, c := range cmds["availableCommands"].([]any) {
+			names = append(names, c.(map[string]any)["name"].(string))
+		}
+		Expect(names).To(ContainElements("model", "mode", "status", "init"))
+
+		run := func(text string) string {
+			from := a.mark()
+			Expect(a.result(a.prompt(sid, text))["stopReason"]).To(Equal("end_turn"), text)
+			return agentText(a, from)
+		}
+		Expect(run("/model")).To(And(ContainSubstring("Model: o4-mini"), ContainSubstring("gpt-4.1")))
+		from = a.mark()
+		Expect(run("/model gpt-4.1")).To(Equal("Model set to gpt-4.1."))
+		_, upd := a.waitUpdate("config_option_update", from)
+		Expect(upd["configOptions"]).To(ContainElement(And(HaveKeyWithValue("id", "model"), HaveKeyWithValue("currentValue", "gpt-4.1"))))
+		Expect(run("/model nope")).To(HavePrefix(`Unknown model "nope"`))
+		from = a.mark()
+		Expect(run("/mode plan")).To(Equal("Mode set to plan."))
+		_, mode := a.waitUpdate("current_mode_update", from)
+		Expect(mode).To(HaveKeyWithValue("currentModeId", "plan"))
+		Expect(run("/mode")).To(ContainSubstring("Mode: plan"))
+		status := run("/status")
+		Expect(status).To(And(ContainSubstring("Provider: openai"), ContainSubstring("Model: gpt-4.1"),
+			ContainSubstring("Context: about"), ContainSubstring("MCP servers: none"), ContainSubstring("AGENTS.md: none")))
+		Expect(fake.Requests()).To(BeEmpty(), "no model call for /model, /mode, /status")
+
+		By("/init asks the model to write AGENTS.md with its tools; the write asks for permission")
+		run("/mode default")
+		id := a.prompt(sid, "/init")
+		req := a.serverRequest("session/request_permission", 0)
+		a.answer(req["id"], sessAllow("allow_once"))
+		Expect(a.result(id)["stopReason"]).To(Equal("end_turn"))
+		Expect(fake.Requests()[0].JSON()["messages"]).To(ContainElement(HaveKeyWithValue("content", ContainSubstring("AGENTS.md"))))
+		Expect(os.ReadFile(filepath.Join(cwd, "AGENTS.md"))).To(Equal([]byte("# Agents\nRun go test.\n")))
+		Expect(run("/status")).To(ContainSubstring("AGENTS.md: present"))
+		a.finish()
+	})
+})
+
 // thoughtOption is the thought_level option of a configOptions list, or nil.
 func thoughtOption(opts any) map[string]any {
 	list, _ := opts.([]any)

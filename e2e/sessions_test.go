@@ -220,7 +220,7 @@ var _ = Describe("sessions on disk over stdio", Label("e2e", "sessions"), func()
 		for _, c := range cmds["availableCommands"].([]any) {
 			names = append(names, c.(map[string]any)["name"].(string))
 		}
-		Expect(names).To(ConsistOf("compact", "clear"))
+		Expect(names).To(ConsistOf("compact", "clear", "model", "mode", "status", "init"))
 
 		from := a.mark()
 		p1 := a.prompt(sid, "  Remember\n the number   42  ")
