@@ -106,6 +106,8 @@ type connection struct {
 	notices    bool
 	// terminalAuth: the client can run terminal auth methods.
 	terminalAuth bool
+	// compaction: the client shows compaction updates.
+	compaction bool
 	// moved are sessions handed over to another process (cluster pod):
 	// their requests are answered as for a session moved to another
 	// connection, until this connection loads them again.
@@ -323,8 +325,9 @@ func (c *connection) initialize(m *protocol.Message) {
 		}
 	}
 	c.initialized = true
-	if caps := req.ClientCapabilities; caps != nil && caps.Session != nil && caps.Session.Notices != nil {
-		c.notices = true
+	if caps := req.ClientCapabilities; caps != nil && caps.Session != nil {
+		c.notices = caps.Session.Notices != nil
+		c.compaction = caps.Session.Compaction != nil
 	}
 	c.caps = capsOf(req.ClientCapabilities)
 	c.terminalAuth = req.ClientCapabilities != nil && req.ClientCapabilities.Auth != nil && req.ClientCapabilities.Auth.Terminal
@@ -483,7 +486,7 @@ func (c *connection) openSession(ctx actor.Context, id string, kind startKind, r
 	notices := c.notices
 	props := actor.PropsFromProducer(func() actor.Actor {
 		s := newSession(c.deps, id, ctx.Self(), c.caps, kind, reqID, cwd, forkSrc, servers, notices)
-		s.startDirs = dirs
+		s.startDirs, s.compactionUpdates = dirs, c.compaction
 		return s
 	}, actor.WithSupervisor(reportAndStop{}), actor.WithGuardian(c.deps.sessionGuardian),
 		actor.WithReceiverMiddleware(keepStack))
@@ -497,7 +500,7 @@ func (c *connection) openSession(ctx actor.Context, id string, kind startKind, r
 		}
 		c.attaching[pid.Id] = attachRequest{id: id, kind: kind, reqID: reqID, cwd: cwd, servers: servers, dirs: dirs}
 		ctx.Request(pid, &attach{kind: kind, reqID: reqID, cwd: cwd, conn: ctx.Self(), servers: servers, notices: notices, caps: c.caps,
-			dirs: dirs})
+			dirs: dirs, compaction: c.compaction})
 	} else if err != nil {
 		c.log.Error().Err(err).Str("session", id).Msg("spawn session")
 		c.fail(reqID, protocol.ErrInternal("could not start the session", newErrorID()))

@@ -56,6 +56,8 @@ type (
 		caps    tools.ClientCaps
 		// dirs are the request's additionalDirectories (the complete list).
 		dirs []string
+		// compaction: the connection's client shows compaction updates.
+		compaction bool
 	}
 	// detach: the connection is going away; its sessions stop (they are on disk).
 	detach struct{ conn *actor.PID }
@@ -113,8 +115,10 @@ type session struct {
 	// the session (the complete list; none when omitted), except a restore,
 	// which keeps the stored ones.
 	startDirs []string
-	forkSrc   string
-	log       zerolog.Logger
+	// compactionUpdates: the client shows compaction updates (else text).
+	compactionUpdates bool
+	forkSrc           string
+	log               zerolog.Logger
 
 	store store.Session
 	meta  store.Meta
@@ -505,6 +509,7 @@ func (s *session) attach(ctx actor.Context, m *attach) {
 	}
 	s.mcp.notices = m.notices
 	s.caps = m.caps
+	s.compactionUpdates = m.compaction
 	// The connection counts its requests to this session afresh from the
 	// attach on (openSession resets its count), also when it is the same
 	// connection: without this an idle session loaded again is never

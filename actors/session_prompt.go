@@ -89,8 +89,8 @@ func (s *session) prompt(ctx actor.Context, r *sessionRequest) {
 	s.turnID++
 	opts := turnOptions{
 		sessionID: s.id, cwd: s.meta.Cwd, dirs: s.meta.AdditionalDirectories, model: s.meta.Model, turnID: s.turnID,
-		thinkingBudget: s.thinkingBudget(),
-		history:        store.Context(s.entries), tools: s.toolsForMode(),
+		thinkingBudget: s.thinkingBudget(), compactionUpdates: s.compactionUpdates,
+		history: store.Context(s.entries), tools: s.toolsForMode(),
 		compactOnly: command == "compact",
 	}
 	opts.mcp, opts.mcpKeep = s.mcpTurnTools()

@@ -48,9 +48,11 @@ type turnOptions struct {
 	// thinkingBudget is the session's thought_level as a budget (0: the
 	// configured one).
 	thinkingBudget int
-	model          string
-	history        []llm.Message
-	tools          *tools.Registry
+	// compactionUpdates: the client shows compaction updates.
+	compactionUpdates bool
+	model             string
+	history           []llm.Message
+	tools             *tools.Registry
 	// compactOnly runs /compact: summarise, no model answer.
 	compactOnly bool
 	// session receives tool actors' updates and permission asks (default:
@@ -96,9 +98,12 @@ type turn struct {
 	model     string
 	tools     *tools.Registry
 	log       zerolog.Logger
-	// thinkingBudget: see turnOptions.
-	thinkingBudget int
-	messages       []llm.Message
+	// thinkingBudget, compactionUpdates: see turnOptions; compactionID is
+	// the compaction running, as the client was told of it.
+	thinkingBudget    int
+	compactionUpdates bool
+	compactionID      string
+	messages          []llm.Message
 	// compacting is set while a summary call runs; compactOnly ends the
 	// turn after it (the /compact command).
 	compacting  bool
@@ -154,19 +159,20 @@ func newTurn(deps *Deps, o turnOptions) *turn {
 		cwd:       o.cwd,
 		dirs:      o.dirs,
 
-		thinkingBudget: o.thinkingBudget,
-		model:          o.model,
-		tools:          o.tools,
-		base:           o.tools,
-		mcp:            o.mcp,
-		mcpKeep:        o.mcpKeep,
-		log:            deps.Log.With().Str("session", o.sessionID).Logger(),
-		messages:       o.history,
-		compactOnly:    o.compactOnly,
-		session:        o.session,
-		subagent:       o.subagent,
-		maxCalls:       o.maxCalls,
-		turnID:         o.turnID,
+		thinkingBudget:    o.thinkingBudget,
+		compactionUpdates: o.compactionUpdates,
+		model:             o.model,
+		tools:             o.tools,
+		base:              o.tools,
+		mcp:               o.mcp,
+		mcpKeep:           o.mcpKeep,
+		log:               deps.Log.With().Str("session", o.sessionID).Logger(),
+		messages:          o.history,
+		compactOnly:       o.compactOnly,
+		session:           o.session,
+		subagent:          o.subagent,
+		maxCalls:          o.maxCalls,
+		turnID:            o.turnID,
 	}
 }
 
@@ -456,6 +462,9 @@ func (t *turn) finish(ctx actor.Context, stopReason string, err *protocol.Error)
 	t.ended = true
 	if t.cancel != nil {
 		t.cancel()
+	}
+	if t.compacting {
+		t.compactionEnded(ctx, protocol.CompactionCancelled, "")
 	}
 	if t.streaming {
 		// Keep what the user already saw of a cancelled answer (a summary

@@ -290,6 +290,48 @@ var _ = Describe("slash commands over stdio", Label("e2e", "acp-stable"), func()
 	})
 })
 
+var _ = Describe("compaction updates over stdio", Label("e2e", "acp-stable"), func() {
+	It("sends compaction_update in_progress, the summary and completed to a client that advertises session.compaction, text to others", func() {
+		fake := llmtest.NewServer()
+		DeferCleanup(fake.Close)
+		cwd := GinkgoT().TempDir()
+		for _, advertised := range []bool{true, false} {
+			fake.Script(llmtest.Reply{Text: "a1"}, llmtest.Reply{Text: "a2"}, llmtest.Reply{Text: "SUMMARY of turn one"})
+			a := startAgent(agentEnv(fake))
+			caps := map[string]any{}
+			if advertised {
+				caps["session"] = map[string]any{"compaction": map[string]any{}}
+			}
+			a.initializeWith(caps)
+			sid := a.newSession(cwd)
+			a.result(a.prompt(sid, "u1"))
+			a.result(a.prompt(sid, "u2"))
+			from := a.mark()
+			p := a.prompt(sid, "/compact")
+			Expect(a.result(p)["stopReason"]).To(Equal("end_turn"))
+			ups := a.sessionUpdates(sid, from, p)
+			var kinds []string
+			for _, u := range ups {
+				kinds = append(kinds, u["sessionUpdate"].(string))
+			}
+			if !advertised {
+				Expect(kinds).To(Equal([]string{"agent_message_chunk"}))
+				Expect(chatText(ups, "agent_message_chunk")).To(HavePrefix("Context compacted: "))
+				a.finish()
+				continue
+			}
+			Expect(kinds).To(Equal([]string{"compaction_update", "compaction_summary_chunk", "compaction_update"}))
+			id := ups[0]["compactionId"]
+			Expect(id).NotTo(BeEmpty())
+			Expect(ups[0]).To(HaveKeyWithValue("status", "in_progress"))
+			Expect(ups[1]).To(And(HaveKeyWithValue("compactionId", id),
+				HaveKeyWithValue("content", map[string]any{"type": "text", "text": "SUMMARY of turn one"})))
+			Expect(ups[2]).To(And(HaveKeyWithValue("compactionId", id), HaveKeyWithValue("status", "completed")))
+			a.finish()
+		}
+	})
+})
+
 // thoughtOption is the thought_level option of a configOptions list, or nil.
 func thoughtOption(opts any) map[string]any {
 	list, _ := opts.([]any)

@@ -36,6 +36,9 @@ type AuthCapabilities struct {
 // client shows `notice` session updates.
 type ClientSessionCapabilities struct {
 	Notices *Empty `json:"notices,omitempty"`
+	// Compaction: the client shows compaction_update and
+	// compaction_summary_chunk updates.
+	Compaction *Empty `json:"compaction,omitempty"`
 }
 
 type FSCapabilities struct {
@@ -337,7 +340,33 @@ const (
 	UpdateUsage             = "usage_update"
 	UpdateNotice            = "notice"
 	UpdatePlan              = "plan"
+	UpdateCompaction        = "compaction_update"
+	UpdateCompactionSummary = "compaction_summary_chunk"
 )
+
+// Compaction statuses.
+const (
+	CompactionInProgress = "in_progress"
+	CompactionCompleted  = "completed"
+	CompactionFailed     = "failed"
+	CompactionCancelled  = "cancelled"
+)
+
+// CompactionUpdate is a compaction_update: the first one with an id places
+// the compaction in the timeline, later ones patch its status.
+type CompactionUpdate struct {
+	SessionUpdate string `json:"sessionUpdate"`
+	CompactionID  string `json:"compactionId"`
+	Status        string `json:"status"`
+	Error         string `json:"error,omitempty"`
+}
+
+// CompactionSummaryChunk appends a content block to a compaction's summary.
+type CompactionSummaryChunk struct {
+	SessionUpdate string `json:"sessionUpdate"`
+	CompactionID  string `json:"compactionId"`
+	Content       any    `json:"content"`
+}
 
 // ChunkUpdate is user_message_chunk, agent_message_chunk or agent_thought_chunk.
 // Content is a TextContent or an ImageContent (a replayed user image).
