@@ -142,6 +142,9 @@ func (s *session) status() string {
 		}
 		b.WriteString("\n")
 	}
+	if li := s.loadedInstructions(); li != nil && len(li.Files) > 0 {
+		fmt.Fprintf(&b, "Instructions given to the model: %s\n", strings.Join(li.Paths(), ", "))
+	}
 	if _, err := os.Stat(filepath.Join(s.meta.Cwd, "AGENTS.md")); err == nil {
 		b.WriteString("AGENTS.md: present\n")
 	} else {

@@ -89,7 +89,7 @@ func (s *session) prompt(ctx actor.Context, r *sessionRequest) {
 	s.turnID++
 	opts := turnOptions{
 		sessionID: s.id, cwd: s.meta.Cwd, dirs: s.meta.AdditionalDirectories, model: s.meta.Model, turnID: s.turnID,
-		thinkingBudget: s.thinkingBudget(), compactionUpdates: s.compactionUpdates,
+		mode: s.meta.Mode, thinkingBudget: s.thinkingBudget(), compactionUpdates: s.compactionUpdates,
 		history: store.Context(s.entries), tools: s.toolsForMode(),
 		compactOnly: command == "compact",
 	}
