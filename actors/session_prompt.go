@@ -110,18 +110,22 @@ func slashCommand(m *llm.Message) string {
 	return ""
 }
 
-// toolsForMode: plan mode offers the model read-only tools only.
+// toolsForMode: plan mode offers the model read-only tools only; ask_user
+// is offered only when the client shows questions (form elicitation).
 func (s *session) toolsForMode() *tools.Registry {
-	if s.meta.Mode != "plan" {
+	if s.meta.Mode != "plan" && !s.caps.Elicitation {
 		return s.deps.Tools
 	}
-	var ro []tools.Tool
+	var ts []tools.Tool
 	for _, t := range s.deps.Tools.List() {
-		if t.ReadOnly() {
-			ro = append(ro, t)
+		if s.meta.Mode != "plan" || t.ReadOnly() {
+			ts = append(ts, t)
 		}
 	}
-	return tools.NewRegistry(ro...)
+	if s.caps.Elicitation {
+		ts = append(ts, tools.AskUser{})
+	}
+	return tools.NewRegistry(ts...)
 }
 
 func (s *session) endTurn(ctx actor.Context, m *turnFinished) {

@@ -343,7 +343,7 @@ func (a *toolActor) run(ctx actor.Context) {
 	progress := func(text string) { root.Send(self, &toolProgress{text: text}) }
 	var client *toolClient
 	if cc, ok := call.(tools.ClientCall); ok && a.caps.Any() {
-		client = &toolClient{caps: a.caps, sessionID: a.sessionID, self: self, root: root, gone: a.gone,
+		client = &toolClient{caps: a.caps, sessionID: a.sessionID, toolCallID: a.call.id, self: self, root: root, gone: a.gone,
 			timeout: a.deps.Config.ClientTimeout}
 		call = &viaClient{cc, client}
 	}

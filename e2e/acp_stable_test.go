@@ -332,6 +332,61 @@ var _ = Describe("compaction updates over stdio", Label("e2e", "acp-stable"), fu
 	})
 })
 
+// toolNames are the tools a recorded OpenAI-format request offers.
+func toolNames(r llmtest.RecordedRequest) []string {
+	var names []string
+	list, _ := r.JSON()["tools"].([]any)
+	for _, t := range list {
+		names = append(names, t.(map[string]any)["function"].(map[string]any)["name"].(string))
+	}
+	return names
+}
+
+var _ = Describe("ask_user and elicitation/create over stdio", Label("e2e", "acp-stable"), func() {
+	It("offers ask_user only to a client that advertises form elicitation; the answer, a decline or a cancel is the tool result", func() {
+		fake := llmtest.NewServer()
+		DeferCleanup(fake.Close)
+		cwd := GinkgoT().TempDir()
+
+		By("no elicitation capability: no ask_user")
+		fake.Script(llmtest.Reply{Text: "hi"})
+		plain := startAgent(agentEnv(fake))
+		plain.initialize()
+		sid := plain.newSession(cwd)
+		plain.result(plain.prompt(sid, "hello"))
+		Expect(toolNames(fake.Requests()[0])).To(ContainElement("read_file"))
+		Expect(toolNames(fake.Requests()[0])).NotTo(ContainElement("ask_user"))
+		plain.finish()
+
+		fake.Script(
+			sessToolReply("q1", "ask_user", map[string]any{"question": "Which colour?", "options": []any{"red", "blue"}}),
+			sessToolReply("q2", "ask_user", map[string]any{"question": "Your name?"}),
+			llmtest.Reply{Text: "thanks"})
+		a := startAgent(agentEnv(fake))
+		a.initializeWith(map[string]any{"elicitation": map[string]any{"form": map[string]any{}}})
+		sid = a.newSession(cwd)
+		id := a.prompt(sid, "ask me")
+		q := a.serverRequest("elicitation/create", 0)
+		params := q["params"].(map[string]any)
+		Expect(params).To(And(HaveKeyWithValue("sessionId", sid), HaveKeyWithValue("mode", "form"),
+			HaveKeyWithValue("message", "Which colour?"), HaveKey("toolCallId")))
+		answer := params["requestedSchema"].(map[string]any)["properties"].(map[string]any)["answer"].(map[string]any)
+		Expect(answer["oneOf"]).To(Equal([]any{map[string]any{"const": "red", "title": "red"}, map[string]any{"const": "blue", "title": "blue"}}))
+		a.answer(q["id"], map[string]any{"action": "accept", "content": map[string]any{"answer": "blue"}})
+		q = a.serverRequest("elicitation/create", 1)
+		Expect(q["params"].(map[string]any)["requestedSchema"].(map[string]any)["properties"].(map[string]any)["answer"]).NotTo(HaveKey("oneOf"))
+		a.answer(q["id"], map[string]any{"action": "decline"})
+		Expect(a.result(id)["stopReason"]).To(Equal("end_turn"))
+		results := map[string]string{}
+		for _, r := range lastRequest(fake).ToolResults() {
+			results[r.ID] = r.Content
+		}
+		Expect(results).To(Equal(map[string]string{"q1": "The user answered: blue", "q2": "The user declined to answer."}))
+		Expect(toolNames(fake.Requests()[1])).To(ContainElement("ask_user"))
+		a.finish()
+	})
+})
+
 // thoughtOption is the thought_level option of a configOptions list, or nil.
 func thoughtOption(opts any) map[string]any {
 	list, _ := opts.([]any)

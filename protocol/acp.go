@@ -24,6 +24,28 @@ type ClientCapabilities struct {
 	Terminal bool                       `json:"terminal,omitempty"`
 	Session  *ClientSessionCapabilities `json:"session,omitempty"`
 	Auth     *AuthCapabilities          `json:"auth,omitempty"`
+	// Elicitation: Form set means the client renders form questions.
+	Elicitation *ElicitationCapabilities `json:"elicitation,omitempty"`
+}
+
+type ElicitationCapabilities struct {
+	Form *Empty `json:"form,omitempty"`
+}
+
+// CreateElicitationRequest is elicitation/create in form mode, tied to a
+// session and a tool call.
+type CreateElicitationRequest struct {
+	SessionID       string     `json:"sessionId"`
+	ToolCallID      string     `json:"toolCallId,omitempty"`
+	Mode            string     `json:"mode"`
+	Message         string     `json:"message"`
+	RequestedSchema RawMessage `json:"requestedSchema"`
+}
+
+// CreateElicitationResponse: Action accept (with Content), decline or cancel.
+type CreateElicitationResponse struct {
+	Action  string                `json:"action"`
+	Content map[string]RawMessage `json:"content,omitempty"`
 }
 
 // AuthCapabilities: Terminal means the client can run the agent's
