@@ -36,7 +36,9 @@ type ClientCaps struct {
 }
 
 // Any reports whether the client offers anything at all.
-func (c ClientCaps) Any() bool { return c.ReadTextFile || c.WriteTextFile || c.Terminal || c.Elicitation }
+func (c ClientCaps) Any() bool {
+	return c.ReadTextFile || c.WriteTextFile || c.Terminal || c.Elicitation
+}
 
 // TerminalRequest is a command for the client to run in a terminal.
 type TerminalRequest struct {
