@@ -52,7 +52,7 @@ func estimateTokens(msgs []llm.Message) int {
 }
 
 func (t *turn) needsCompaction() bool {
-	if t.compactedOnce {
+	if t.compactedOnce || t.noAutoCompact {
 		return false
 	}
 	threshold := t.deps.Config.CompactThreshold

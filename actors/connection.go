@@ -106,8 +106,10 @@ type connection struct {
 	notices    bool
 	// terminalAuth: the client can run terminal auth methods.
 	terminalAuth bool
-	// compaction: the client shows compaction updates.
-	compaction bool
+	// compaction: the client shows compaction updates; booleanOptions:
+	// boolean config options.
+	compaction     bool
+	booleanOptions bool
 	// moved are sessions handed over to another process (cluster pod):
 	// their requests are answered as for a session moved to another
 	// connection, until this connection loads them again.
@@ -328,6 +330,7 @@ func (c *connection) initialize(m *protocol.Message) {
 	if caps := req.ClientCapabilities; caps != nil && caps.Session != nil {
 		c.notices = caps.Session.Notices != nil
 		c.compaction = caps.Session.Compaction != nil
+		c.booleanOptions = caps.Session.ConfigOptions != nil && caps.Session.ConfigOptions.Boolean != nil
 	}
 	c.caps = capsOf(req.ClientCapabilities)
 	c.terminalAuth = req.ClientCapabilities != nil && req.ClientCapabilities.Auth != nil && req.ClientCapabilities.Auth.Terminal
@@ -486,7 +489,7 @@ func (c *connection) openSession(ctx actor.Context, id string, kind startKind, r
 	notices := c.notices
 	props := actor.PropsFromProducer(func() actor.Actor {
 		s := newSession(c.deps, id, ctx.Self(), c.caps, kind, reqID, cwd, forkSrc, servers, notices)
-		s.startDirs, s.compactionUpdates = dirs, c.compaction
+		s.startDirs, s.compactionUpdates, s.booleanOptions = dirs, c.compaction, c.booleanOptions
 		return s
 	}, actor.WithSupervisor(reportAndStop{}), actor.WithGuardian(c.deps.sessionGuardian),
 		actor.WithReceiverMiddleware(keepStack))
@@ -500,7 +503,7 @@ func (c *connection) openSession(ctx actor.Context, id string, kind startKind, r
 		}
 		c.attaching[pid.Id] = attachRequest{id: id, kind: kind, reqID: reqID, cwd: cwd, servers: servers, dirs: dirs}
 		ctx.Request(pid, &attach{kind: kind, reqID: reqID, cwd: cwd, conn: ctx.Self(), servers: servers, notices: notices, caps: c.caps,
-			dirs: dirs, compaction: c.compaction})
+			dirs: dirs, compaction: c.compaction, booleanOptions: c.booleanOptions})
 	} else if err != nil {
 		c.log.Error().Err(err).Str("session", id).Msg("spawn session")
 		c.fail(reqID, protocol.ErrInternal("could not start the session", newErrorID()))

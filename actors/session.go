@@ -56,8 +56,9 @@ type (
 		caps    tools.ClientCaps
 		// dirs are the request's additionalDirectories (the complete list).
 		dirs []string
-		// compaction: the connection's client shows compaction updates.
-		compaction bool
+		// compaction, booleanOptions: the connection's client shows
+		// compaction updates, boolean config options.
+		compaction, booleanOptions bool
 	}
 	// detach: the connection is going away; its sessions stop (they are on disk).
 	detach struct{ conn *actor.PID }
@@ -115,8 +116,10 @@ type session struct {
 	// the session (the complete list; none when omitted), except a restore,
 	// which keeps the stored ones.
 	startDirs []string
-	// compactionUpdates: the client shows compaction updates (else text).
+	// compactionUpdates: the client shows compaction updates (else text);
+	// booleanOptions: boolean config options.
 	compactionUpdates bool
+	booleanOptions    bool
 	forkSrc           string
 	log               zerolog.Logger
 
@@ -510,7 +513,7 @@ func (s *session) attach(ctx actor.Context, m *attach) {
 	}
 	s.mcp.notices = m.notices
 	s.caps = m.caps
-	s.compactionUpdates = m.compaction
+	s.compactionUpdates, s.booleanOptions = m.compaction, m.booleanOptions
 	// The connection counts its requests to this session afresh from the
 	// attach on (openSession resets its count), also when it is the same
 	// connection: without this an idle session loaded again is never

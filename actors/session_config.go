@@ -1,6 +1,8 @@
 package actors
 
 import (
+	"strconv"
+
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/iac-code/iac-code/llm"
@@ -79,8 +81,20 @@ func (s *session) configOptions() []protocol.SessionConfigOption {
 		opts = append(opts, protocol.SessionConfigOption{ID: optThoughtLevel, Name: "Thinking", Category: "thought_level",
 			Description: "How much the model reasons before it answers", Type: "select", CurrentValue: s.thoughtLevel(), Options: levels})
 	}
+	if s.booleanOptions {
+		opts = append(opts, protocol.SessionConfigOption{ID: optAutoCompact, Name: "Auto-compact", Category: "_context",
+			Description: "Summarize older turns when the context nears the model's window", Type: "boolean",
+			CurrentValue: s.autoCompact()})
+	}
 	return opts
 }
+
+// optAutoCompact is the boolean option that turns automatic compaction
+// off (on by default; /compact works either way). Offered to clients that
+// advertise boolean config options.
+const optAutoCompact = "auto_compact"
+
+func (s *session) autoCompact() bool { return s.meta.Config[optAutoCompact] != "false" }
 
 // optThoughtLevel is the reasoning level option, offered for the models
 // that take one (llm.Config.TakesThoughtLevel).
@@ -110,8 +124,12 @@ func (s *session) thinkingBudget() int {
 // ones the user chose last (settings.yml sessionDefaults).
 func (s *session) sessionDefaults() map[string]string {
 	out := map[string]string{}
-	if l := llm.SessionDefaults(s.deps.Config.Home)[optThoughtLevel]; thoughtLevelNames[l] != "" {
+	defaults := llm.SessionDefaults(s.deps.Config.Home)
+	if l := defaults[optThoughtLevel]; thoughtLevelNames[l] != "" {
 		out[optThoughtLevel] = l
+	}
+	if v := defaults[optAutoCompact]; v == "true" || v == "false" {
+		out[optAutoCompact] = v
 	}
 	return out
 }
@@ -137,6 +155,10 @@ func (s *session) setMode(ctx actor.Context, reqID protocol.RawMessage, mode str
 func (s *session) setConfig(ctx actor.Context, r *sessionRequest) {
 	var p protocol.SetConfigOptionRequest
 	var value string
+	if err := protocol.Unmarshal(r.params, &p); err == nil && p.Type == "boolean" {
+		s.setBoolean(ctx, r, p)
+		return
+	}
 	if err := protocol.Unmarshal(r.params, &p); err != nil || protocol.Unmarshal(p.Value, &value) != nil {
 		s.respondError(ctx, r.id, protocol.ErrInvalidParams(map[string]string{"value": "a string value is required"}))
 		return
@@ -170,6 +192,36 @@ func (s *session) setConfig(ctx actor.Context, r *sessionRequest) {
 	default:
 		s.respondError(ctx, r.id, protocol.ErrInvalidParams(map[string]string{"configId": "unknown config option"}))
 		return
+	}
+	if s.fenced != nil {
+		s.respondError(ctx, r.id, s.fenced)
+		return
+	}
+	s.respond(ctx, r.id, protocol.SetConfigOptionResponse{ConfigOptions: s.configOptions()})
+}
+
+// setBoolean sets a boolean option (type "boolean"); the value chosen
+// becomes the default of new sessions.
+func (s *session) setBoolean(ctx actor.Context, r *sessionRequest, p protocol.SetConfigOptionRequest) {
+	var on bool
+	if protocol.Unmarshal(p.Value, &on) != nil {
+		s.respondError(ctx, r.id, protocol.ErrInvalidParams(map[string]string{"value": "a boolean value is required"}))
+		return
+	}
+	if p.ConfigID != optAutoCompact {
+		s.respondError(ctx, r.id, protocol.ErrInvalidParams(map[string]string{"configId": "unknown boolean config option"}))
+		return
+	}
+	value := strconv.FormatBool(on)
+	if on != s.autoCompact() {
+		if s.meta.Config == nil {
+			s.meta.Config = map[string]string{}
+		}
+		s.meta.Config[optAutoCompact] = value
+		s.changeMeta()
+	}
+	if err := llm.SaveSessionDefault(s.deps.Config.Home, optAutoCompact, value); err != nil {
+		s.log.Warn().Err(err).Msg("cannot keep auto_compact as the default of new sessions")
 	}
 	if s.fenced != nil {
 		s.respondError(ctx, r.id, s.fenced)

@@ -90,7 +90,8 @@ func (s *session) prompt(ctx actor.Context, r *sessionRequest) {
 	opts := turnOptions{
 		sessionID: s.id, cwd: s.meta.Cwd, dirs: s.meta.AdditionalDirectories, model: s.meta.Model, turnID: s.turnID,
 		mode: s.meta.Mode, thinkingBudget: s.thinkingBudget(), compactionUpdates: s.compactionUpdates,
-		history: store.Context(s.entries), tools: s.toolsForMode(),
+		noAutoCompact: !s.autoCompact(),
+		history:       store.Context(s.entries), tools: s.toolsForMode(),
 		compactOnly: command == "compact",
 	}
 	opts.mcp, opts.mcpKeep = s.mcpTurnTools()

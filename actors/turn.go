@@ -48,8 +48,10 @@ type turnOptions struct {
 	// thinkingBudget is the session's thought_level as a budget (0: the
 	// configured one).
 	thinkingBudget int
-	// compactionUpdates: the client shows compaction updates.
+	// compactionUpdates: the client shows compaction updates;
+	// noAutoCompact: the session's auto_compact option is off.
 	compactionUpdates bool
+	noAutoCompact     bool
 	model             string
 	// mode is the session's mode, whose rules the system prompt states
 	// (the permission decisions themselves are the session's).
@@ -105,6 +107,7 @@ type turn struct {
 	// the compaction running, as the client was told of it.
 	thinkingBudget    int
 	compactionUpdates bool
+	noAutoCompact     bool
 	compactionID      string
 	messages          []llm.Message
 	// compacting is set while a summary call runs; compactOnly ends the
@@ -168,6 +171,7 @@ func newTurn(deps *Deps, o turnOptions) *turn {
 
 		thinkingBudget:    o.thinkingBudget,
 		compactionUpdates: o.compactionUpdates,
+		noAutoCompact:     o.noAutoCompact,
 		model:             o.model,
 		tools:             o.tools,
 		base:              o.tools,

@@ -387,6 +387,49 @@ var _ = Describe("ask_user and elicitation/create over stdio", Label("e2e", "acp
 	})
 })
 
+var _ = Describe("boolean config options over stdio", Label("e2e", "acp-stable"), func() {
+	It("offers auto_compact (boolean) to a client that advertises boolean options; off, a full context is not compacted; the choice is the new default", func() {
+		fake := llmtest.NewServer()
+		DeferCleanup(fake.Close)
+		home, cwd := GinkgoT().TempDir(), GinkgoT().TempDir()
+		long := func(tag string) string { return tag + " " + strings.Repeat(tag[:1], 1000) }
+		fake.Script(llmtest.Reply{Text: "a1"}, llmtest.Reply{Text: "a2"}, llmtest.Reply{Text: "a3"}, llmtest.Reply{Text: "a4"})
+		env := agentEnv(fake, "IAC_CODE_HOME="+home, "IAC_CODE_CONTEXT_WINDOW=1000")
+		autoCompact := func(opts any) any {
+			for _, o := range opts.([]any) {
+				if o.(map[string]any)["id"] == "auto_compact" {
+					Expect(o).To(HaveKeyWithValue("type", "boolean"))
+					return o.(map[string]any)["currentValue"]
+				}
+			}
+			return nil
+		}
+
+		plain := startAgent(env)
+		plain.initialize()
+		res := plain.result(plain.request("session/new", map[string]any{"cwd": cwd}))
+		Expect(autoCompact(res["configOptions"])).To(BeNil(), "not offered without the capability")
+		plain.finish()
+
+		a := startAgent(env)
+		a.initializeWith(map[string]any{"session": map[string]any{"configOptions": map[string]any{"boolean": map[string]any{}}}})
+		res = a.result(a.request("session/new", map[string]any{"cwd": cwd}))
+		sid := res["sessionId"].(string)
+		Expect(autoCompact(res["configOptions"])).To(BeTrue())
+		set := a.result(a.request("session/set_config_option", map[string]any{"sessionId": sid, "configId": "auto_compact",
+			"type": "boolean", "value": false}))
+		Expect(autoCompact(set["configOptions"])).To(BeFalse())
+		for _, t := range []string{"u1", "u2", "u3", "u4"} {
+			Expect(a.result(a.prompt(sid, long(t)))["stopReason"]).To(Equal("end_turn"))
+		}
+		Expect(fake.Requests()).To(HaveLen(4), "no summary call")
+		Expect(chatTexts(lastRequest(fake))[0]).To(Equal(long("u1")), "the whole context went to the model")
+		res = a.result(a.request("session/new", map[string]any{"cwd": cwd}))
+		Expect(autoCompact(res["configOptions"])).To(BeFalse(), "the last choice is the default")
+		a.finish()
+	})
+})
+
 // thoughtOption is the thought_level option of a configOptions list, or nil.
 func thoughtOption(opts any) map[string]any {
 	list, _ := opts.([]any)

@@ -61,6 +61,12 @@ type ClientSessionCapabilities struct {
 	// Compaction: the client shows compaction_update and
 	// compaction_summary_chunk updates.
 	Compaction *Empty `json:"compaction,omitempty"`
+	// ConfigOptions.Boolean: the client shows boolean config options.
+	ConfigOptions *ConfigOptionsCapabilities `json:"configOptions,omitempty"`
+}
+
+type ConfigOptionsCapabilities struct {
+	Boolean *Empty `json:"boolean,omitempty"`
 }
 
 type FSCapabilities struct {
@@ -189,13 +195,14 @@ type ModelInfo struct {
 }
 
 type SessionConfigOption struct {
-	ID           string               `json:"id"`
-	Name         string               `json:"name"`
-	Description  string               `json:"description,omitempty"`
-	Category     string               `json:"category,omitempty"`
-	Type         string               `json:"type"`
-	CurrentValue string               `json:"currentValue"`
-	Options      []ConfigSelectOption `json:"options"`
+	ID          string `json:"id"`
+	Name        string `json:"name"`
+	Description string `json:"description,omitempty"`
+	Category    string `json:"category,omitempty"`
+	Type        string `json:"type"`
+	// CurrentValue is a string (select) or a bool (boolean).
+	CurrentValue any                  `json:"currentValue"`
+	Options      []ConfigSelectOption `json:"options,omitempty"`
 }
 
 type ConfigSelectOption struct {
@@ -205,9 +212,11 @@ type ConfigSelectOption struct {
 }
 
 type SetConfigOptionRequest struct {
-	SessionID string     `json:"sessionId"`
-	ConfigID  string     `json:"configId"`
-	Value     RawMessage `json:"value"`
+	SessionID string `json:"sessionId"`
+	ConfigID  string `json:"configId"`
+	// Type is "boolean" for a boolean Value, else absent (a value id).
+	Type  string     `json:"type,omitempty"`
+	Value RawMessage `json:"value"`
 }
 
 type SetConfigOptionResponse struct {
