@@ -16,6 +16,7 @@ import (
 	"github.com/iac-code/iac-code/protocol"
 	"github.com/iac-code/iac-code/store"
 	"github.com/iac-code/iac-code/tools"
+	"github.com/iac-code/iac-code/tools/sandbox"
 )
 
 // Messages of the connection actor.
@@ -70,8 +71,10 @@ type pendingRequest struct {
 // connection dispatches one client connection's JSON-RPC traffic and owns its
 // outbound order: every frame the client sees passes through here.
 type connection struct {
-	deps        *Deps
-	id          string
+	deps *Deps
+	id   string
+	// who opened the connection; its sessions are who.Principal's.
+	who         Identity
 	out         Outlet
 	log         zerolog.Logger
 	initialized bool
@@ -116,10 +119,11 @@ type connection struct {
 	moved map[string]bool
 }
 
-func newConnection(deps *Deps, id string, out Outlet) *connection {
+func newConnection(deps *Deps, id string, who Identity, out Outlet) *connection {
 	return &connection{
 		deps:     deps,
 		id:       id,
+		who:      who,
 		out:      out,
 		log:      deps.Log.With().Str("conn", id).Logger(),
 		sessions: map[string]*actor.PID{},
@@ -353,6 +357,7 @@ func (c *connection) initialize(m *protocol.Message) {
 		},
 		AgentInfo:   protocol.Implementation{Name: "iac-code", Version: c.deps.Config.Version},
 		AuthMethods: c.authMethods(),
+		Meta:        map[string]any{sandbox.MetaKey: c.deps.Config.Sandbox.Meta()},
 	})
 }
 
@@ -407,8 +412,9 @@ func (c *connection) newSession(ctx actor.Context, m *protocol.Message) {
 		c.fail(m.ID, c.deps.errAuthRequired())
 		return
 	}
-	if bad := checkCwd(req.Cwd); bad != "" {
-		c.fail(m.ID, protocol.ErrInvalidParams(map[string]string{"cwd": bad}))
+	cwd, bad := c.workspaceCwd(req.Cwd)
+	if bad != nil {
+		c.fail(m.ID, bad)
 		return
 	}
 	dirs, ok := c.additionalDirs(m.ID, req.AdditionalDirectories)
@@ -420,7 +426,7 @@ func (c *connection) newSession(ctx actor.Context, m *protocol.Message) {
 		return
 	}
 	// The session actor creates its store entry and answers the request.
-	c.openSession(ctx, uuid.NewString(), startNew, m.ID, req.Cwd, "", servers, dirs)
+	c.openSession(ctx, uuid.NewString(), startNew, m.ID, cwd, "", servers, dirs)
 }
 
 // mcpServersOf parses mcpServers, answering reqID with -32602 (naming the
@@ -437,21 +443,26 @@ func (c *connection) mcpServersOf(reqID protocol.RawMessage, raw protocol.RawMes
 	return servers, true
 }
 
-// additionalDirs checks additionalDirectories, answering reqID with
-// -32602 (naming the entry) when one is not an absolute path of an
-// existing directory. They are kept as the client gave them, cleaned.
+// additionalDirs checks additionalDirectories as cwd is checked (an
+// absolute path of an existing directory, inside the workspace root when
+// one is set), answering reqID with -32602 naming the entry otherwise.
 func (c *connection) additionalDirs(reqID protocol.RawMessage, dirs []string) ([]string, bool) {
 	if len(dirs) == 0 {
 		return nil, true
 	}
 	out := make([]string, 0, len(dirs))
 	for i, d := range dirs {
-		if bad := checkCwd(d); bad != "" {
+		dir, bad := c.workspaceCwd(d)
+		if bad != nil {
+			why := bad.Message
+			if m, ok := bad.Data.(map[string]string); ok && m["cwd"] != "" && bad.Message == "Invalid params" {
+				why = m["cwd"]
+			}
 			c.fail(reqID, protocol.ErrInvalidParams(map[string]string{
-				"additionalDirectories": fmt.Sprintf("entry %d (%q): %s", i, d, strings.Replace(bad, "cwd", "an additional directory", 1))}))
+				"additionalDirectories": fmt.Sprintf("entry %d (%q): %s", i, d, strings.Replace(why, "cwd", "an additional directory", 1))}))
 			return nil, false
 		}
-		out = append(out, filepath.Clean(d))
+		out = append(out, filepath.Clean(dir))
 	}
 	return out, true
 }
@@ -488,7 +499,7 @@ func (c *connection) openSession(ctx actor.Context, id string, kind startKind, r
 	servers []protocol.McpServerConfig, dirs []string) {
 	notices := c.notices
 	props := actor.PropsFromProducer(func() actor.Actor {
-		s := newSession(c.deps, id, ctx.Self(), c.caps, kind, reqID, cwd, forkSrc, servers, notices)
+		s := newSession(c.deps, id, sessionWho{Identity: c.who, connID: c.id}, ctx.Self(), c.caps, kind, reqID, cwd, forkSrc, servers, notices)
 		s.startDirs, s.compactionUpdates, s.booleanOptions = dirs, c.compaction, c.booleanOptions
 		return s
 	}, actor.WithSupervisor(reportAndStop{}), actor.WithGuardian(c.deps.sessionGuardian),
@@ -502,8 +513,8 @@ func (c *connection) openSession(ctx actor.Context, id string, kind startKind, r
 			c.attaching = map[string]attachRequest{}
 		}
 		c.attaching[pid.Id] = attachRequest{id: id, kind: kind, reqID: reqID, cwd: cwd, servers: servers, dirs: dirs}
-		ctx.Request(pid, &attach{kind: kind, reqID: reqID, cwd: cwd, conn: ctx.Self(), servers: servers, notices: notices, caps: c.caps,
-			dirs: dirs, compaction: c.compaction, booleanOptions: c.booleanOptions})
+		ctx.Request(pid, &attach{kind: kind, reqID: reqID, cwd: cwd, conn: ctx.Self(), who: sessionWho{Identity: c.who, connID: c.id},
+			servers: servers, notices: notices, caps: c.caps, dirs: dirs, compaction: c.compaction, booleanOptions: c.booleanOptions})
 	} else if err != nil {
 		c.log.Error().Err(err).Str("session", id).Msg("spawn session")
 		c.fail(reqID, protocol.ErrInternal("could not start the session", newErrorID()))
@@ -549,10 +560,16 @@ func (c *connection) reopenSession(ctx actor.Context, m *protocol.Message, metho
 		return
 	}
 	if ref.Cwd != "" {
-		if bad := checkCwd(ref.Cwd); bad != "" {
-			c.fail(m.ID, protocol.ErrInvalidParams(map[string]string{"cwd": bad}))
+		cwd, bad := c.workspaceCwd(ref.Cwd)
+		if bad != nil {
+			c.fail(m.ID, bad)
 			return
 		}
+		ref.Cwd = cwd
+	}
+	if !c.owns(ref.SessionID) {
+		c.fail(m.ID, protocol.ErrSessionNotFound(ref.SessionID))
+		return
 	}
 	target := ref.SessionID
 	if method == protocol.MethodSessionFork {
@@ -586,9 +603,9 @@ func (c *connection) listSessions(ctx actor.Context, m *protocol.Message) {
 			return
 		}
 	}
-	self, root, st, id, log := ctx.Self(), ctx.ActorSystem().Root, c.deps.Store, m.ID, c.log
+	self, root, st, id, log, owner := ctx.Self(), ctx.ActorSystem().Root, c.deps.Store, m.ID, c.log, c.who.Principal
 	go func() {
-		metas, next, err := st.List(req.Cwd, req.Cursor, 50)
+		metas, next, err := st.ListOwned(owner, req.Cwd, req.Cursor, 50)
 		var frame []byte
 		switch {
 		case errors.Is(err, store.ErrInvalidCursor):

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -13,6 +14,7 @@ import (
 	"github.com/iac-code/iac-code/protocol"
 	"github.com/iac-code/iac-code/store"
 	"github.com/iac-code/iac-code/tools"
+	"github.com/iac-code/iac-code/tools/sandbox"
 )
 
 // startKind says how a session actor comes to life.
@@ -49,6 +51,7 @@ type (
 		reqID protocol.RawMessage
 		cwd   string
 		conn  *actor.PID
+		who   sessionWho
 		// servers are the MCP servers of the request; notices: the
 		// connection's client shows notices.
 		servers []protocol.McpServerConfig
@@ -105,6 +108,12 @@ type (
 type session struct {
 	deps *Deps
 	id   string
+	// owner is the principal of the connection that opened the session:
+	// the owner of a new one; load, resume and fork were checked against
+	// the stored owner by that connection (connection.owns).
+	owner string
+	// who is the connection the session serves now (audit lines).
+	who  sessionWho
 	conn *actor.PID
 	// caps are the capabilities of conn's client (set with conn).
 	caps  tools.ClientCaps
@@ -139,6 +148,8 @@ type session struct {
 	seen   int
 
 	turn *actor.PID
+	// turnCounted: the running turn holds one of its owner's slots.
+	turnCounted bool
 	// turnID numbers the turns; a tool's request to the client is sent only
 	// while its turn runs.
 	turnID   int64
@@ -176,13 +187,19 @@ type session struct {
 
 	// mcp: the session's MCP servers (session_mcp.go).
 	mcp sessionMCP
+	// jail contains what the session's tools start, for jailRoots
+	// (session_sandbox.go); nil until first needed.
+	jail      *sandbox.Jail
+	jailRoots []string
 }
 
-func newSession(deps *Deps, id string, conn *actor.PID, caps tools.ClientCaps, kind startKind, reqID protocol.RawMessage, cwd, forkSrc string,
+func newSession(deps *Deps, id string, who sessionWho, conn *actor.PID, caps tools.ClientCaps, kind startKind, reqID protocol.RawMessage, cwd, forkSrc string,
 	servers []protocol.McpServerConfig, notices bool) *session {
 	s := &session{
 		deps:     deps,
 		id:       id,
+		owner:    who.Principal,
+		who:      who,
 		conn:     conn,
 		caps:     caps,
 		start:    kind,
@@ -216,6 +233,7 @@ func (s *session) receive(ctx actor.Context) {
 		s.open(ctx)
 	case *actor.Stopped:
 		s.deps.Metrics.Sessions.Add(-1)
+		s.releaseTurnCount()
 		if s.left != nil {
 			s.deps.leaving.CompareAndDelete(s.id, s.left)
 			close(s.left)
@@ -230,6 +248,7 @@ func (s *session) receive(ctx actor.Context) {
 			s.closeStore()
 			s.store, s.fenced = nil, nil
 		}
+		s.closeSandbox()
 	case *idleTick:
 		idle := s.deps.Config.SessionIdle
 		if left := idle - time.Since(s.lastActive); left > 0 {
@@ -366,6 +385,7 @@ func (s *session) handle(ctx actor.Context, r *sessionRequest) {
 		s.cancelHeldPrompt(ctx)
 		s.respond(ctx, r.id, struct{}{})
 	case protocol.MethodSessionClose:
+		s.audit(r.method, "ok").Msg("session close")
 		s.cancelHeldPrompt(ctx)
 		s.answerPendingStarts(ctx)
 		s.closing = true
@@ -408,7 +428,7 @@ func (s *session) open(ctx actor.Context) {
 	switch s.start {
 	case startNew:
 		s.store, err = s.deps.Store.Create(store.Meta{ID: s.id, Cwd: s.startCwd, Mode: "default", Model: s.deps.llmConfig().Model,
-			AdditionalDirectories: s.startDirs, Config: s.sessionDefaults()})
+			AdditionalDirectories: s.startDirs, Config: s.sessionDefaults(), Owner: s.owner})
 	case startFork:
 		s.store, entries, err = s.deps.Store.Fork(s.forkSrc, s.id)
 	default:
@@ -423,6 +443,9 @@ func (s *session) open(ctx actor.Context) {
 	if err != nil {
 		s.failed = true
 		s.failErr = s.storeError(err, "cannot open the session")
+		if s.start != startRestore {
+			s.audit(startMethod(s.start), "error").Int("code", s.failErr.Code).Msg("session not opened")
+		}
 		s.respondError(ctx, s.startReq, s.failErr)
 		ctx.Send(s.conn, &retireRequest{id: s.id, pid: ctx.Self(), force: true})
 		return
@@ -459,6 +482,13 @@ func (s *session) armIdle(ctx actor.Context, d time.Duration) {
 // answerStart replays (load, fork) and answers the request that brought the
 // session to this connection.
 func (s *session) answerStart(ctx actor.Context, kind startKind, reqID protocol.RawMessage) {
+	if kind != startRestore {
+		ev := s.audit(startMethod(kind), "ok").Str("cwd", s.meta.Cwd)
+		if kind == startFork {
+			ev = ev.Str("forked_from", s.forkSrc)
+		}
+		ev.Msg("session " + strings.TrimPrefix(startMethod(kind), "session/"))
+	}
 	switch kind {
 	case startNew, startFork:
 		if kind == startFork {
@@ -508,7 +538,7 @@ func (s *session) attach(ctx actor.Context, m *attach) {
 		// What waited for MCP servers on the old connection is answered there.
 		s.cancelHeldPrompt(ctx)
 		s.answerPendingStarts(ctx)
-		s.conn = m.conn
+		s.conn, s.who = m.conn, m.who
 		s.dropPermissionAsks()
 	}
 	s.mcp.notices = m.notices

@@ -16,8 +16,8 @@ import (
 // deleteSession handles session/delete: the session's files or rows go,
 // with the large tool outputs its history points to. A session live on this
 // connection is closed first (its running turn ends cancelled): the request
-// waits, deferred, until the actor is gone, and then runs again. Unknown:
-// -32002, as for every other session request.
+// waits, deferred, until the actor is gone, and then runs again. Unknown or
+// another person's: -32002, as for every other session request.
 func (c *connection) deleteSession(ctx actor.Context, m *protocol.Message) {
 	var ref protocol.SessionIDParams
 	if err := protocol.Unmarshal(m.Params, &ref); err != nil || ref.SessionID == "" {
@@ -36,6 +36,11 @@ func (c *connection) deleteSession(ctx actor.Context, m *protocol.Message) {
 		c.sent[id]++
 		ctx.Send(pid, &sessionRequest{method: protocol.MethodSessionClose, conn: ctx.Self()}) // no id: no answer
 		c.deferred[id] = append(c.deferred[id], m)
+		return
+	}
+	if !c.owns(id) {
+		// Unknown, or another person's: the same answer.
+		c.fail(m.ID, protocol.ErrSessionNotFound(id))
 		return
 	}
 	delete(c.known, id)

@@ -11,6 +11,7 @@ import (
 	"github.com/iac-code/iac-code/llm"
 	"github.com/iac-code/iac-code/protocol"
 	"github.com/iac-code/iac-code/tools"
+	"github.com/iac-code/iac-code/tools/sandbox"
 )
 
 // Messages of the turn actor.
@@ -74,6 +75,8 @@ type turnOptions struct {
 	// turnID is the session's number of the prompt turn (a sub-agent's is
 	// its parent's), carried by the tools' requests to the client.
 	turnID int64
+	// jail is the session's sandbox, for the processes tools start.
+	jail *sandbox.Jail
 }
 
 func (*streamEnd) IgnoreDeadLetterLogging()      {}
@@ -100,6 +103,7 @@ type turn struct {
 	sessionID string
 	cwd       string
 	dirs      []string
+	jail      *sandbox.Jail
 	model     string
 	tools     *tools.Registry
 	log       zerolog.Logger
@@ -184,6 +188,7 @@ func newTurn(deps *Deps, o turnOptions) *turn {
 		subagent:          o.subagent,
 		maxCalls:          o.maxCalls,
 		turnID:            o.turnID,
+		jail:              o.jail,
 		mode:              o.mode,
 	}
 }
@@ -366,7 +371,7 @@ func (t *turn) onStreamEnd(ctx actor.Context, err error) {
 	// Each call is decoded and resolved once, here: what the client is
 	// shown and asked about is what runs.
 	var calls []toolCall
-	env := &tools.Env{Cwd: t.cwd, Home: t.deps.Config.Home, AdditionalDirs: t.dirs}
+	env := &tools.Env{Cwd: t.cwd, Home: t.deps.Config.Home, AdditionalDirs: t.dirs, Jail: t.jail}
 	for i := range msg.Content {
 		if b := &msg.Content[i]; b.Type == llm.BlockToolUse {
 			c := prepareCall(len(calls), b.ToolCallID, b.Name, b.Input, t.tools, env)
@@ -418,7 +423,7 @@ func (t *turn) runTools(ctx actor.Context, msg llm.Message, calls []toolCall) {
 		t.emit(ctx, b.Display)
 		props := actor.PropsFromProducer(func() actor.Actor {
 			a := newToolActor(t.deps, t.sessionID, t.cwd, t.model, session, call, t.ctx, t.turnID, t.mcp)
-			a.mode, a.dirs = t.mode, t.dirs
+			a.jail, a.mode, a.dirs = t.jail, t.mode, t.dirs
 			return a
 		}, actor.WithReceiverMiddleware(keepStack))
 		pid := ctx.Spawn(props)

@@ -101,6 +101,8 @@ type conn struct {
 	id    string
 	actor *actors.Conn
 	log   zerolog.Logger
+	// principal initialized the connection; only it may use it.
+	principal string
 
 	mu    sync.Mutex
 	state connState

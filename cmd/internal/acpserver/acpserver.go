@@ -15,13 +15,14 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/iac-code/iac-code/transport/auth"
 	"github.com/iac-code/iac-code/transport/cluster"
 	"github.com/iac-code/iac-code/transport/httpsse"
 	"github.com/iac-code/iac-code/transport/stdio"
 )
 
 // usage takes the command name four times.
-const usage = `usage: %s acp [--transport stdio|http] [--host 127.0.0.1] [--port 8765] [--allowed-hosts a,b] [--allowed-origins https://x,…]
+const usage = `usage: %s acp [--transport stdio|http] [--host 127.0.0.1] [--port 8765] [--allowed-hosts a,b] [--allowed-origins https://x,…] [--sandbox auto|on|off]
            [--cluster-listen HOST:PORT [--advertise HOST:PORT]]   (http; several pods sharing IAC_CODE_STORE_URL)
        %s login [--provider NAME] [--key-stdin]   (stores an API key in $IAC_CODE_HOME/.credentials.yml)
        %s prompt [--cwd DIR] [--session ID] [--mode MODE] [--yes] [--json] "text"   (text on stdin without it)
@@ -66,6 +67,7 @@ func run(name, version string, args []string) error {
 		"HTTP: run as a pod of a cluster, reached by the other pods at this HOST:PORT (needs IAC_CODE_STORE_URL and IAC_CODE_CLUSTER_SECRET)")
 	advertise := fs.String("advertise", os.Getenv("IAC_CODE_CLUSTER_ADVERTISE"),
 		"cluster: the HOST:PORT other pods reach this one at (Kubernetes: the pod IP); default the --cluster-listen address")
+	sandboxMode := fs.String("sandbox", "", "auto, on or off: contain bash and stdio MCP servers with Landlock (default IAC_CODE_SANDBOX, else auto)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
@@ -93,7 +95,23 @@ func run(name, version string, args []string) error {
 	if err != nil {
 		return err
 	}
+	if cfg.actors.Sandbox, err = probeSandbox(os.Getenv, *sandboxMode, cfg.actors.Home, log); err != nil {
+		return err
+	}
 	cfg.actors.Version = version
+	if *transport == "http" {
+		// Identities (issue 20): a bad tokens file or JWKS stops the server
+		// here, naming the file and line or the variable.
+		authCtx, stopAuth := context.WithCancel(context.Background())
+		defer stopAuth()
+		chain, err := auth.FromEnv(authCtx, os.Getenv, log)
+		if err != nil {
+			return err
+		}
+		if chain != nil {
+			cfg.http.Auth = chain
+		}
+	}
 	cfg.http.Host, cfg.http.Port = *host, *port
 	cfg.http.AllowedHosts, cfg.http.AllowedOrigins = splitList(*allowedHosts), splitList(*allowedOrigins)
 	checkFileLimit(log)

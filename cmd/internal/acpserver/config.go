@@ -48,6 +48,14 @@ func loadConfig(getenv func(string) string) (settings, error) {
 	e.positive("IAC_CODE_HTTP_MAX_UNUSED", &s.http.MaxUnused)
 	e.duration("IAC_CODE_HTTP_REPLAY_MAX_AGE", &s.http.ReplayMaxAge)
 	e.positive("IAC_CODE_HTTP_MAX_CONNECTIONS", &s.http.MaxConnections)
+	e.positive("IAC_CODE_MAX_CONNECTIONS_PER_USER", &s.http.MaxConnectionsPerUser)
+	e.positive("IAC_CODE_MAX_TURNS_PER_USER", &s.actors.MaxTurnsPerUser)
+	if root := getenv("IAC_CODE_WORKSPACE_ROOT"); root != "" {
+		if !filepath.IsAbs(root) {
+			e.errs = append(e.errs, fmt.Errorf("IAC_CODE_WORKSPACE_ROOT: want an absolute path (with {user} for the principal), got %q", root))
+		}
+		s.actors.WorkspaceRoot = root
+	}
 	return s, errors.Join(e.errs...)
 }
 
