@@ -112,8 +112,19 @@ func (s *session) modeCommand(ctx actor.Context, id string) string {
 	return "Mode set to " + id + "."
 }
 
-// status describes the session's setup as it is now. The sandbox is not
-// part of this build: said so rather than left out.
+// describeSandbox is the sandbox's _meta entry in words.
+func describeSandbox(m map[string]any) string {
+	mode := fmt.Sprint(m["mode"])
+	if mode == "landlock" {
+		return fmt.Sprintf("landlock (ABI %v, network %v)", m["abi"], m["network"])
+	}
+	if r, ok := m["reason"].(string); ok && r != "" {
+		return mode + " (" + r + ")"
+	}
+	return mode
+}
+
+// status describes the session's setup as it is now.
 func (s *session) status() string {
 	cfg := s.deps.llmConfig()
 	provider := cfg.Provider
@@ -150,6 +161,6 @@ func (s *session) status() string {
 	} else {
 		b.WriteString("AGENTS.md: none (/init writes one)\n")
 	}
-	b.WriteString("Sandbox: not available in this build")
+	b.WriteString("Sandbox: " + describeSandbox(s.deps.Config.Sandbox.Meta()))
 	return b.String()
 }

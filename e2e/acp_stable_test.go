@@ -11,6 +11,7 @@ import (
 
 	"github.com/iac-code/iac-code/llm/llmtest"
 	"github.com/iac-code/iac-code/store/pgtest"
+	"github.com/iac-code/iac-code/tools/sandbox"
 )
 
 // The stable ACP parts added in 0.2 (issue 24), over raw JSON-RPC on stdio.
@@ -273,7 +274,7 @@ var _ = Describe("slash commands over stdio", Label("e2e", "acp-stable"), func()
 		Expect(mode).To(HaveKeyWithValue("currentModeId", "plan"))
 		Expect(run("/mode")).To(ContainSubstring("Mode: plan"))
 		status := run("/status")
-		Expect(status).To(And(ContainSubstring("Provider: openai"), ContainSubstring("Model: gpt-4.1"),
+		Expect(status).To(And(ContainSubstring("Provider: openai"), ContainSubstring("Model: gpt-4.1"), ContainSubstring("Sandbox: "),
 			ContainSubstring("Context: about"), ContainSubstring("MCP servers: none"), ContainSubstring("AGENTS.md: none")))
 		Expect(fake.Requests()).To(BeEmpty(), "no model call for /model, /mode, /status")
 
@@ -496,6 +497,33 @@ var _ = Describe("the thought_level config option over stdio", Label("e2e", "acp
 			budgets[level] = thinking["budget_tokens"].(float64)
 		}
 		Expect(budgets["high"]).To(BeNumerically(">", budgets["low"]))
+		a.finish()
+	})
+})
+
+var _ = Describe("additionalDirectories in the sandbox", Label("e2e", "acp-stable", "sandbox"), func() {
+	It("lets a sandboxed command write in an additional directory, not beside it", func() {
+		if st := sandbox.Probe(sandbox.Settings{Mode: sandbox.On}); st.ABI == 0 {
+			Skip("the kernel has no Landlock: " + st.Reason)
+		}
+		fake := llmtest.NewServer()
+		DeferCleanup(fake.Close)
+		root, err := filepath.EvalSymlinks(GinkgoT().TempDir())
+		Expect(err).NotTo(HaveOccurred())
+		cwd, extra, other := filepath.Join(root, "ws"), filepath.Join(root, "extra"), filepath.Join(root, "other")
+		for _, d := range []string{cwd, extra, other} {
+			Expect(os.MkdirAll(d, 0o700)).To(Succeed())
+		}
+		fake.Script(sessToolReply("b1", "bash", map[string]any{"command": "echo in > " + extra + "/in.txt; echo out > " + other + "/out.txt"}),
+			llmtest.Reply{Text: "done"})
+		a := startAgent(agentEnv(fake, "IAC_CODE_SANDBOX=on"))
+		a.initialize()
+		sid := a.result(a.request("session/new", map[string]any{"cwd": cwd, "mcpServers": []any{},
+			"additionalDirectories": []any{extra}}))["sessionId"].(string)
+		Expect(a.result(a.request("session/set_mode", map[string]any{"sessionId": sid, "modeId": "bypass"}))).To(BeEmpty())
+		Expect(a.result(a.prompt(sid, "write both"))["stopReason"]).To(Equal("end_turn"))
+		Expect(os.ReadFile(filepath.Join(extra, "in.txt"))).To(Equal([]byte("in\n")))
+		Expect(filepath.Join(other, "out.txt")).NotTo(BeAnExistingFile())
 		a.finish()
 	})
 })
