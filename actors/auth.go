@@ -56,6 +56,14 @@ func (d *Deps) usableCredentials(log zerolog.Logger) bool {
 // answer the auth error. A key that comes from the environment cannot be
 // forgotten by the server: that is said, not pretended.
 func (c *connection) logout(m *protocol.Message) {
+	if c.who.Principal != DefaultPrincipal && c.who.Principal != "" {
+		// The key is the server's, shared by every user: one of them
+		// cannot take it away from the others.
+		c.fail(m.ID, protocol.NewError(protocol.CodeInvalidRequest,
+			"logout forgets the server's API key, which every user shares; only its operator can (stdio or the shared token)",
+			map[string]string{"reason": "shared_credential"}))
+		return
+	}
 	cfg := c.deps.llmConfig()
 	home := c.deps.Config.Home
 	if cfg.Home != "" {

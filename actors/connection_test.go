@@ -1,6 +1,8 @@
 package actors
 
 import (
+	"time"
+
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 )
@@ -35,6 +37,15 @@ var _ = Describe("the connection actor", func() {
 		Expect(methods).To(HaveLen(1), "the key method, never an empty list")
 		Expect(methods[0]).To(HaveKeyWithValue("id", "api-key"))
 		Expect(methods[0]).NotTo(HaveKey("type"))
+	})
+
+	It("refuses logout to a user of a multi-user server: the key is every user's", func() {
+		h.result(h.call("initialize", map[string]any{"protocolVersion": 1}))
+		alice := h.as("alice")
+		defer alice.conn.Close(time.Second)
+		e := alice.errorOf(alice.call("logout", map[string]any{}))
+		Expect(e["code"]).To(Equal(-32600.0))
+		Expect(e["data"]).To(HaveKeyWithValue("reason", "shared_credential"))
 	})
 
 	It("offers the terminal login only to a client that advertises terminal auth", func() {
