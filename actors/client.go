@@ -43,7 +43,7 @@ func capsOf(c *protocol.ClientCapabilities) tools.ClientCaps {
 	if c == nil {
 		return tools.ClientCaps{}
 	}
-	caps := tools.ClientCaps{Terminal: c.Terminal}
+	caps := tools.ClientCaps{Terminal: c.Terminal, Elicitation: c.Elicitation != nil && c.Elicitation.Form != nil}
 	if c.FS != nil {
 		caps.ReadTextFile, caps.WriteTextFile = c.FS.ReadTextFile, c.FS.WriteTextFile
 	}
@@ -58,10 +58,12 @@ var errToolStopped = errors.New("the tool call was stopped")
 type toolClient struct {
 	caps      tools.ClientCaps
 	sessionID string
-	self      *actor.PID
-	root      *actor.RootContext
-	gone      <-chan struct{}
-	timeout   time.Duration
+	// toolCallID is the call a question is tied to.
+	toolCallID string
+	self       *actor.PID
+	root       *actor.RootContext
+	gone       <-chan struct{}
+	timeout    time.Duration
 }
 
 func (c *toolClient) Caps() tools.ClientCaps { return c.caps }
@@ -112,6 +114,33 @@ func (c *toolClient) ReadTextFile(ctx context.Context, path string, line, limit 
 	var r protocol.ReadTextFileResponse
 	err := c.call(ctx, protocol.MethodReadTextFile, p, &r, true)
 	return r.Content, err
+}
+
+// Ask puts a question to the user (elicitation/create, form mode): one
+// field "answer", a choice when there are options. Bounded by ctx only:
+// the user takes the time they need.
+func (c *toolClient) Ask(ctx context.Context, q tools.Question) (tools.Answer, error) {
+	field := map[string]any{"type": "string", "title": "Answer"}
+	if len(q.Options) > 0 {
+		choices := make([]map[string]string, len(q.Options))
+		for i, o := range q.Options {
+			choices[i] = map[string]string{"const": o, "title": o}
+		}
+		field["oneOf"] = choices
+	}
+	schema := protocol.MustMarshal(map[string]any{"type": "object",
+		"properties": map[string]any{"answer": field}, "required": []string{"answer"}})
+	var r protocol.CreateElicitationResponse
+	err := c.call(ctx, protocol.MethodElicitationCreate, protocol.CreateElicitationRequest{SessionID: c.sessionID,
+		ToolCallID: c.toolCallID, Mode: "form", Message: q.Message, RequestedSchema: schema}, &r, false)
+	if err != nil {
+		return tools.Answer{}, err
+	}
+	ans := tools.Answer{Action: r.Action}
+	if raw, ok := r.Content["answer"]; ok && protocol.Unmarshal(raw, &ans.Text) != nil {
+		return tools.Answer{}, errors.New("the answer is not a string")
+	}
+	return ans, nil
 }
 
 func (c *toolClient) WriteTextFile(ctx context.Context, path, content string) error {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/google/uuid"
 
 	"github.com/iac-code/iac-code/llm"
 	"github.com/iac-code/iac-code/protocol"
@@ -51,7 +52,7 @@ func estimateTokens(msgs []llm.Message) int {
 }
 
 func (t *turn) needsCompaction() bool {
-	if t.compactedOnce {
+	if t.compactedOnce || t.noAutoCompact {
 		return false
 	}
 	threshold := t.deps.Config.CompactThreshold
@@ -81,6 +82,11 @@ func (t *turn) startCompaction(ctx actor.Context, keepTurns int) bool {
 		return false
 	}
 	t.compacting = true
+	if t.compactionUpdates {
+		t.compactionID = uuid.NewString()
+		t.emit(ctx, protocol.CompactionUpdate{SessionUpdate: protocol.UpdateCompaction, CompactionID: t.compactionID,
+			Status: protocol.CompactionInProgress})
+	}
 	t.compactKeep = len(t.messages) - cut
 	t.compactFrom = estimateTokens(t.messages)
 	toSummarise := append(t.messages[:cut:cut], llm.Message{Role: llm.RoleUser,
@@ -98,6 +104,11 @@ func (t *turn) endCompaction(ctx actor.Context, err error, summary string) {
 	t.compacting = false
 	if err != nil || summary == "" {
 		t.log.Warn().AnErr("error", err).Msg("compaction failed; continuing with the full context")
+		reason := "the model gave no summary"
+		if err != nil {
+			reason = err.Error()
+		}
+		t.compactionEnded(ctx, protocol.CompactionFailed, reason)
 		if t.compactOnly {
 			t.failModel(ctx, fmt.Errorf("compaction failed: %v", err))
 			return
@@ -109,11 +120,28 @@ func (t *turn) endCompaction(ctx actor.Context, err error, summary string) {
 	t.messages = append([]llm.Message{{Role: llm.RoleUser, Content: []llm.Block{{Type: llm.BlockSummary, Text: summary}}}}, kept...)
 	t.lastContext = 0
 	ctx.Send(ctx.Parent(), &compacted{summary: summary, keep: t.compactKeep})
-	t.emit(ctx, protocol.ChunkUpdate{SessionUpdate: protocol.UpdateAgentMessageChunk,
-		Content: protocol.Text(fmt.Sprintf("Context compacted: %d → %d tokens", t.compactFrom, estimateTokens(t.messages)))})
+	if t.compactionID != "" {
+		t.emit(ctx, protocol.CompactionSummaryChunk{SessionUpdate: protocol.UpdateCompactionSummary, CompactionID: t.compactionID,
+			Content: protocol.Text(summary)})
+		t.compactionEnded(ctx, protocol.CompactionCompleted, "")
+	} else {
+		t.emit(ctx, protocol.ChunkUpdate{SessionUpdate: protocol.UpdateAgentMessageChunk,
+			Content: protocol.Text(fmt.Sprintf("Context compacted: %d → %d tokens", t.compactFrom, estimateTokens(t.messages)))})
+	}
 	if t.compactOnly {
 		t.finish(ctx, protocol.StopEndTurn, nil)
 		return
 	}
 	t.callModel(ctx)
+}
+
+// compactionEnded tells a client that shows compaction updates how the
+// running compaction ended (once).
+func (t *turn) compactionEnded(ctx actor.Context, status, reason string) {
+	if t.compactionID == "" {
+		return
+	}
+	t.emit(ctx, protocol.CompactionUpdate{SessionUpdate: protocol.UpdateCompaction, CompactionID: t.compactionID,
+		Status: status, Error: reason})
+	t.compactionID = ""
 }

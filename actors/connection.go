@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -102,11 +103,20 @@ type connection struct {
 	// prompt racing an idle eviction, is never lost.
 	stopping map[string]*actor.PID
 	deferred map[string][]*protocol.Message
+	// deletingLive: a session/delete of a session live on other
+	// connections waits for it to end there (session_delete.go).
+	deletingLive map[string]bool
 	// mcpServers are the MCP servers each known session was opened with,
 	// for bringing an evicted session back with them; notices: the client
 	// shows `notice` updates.
 	mcpServers map[string][]protocol.McpServerConfig
 	notices    bool
+	// terminalAuth: the client can run terminal auth methods.
+	terminalAuth bool
+	// compaction: the client shows compaction updates; booleanOptions:
+	// boolean config options.
+	compaction     bool
+	booleanOptions bool
 	// moved are sessions handed over to another process (cluster pod):
 	// their requests are answered as for a session moved to another
 	// connection, until this connection loads them again.
@@ -217,7 +227,7 @@ func (c *connection) Receive(ctx actor.Context) {
 		// An attach reached a session that stopped meanwhile: start it anew.
 		if a, ok := c.attaching[m.Target.Id]; ok {
 			delete(c.attaching, m.Target.Id)
-			c.openSession(ctx, a.id, a.kind, a.reqID, a.cwd, "", a.servers)
+			c.openSession(ctx, a.id, a.kind, a.reqID, a.cwd, "", a.servers, a.dirs)
 		}
 	case *actor.Stopping:
 		for _, pid := range c.sessions {
@@ -258,6 +268,8 @@ func (c *connection) dispatch(ctx actor.Context, m *protocol.Message) {
 		c.initialize(m)
 	case protocol.MethodAuthenticate:
 		c.authenticate(m)
+	case protocol.MethodLogout:
+		c.logout(m)
 	case protocol.MethodSessionNew:
 		c.newSession(ctx, m)
 	case protocol.MethodSessionLoad, protocol.MethodSessionResume, protocol.MethodSessionFork:
@@ -267,6 +279,8 @@ func (c *connection) dispatch(ctx actor.Context, m *protocol.Message) {
 	case protocol.MethodSessionPrompt, protocol.MethodSessionCancel, protocol.MethodSessionClose,
 		protocol.MethodSessionSetMode, protocol.MethodSessionSetConfig:
 		c.toSession(ctx, m, method)
+	case protocol.MethodSessionDelete:
+		c.deleteSession(ctx, m)
 	case protocol.MethodCancelRequest:
 		c.cancelRequest(ctx, m)
 	default:
@@ -334,16 +348,13 @@ func (c *connection) initialize(m *protocol.Message) {
 		}
 	}
 	c.initialized = true
-	if caps := req.ClientCapabilities; caps != nil && caps.Session != nil && caps.Session.Notices != nil {
-		c.notices = true
+	if caps := req.ClientCapabilities; caps != nil && caps.Session != nil {
+		c.notices = caps.Session.Notices != nil
+		c.compaction = caps.Session.Compaction != nil
+		c.booleanOptions = caps.Session.ConfigOptions != nil && caps.Session.ConfigOptions.Boolean != nil
 	}
 	c.caps = capsOf(req.ClientCapabilities)
-	authMethods := []protocol.AuthMethod{}
-	if !c.deps.hasCredentials() {
-		authMethods = append(authMethods, protocol.AuthMethod{
-			ID: "api-key", Name: "API key", Description: c.deps.authHint(),
-		})
-	}
+	c.terminalAuth = req.ClientCapabilities != nil && req.ClientCapabilities.Auth != nil && req.ClientCapabilities.Auth.Terminal
 	c.reply(m.ID, protocol.InitializeResponse{
 		ProtocolVersion: protocol.ProtocolVersion,
 		AgentCapabilities: protocol.AgentCapabilities{
@@ -355,10 +366,14 @@ func (c *connection) initialize(m *protocol.Message) {
 				Close:  &protocol.Empty{},
 				Resume: &protocol.Empty{},
 				Fork:   &protocol.Empty{},
+				Delete: &protocol.Empty{},
+
+				AdditionalDirectories: &protocol.Empty{},
 			},
+			Auth: &protocol.AgentAuthCapabilities{Logout: &protocol.Empty{}},
 		},
 		AgentInfo:   protocol.Implementation{Name: "iac-code", Version: c.deps.Config.Version},
-		AuthMethods: authMethods,
+		AuthMethods: c.authMethods(),
 		Meta:        map[string]any{sandbox.MetaKey: c.deps.Config.Sandbox.Meta()},
 	})
 }
@@ -367,7 +382,7 @@ func (c *connection) initialize(m *protocol.Message) {
 // set after the server started is picked up.
 func (c *connection) authenticate(m *protocol.Message) {
 	var req protocol.AuthenticateRequest
-	if err := protocol.Unmarshal(m.Params, &req); err != nil || req.MethodID != "api-key" {
+	if err := protocol.Unmarshal(m.Params, &req); err != nil || req.MethodID != authAPIKey {
 		c.fail(m.ID, protocol.ErrInvalidParams(map[string]string{"methodId": "unknown authentication method"}))
 		return
 	}
@@ -408,9 +423,19 @@ func (c *connection) newSession(ctx actor.Context, m *protocol.Message) {
 		c.fail(m.ID, protocol.ErrInvalidParams(map[string]string{"error": err.Error()}))
 		return
 	}
+	if !c.deps.usableCredentials(c.log) {
+		// At once, so the client shows its auth methods before the user
+		// types a prompt.
+		c.fail(m.ID, c.deps.errAuthRequired())
+		return
+	}
 	cwd, bad := c.workspaceCwd(req.Cwd)
 	if bad != nil {
 		c.fail(m.ID, bad)
+		return
+	}
+	dirs, ok := c.additionalDirs(m.ID, req.AdditionalDirectories)
+	if !ok {
 		return
 	}
 	servers, ok := c.mcpServersOf(m.ID, req.McpServers)
@@ -418,7 +443,7 @@ func (c *connection) newSession(ctx actor.Context, m *protocol.Message) {
 		return
 	}
 	// The session actor creates its store entry and answers the request.
-	c.openSession(ctx, uuid.NewString(), startNew, m.ID, cwd, "", servers)
+	c.openSession(ctx, uuid.NewString(), startNew, m.ID, cwd, "", servers, dirs)
 }
 
 // mcpServersOf parses mcpServers, answering reqID with -32602 (naming the
@@ -433,6 +458,30 @@ func (c *connection) mcpServersOf(reqID protocol.RawMessage, raw protocol.RawMes
 		c.log.Warn().Msg(w)
 	}
 	return servers, true
+}
+
+// additionalDirs checks additionalDirectories as cwd is checked (an
+// absolute path of an existing directory, inside the workspace root when
+// one is set), answering reqID with -32602 naming the entry otherwise.
+func (c *connection) additionalDirs(reqID protocol.RawMessage, dirs []string) ([]string, bool) {
+	if len(dirs) == 0 {
+		return nil, true
+	}
+	out := make([]string, 0, len(dirs))
+	for i, d := range dirs {
+		dir, bad := c.workspaceCwd(d)
+		if bad != nil {
+			why := bad.Message
+			if m, ok := bad.Data.(map[string]string); ok && m["cwd"] != "" && bad.Message == "Invalid params" {
+				why = m["cwd"]
+			}
+			c.fail(reqID, protocol.ErrInvalidParams(map[string]string{
+				"additionalDirectories": fmt.Sprintf("entry %d (%q): %s", i, d, strings.Replace(why, "cwd", "an additional directory", 1))}))
+			return nil, false
+		}
+		out = append(out, filepath.Clean(dir))
+	}
+	return out, true
 }
 
 func checkCwd(cwd string) string {
@@ -457,16 +506,19 @@ type attachRequest struct {
 	reqID   protocol.RawMessage
 	cwd     string
 	servers []protocol.McpServerConfig
+	dirs    []string
 }
 
 // openSession spawns the session actor, which opens its store entry, starts
 // its MCP servers and answers reqID. A session already live (on any
 // connection) is attached to this one instead.
 func (c *connection) openSession(ctx actor.Context, id string, kind startKind, reqID protocol.RawMessage, cwd, forkSrc string,
-	servers []protocol.McpServerConfig) {
+	servers []protocol.McpServerConfig, dirs []string) {
 	notices := c.notices
 	props := actor.PropsFromProducer(func() actor.Actor {
-		return newSession(c.deps, id, sessionWho{Identity: c.who, connID: c.id}, ctx.Self(), c.caps, kind, reqID, cwd, forkSrc, servers, notices)
+		s := newSession(c.deps, id, sessionWho{Identity: c.who, connID: c.id}, ctx.Self(), c.caps, kind, reqID, cwd, forkSrc, servers, notices)
+		s.startDirs, s.compactionUpdates, s.booleanOptions = dirs, c.compaction, c.booleanOptions
+		return s
 	}, actor.WithSupervisor(reportAndStop{}), actor.WithGuardian(c.deps.sessionGuardian),
 		actor.WithReceiverMiddleware(keepStack))
 	name := sessionActorName(id)
@@ -477,9 +529,9 @@ func (c *connection) openSession(ctx actor.Context, id string, kind startKind, r
 		if c.attaching == nil {
 			c.attaching = map[string]attachRequest{}
 		}
-		c.attaching[pid.Id] = attachRequest{id: id, kind: kind, reqID: reqID, cwd: cwd, servers: servers}
+		c.attaching[pid.Id] = attachRequest{id: id, kind: kind, reqID: reqID, cwd: cwd, servers: servers, dirs: dirs}
 		ctx.Request(pid, &attach{kind: kind, reqID: reqID, cwd: cwd, conn: ctx.Self(), who: sessionWho{Identity: c.who, connID: c.id},
-			servers: servers, notices: notices, caps: c.caps})
+			servers: servers, notices: notices, caps: c.caps, dirs: dirs, compaction: c.compaction, booleanOptions: c.booleanOptions})
 	} else if err != nil {
 		c.log.Error().Err(err).Str("session", id).Msg("spawn session")
 		c.fail(reqID, protocol.ErrInternal("could not start the session", newErrorID()))
@@ -533,12 +585,16 @@ func (c *connection) reopenSession(ctx actor.Context, m *protocol.Message, metho
 		ref.Cwd = cwd
 	}
 	if !c.owns(ref.SessionID) {
-		c.fail(m.ID, protocol.ErrSessionNotFound())
+		c.fail(m.ID, protocol.ErrSessionNotFound(ref.SessionID))
 		return
 	}
 	target := ref.SessionID
 	if method == protocol.MethodSessionFork {
 		target = ""
+	}
+	dirs, ok := c.additionalDirs(m.ID, ref.AdditionalDirectories)
+	if !ok {
+		return
 	}
 	servers, ok := c.mcpServersOf(m.ID, ref.McpServers)
 	if !ok || c.full(target, m.ID) {
@@ -546,11 +602,11 @@ func (c *connection) reopenSession(ctx actor.Context, m *protocol.Message, metho
 	}
 	switch method {
 	case protocol.MethodSessionFork:
-		c.openSession(ctx, uuid.NewString(), startFork, m.ID, ref.Cwd, ref.SessionID, servers)
+		c.openSession(ctx, uuid.NewString(), startFork, m.ID, ref.Cwd, ref.SessionID, servers, dirs)
 	case protocol.MethodSessionLoad:
-		c.openSession(ctx, ref.SessionID, startLoad, m.ID, ref.Cwd, "", servers)
+		c.openSession(ctx, ref.SessionID, startLoad, m.ID, ref.Cwd, "", servers, dirs)
 	default:
-		c.openSession(ctx, ref.SessionID, startResume, m.ID, ref.Cwd, "", servers)
+		c.openSession(ctx, ref.SessionID, startResume, m.ID, ref.Cwd, "", servers, dirs)
 	}
 }
 
@@ -579,7 +635,8 @@ func (c *connection) listSessions(ctx actor.Context, m *protocol.Message) {
 			res := protocol.ListSessionsResponse{Sessions: make([]protocol.SessionInfo, 0, len(metas)), NextCursor: next}
 			for _, meta := range metas {
 				res.Sessions = append(res.Sessions, protocol.SessionInfo{SessionID: meta.ID, Cwd: meta.Cwd,
-					Title: meta.Title, UpdatedAt: meta.UpdatedAt.UTC().Format(time.RFC3339)})
+					AdditionalDirectories: meta.AdditionalDirectories,
+					Title:                 meta.Title, UpdatedAt: meta.UpdatedAt.UTC().Format(time.RFC3339)})
 			}
 			frame = protocol.EncodeResult(id, res)
 		}
@@ -607,11 +664,11 @@ func (c *connection) toSession(ctx actor.Context, m *protocol.Message, method st
 		if c.full(ref.SessionID, m.ID) {
 			return
 		}
-		c.openSession(ctx, ref.SessionID, startRestore, nil, "", "", c.mcpServers[ref.SessionID])
+		c.openSession(ctx, ref.SessionID, startRestore, nil, "", "", c.mcpServers[ref.SessionID], nil)
 		pid, ok = c.sessions[ref.SessionID]
 	}
 	if !ok {
-		c.fail(m.ID, protocol.ErrSessionNotFound())
+		c.fail(m.ID, protocol.ErrSessionNotFound(ref.SessionID))
 		return
 	}
 	if method == protocol.MethodSessionClose {

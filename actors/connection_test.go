@@ -1,6 +1,8 @@
 package actors
 
 import (
+	"time"
+
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 )
@@ -29,8 +31,30 @@ var _ = Describe("the connection actor", func() {
 		Expect(caps["loadSession"]).To(BeTrue())
 		Expect(caps["promptCapabilities"]).To(Equal(map[string]any{"image": true, "audio": false, "embeddedContext": true}))
 		Expect(caps["sessionCapabilities"]).To(Equal(map[string]any{"list": map[string]any{}, "close": map[string]any{},
-			"resume": map[string]any{}, "fork": map[string]any{}}))
-		Expect(res["authMethods"]).To(BeEmpty())
+			"resume": map[string]any{}, "fork": map[string]any{}, "delete": map[string]any{}, "additionalDirectories": map[string]any{}}))
+		Expect(caps["auth"]).To(Equal(map[string]any{"logout": map[string]any{}}))
+		methods := res["authMethods"].([]any)
+		Expect(methods).To(HaveLen(1), "the key method, never an empty list")
+		Expect(methods[0]).To(HaveKeyWithValue("id", "api-key"))
+		Expect(methods[0]).NotTo(HaveKey("type"))
+	})
+
+	It("refuses logout to a user of a multi-user server: the key is every user's", func() {
+		h.result(h.call("initialize", map[string]any{"protocolVersion": 1}))
+		alice := h.as("alice")
+		defer alice.conn.Close(time.Second)
+		e := alice.errorOf(alice.call("logout", map[string]any{}))
+		Expect(e["code"]).To(Equal(-32600.0))
+		Expect(e["data"]).To(HaveKeyWithValue("reason", "shared_credential"))
+	})
+
+	It("offers the terminal login only to a client that advertises terminal auth", func() {
+		res := h.result(h.call("initialize", map[string]any{"protocolVersion": 1,
+			"clientCapabilities": map[string]any{"auth": map[string]any{"terminal": true}}}))
+		methods := res["authMethods"].([]any)
+		Expect(methods).To(HaveLen(2))
+		Expect(methods[1]).To(HaveKeyWithValue("type", "terminal"))
+		Expect(methods[1]).To(HaveKeyWithValue("args", []any{"login"}))
 	})
 
 	It("validates cwd on session/new", func() {
@@ -52,14 +76,15 @@ var _ = Describe("the connection actor", func() {
 	It("reports unknown sessions the spec's way", func() {
 		h.result(h.call("initialize", map[string]any{"protocolVersion": 1}))
 		e := h.errorOf(h.call("session/prompt", map[string]any{"sessionId": "nope", "prompt": []any{}}))
-		Expect(e["code"]).To(Equal(-32602.0))
-		Expect(e["data"]).To(Equal(map[string]any{"session_id": "Session not found"}))
+		Expect(e["code"]).To(Equal(-32002.0))
+		Expect(e["data"]).To(Equal(map[string]any{"sessionId": "nope", "session_id": "Session not found"}))
 	})
 
 	It("closes a session: later prompts get session not found", func() {
 		sid := h.newSession(GinkgoT().TempDir())
 		Expect(h.result(h.call("session/close", map[string]any{"sessionId": sid}))).To(BeEmpty())
 		e := h.errorOf(h.call("session/prompt", map[string]any{"sessionId": sid, "prompt": []any{map[string]any{"type": "text", "text": "x"}}}))
-		Expect(e["data"]).To(Equal(map[string]any{"session_id": "Session not found"}))
+		Expect(e["code"]).To(Equal(-32002.0))
+		Expect(e["data"]).To(Equal(map[string]any{"sessionId": sid, "session_id": "Session not found"}))
 	})
 })

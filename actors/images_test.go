@@ -43,8 +43,9 @@ var _ = Describe("images in prompts", func() {
 		before := len(h.out.allUpdates())
 		h.result(h.call("session/load", map[string]any{"sessionId": sid, "cwd": cwd, "mcpServers": []any{}}))
 		replayed := h.out.allUpdates()[before:]
-		Expect(replayed).To(ContainElement(Equal(map[string]any{"sessionUpdate": "user_message_chunk",
-			"content": map[string]any{"type": "image", "data": png, "mimeType": "image/png"}})))
+		Expect(replayed).To(ContainElement(And(HaveKeyWithValue("sessionUpdate", "user_message_chunk"),
+			HaveKeyWithValue("content", map[string]any{"type": "image", "data": png, "mimeType": "image/png"}),
+			HaveKeyWithValue("messageId", Not(BeEmpty())))))
 	})
 
 	It("become a text marker for a model known to take none", func() {

@@ -3,6 +3,7 @@ package actors
 import (
 	"bytes"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -57,6 +58,11 @@ type (
 		servers []protocol.McpServerConfig
 		notices bool
 		caps    tools.ClientCaps
+		// dirs are the request's additionalDirectories (the complete list).
+		dirs []string
+		// compaction, booleanOptions: the connection's client shows
+		// compaction updates, boolean config options.
+		compaction, booleanOptions bool
 	}
 	// detach: the connection is going away; a session it was the last one
 	// attached to stops (it is on disk).
@@ -120,8 +126,16 @@ type session struct {
 	// startReq is the JSON-RPC id answered once the session is up.
 	startReq protocol.RawMessage
 	startCwd string
-	forkSrc  string
-	log      zerolog.Logger
+	// startDirs are the additionalDirectories of the request that started
+	// the session (the complete list; none when omitted), except a restore,
+	// which keeps the stored ones.
+	startDirs []string
+	// compactionUpdates: the client shows compaction updates (else text);
+	// booleanOptions: boolean config options.
+	compactionUpdates bool
+	booleanOptions    bool
+	forkSrc           string
+	log               zerolog.Logger
 
 	store store.Session
 	meta  store.Meta
@@ -308,6 +322,8 @@ func (s *session) receive(ctx actor.Context) {
 			return
 		}
 		s.handle(ctx, m)
+	case *deleteLive:
+		s.endForDeleteElsewhere(ctx)
 	case *handOff:
 		s.handingOff = append(s.handingOff, ctx.Sender())
 		if len(s.handingOff) > 1 {
@@ -379,8 +395,12 @@ func (s *session) handle(ctx actor.Context, r *sessionRequest) {
 		s.cancelHeldPrompt(ctx)
 		s.cancelQueued(ctx, nil, nil)
 		s.respond(ctx, r.id, struct{}{})
-	case protocol.MethodSessionClose:
-		s.audit(r.method, "ok").Msg("session close")
+	case protocol.MethodSessionClose, protocol.MethodSessionDelete:
+		if r.method == protocol.MethodSessionDelete {
+			s.endForDelete(ctx, r.conn)
+		} else {
+			s.audit(r.method, "ok").Msg("session close")
+		}
 		if s.closeShared(ctx, r) {
 			return
 		}
@@ -428,7 +448,7 @@ func (s *session) open(ctx actor.Context) {
 	switch s.start {
 	case startNew:
 		s.store, err = s.deps.Store.Create(store.Meta{ID: s.id, Cwd: s.startCwd, Mode: "default", Model: s.deps.llmConfig().Model,
-			Owner: s.owner})
+			AdditionalDirectories: s.startDirs, Config: s.sessionDefaults(), Owner: s.owner})
 	case startFork:
 		s.store, entries, err = s.deps.Store.Fork(s.forkSrc, s.id)
 	default:
@@ -457,6 +477,10 @@ func (s *session) open(ctx actor.Context) {
 	s.adoptMeta()
 	if s.startCwd != "" && s.startCwd != s.meta.Cwd && s.start != startNew {
 		s.meta.Cwd = s.startCwd
+		s.saveMeta()
+	}
+	if s.start != startNew && s.start != startRestore && !slices.Equal(s.startDirs, s.meta.AdditionalDirectories) {
+		s.meta.AdditionalDirectories = s.startDirs
 		s.saveMeta()
 	}
 	s.configureMCP(ctx, s.mcp.start, s.meta.Cwd)
@@ -517,7 +541,7 @@ func (s *session) answerStart(ctx actor.Context, kind startKind, reqID protocol.
 		return
 	}
 	if kind != startResume {
-		s.emitTo(ctx, conn, protocol.AvailableCommandsUpdate{SessionUpdate: protocol.UpdateAvailableCommands, AvailableCommands: slashCommands})
+		s.emitTo(ctx, conn, protocol.AvailableCommandsUpdate{SessionUpdate: protocol.UpdateAvailableCommands, AvailableCommands: availableCommands()})
 	}
 }
 
@@ -531,6 +555,13 @@ func (s *session) attach(ctx actor.Context, m *attach) {
 	// connection: without this an idle session loaded again is never
 	// retired (seen and sent would never match).
 	s.attachClient(ctx, m)
+	// The last client attached decides how compaction and boolean options
+	// are shown (as it decides the MCP notices).
+	s.compactionUpdates, s.booleanOptions = m.compaction, m.booleanOptions
+	if m.kind != startRestore && !slices.Equal(m.dirs, s.meta.AdditionalDirectories) {
+		s.meta.AdditionalDirectories = m.dirs
+		s.changeMeta()
+	}
 	if m.cwd != "" && m.cwd != s.meta.Cwd {
 		s.meta.Cwd = m.cwd
 		s.changeMeta()

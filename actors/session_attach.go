@@ -197,6 +197,45 @@ func (s *session) detachClient(ctx actor.Context, conn *actor.PID) bool {
 	return true
 }
 
+// endForDelete lets go of every connection but by before its
+// session/delete closes the session: each is told (a session_info_update
+// whose _meta says the session was deleted), its prompts end cancelled,
+// and its later requests answer -32002 once the actor is gone.
+func (s *session) endForDelete(ctx actor.Context, by *actor.PID) {
+	for _, c := range append([]*client(nil), s.clients.list...) {
+		if c.pid.Equal(by) {
+			continue
+		}
+		s.emitTo(ctx, c.pid, protocol.SessionInfoUpdate{SessionUpdate: protocol.UpdateSessionInfo,
+			Meta: map[string]any{"iac-code/deleted": true}})
+		s.detachClient(ctx, c.pid)
+	}
+}
+
+// deleteLive asks a session live on other connections to end for a
+// session/delete (the deleting connection watches it stop, then removes
+// its store entry).
+type deleteLive struct{}
+
+func (*deleteLive) IgnoreDeadLetterLogging() {}
+
+// endForDeleteElsewhere serves deleteLive: every attached connection is
+// told and let go; the last one leaving ends the session (at its turn's
+// end, when one runs).
+func (s *session) endForDeleteElsewhere(ctx actor.Context) {
+	s.endForDelete(ctx, nil)
+	if s.clients.len() == 0 && !s.closing {
+		s.cancelHeldPrompt(ctx)
+		s.cancelQueued(ctx, nil, nil)
+		s.closing = true
+		if s.turn != nil {
+			ctx.Send(s.turn, &cancelTurn{})
+		} else {
+			ctx.Stop(ctx.Self())
+		}
+	}
+}
+
 // closeShared serves session/close from one of several attached
 // connections: only that one leaves (answered, and told it is detached so
 // that it stops waiting for the actor to stop); reports whether it did.

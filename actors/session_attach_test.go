@@ -2,8 +2,10 @@ package actors
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -238,5 +240,71 @@ var _ = Describe("a shared session's tool calls through the client", func() {
 		Expect(editor.out.requests("fs/read_text_file")).To(HaveLen(1))
 		last = p.requests()[3].Messages
 		Expect(last[len(last)-1].Content[0].Text).To(ContainSubstring("on disk"))
+	})
+})
+
+var _ = Describe("session/delete of a session shared by several connections", func() {
+	It("ends it for every connection: the others are told and then answered not found, and the files are gone", func() {
+		p := &scriptedProvider{}
+		cwd := GinkgoT().TempDir()
+		home := GinkgoT().TempDir()
+		s := newSessionHarness(p, home, nil, echoTool{})
+		defer s.close()
+		a := s.connect()
+		sid := a.result(a.call("session/new", map[string]any{"cwd": cwd}))["sessionId"].(string)
+		b := s.connect()
+		b.result(b.call("session/load", map[string]any{"sessionId": sid, "cwd": cwd}))
+		Expect(a.result(a.call("session/prompt", textPrompt(sid, "hello")))["stopReason"]).To(Equal("end_turn"))
+		from := len(b.out.all())
+
+		Expect(a.result(a.call("session/delete", map[string]any{"sessionId": sid}))).To(BeEmpty())
+
+		told := false
+		for _, f := range framesAfter(b, from) {
+			if f["method"] != "session/update" {
+				continue
+			}
+			if raw, _ := json.Marshal(f["params"]); strings.Contains(string(raw), `"iac-code/deleted":true`) {
+				told = true
+			}
+		}
+		Expect(told).To(BeTrue(), "the other connection was not told of the delete")
+		Eventually(func() any {
+			return b.errorOf(b.call("session/prompt", textPrompt(sid, "after")))["code"]
+		}, 2*time.Second).Should(BeEquivalentTo(protocol.CodeResourceNotFound))
+		Expect(b.errorOf(b.call("session/load", map[string]any{"sessionId": sid, "cwd": cwd}))["code"]).
+			To(BeEquivalentTo(protocol.CodeResourceNotFound))
+		left, _ := os.ReadDir(filepath.Join(home, "sessions"))
+		for _, e := range left {
+			Expect(e.Name()).NotTo(ContainSubstring(sid), "the session's files are still there")
+		}
+	})
+})
+
+var _ = Describe("session/delete from a connection the session is not attached to", func() {
+	It("ends it where it is live (that connection is told) before its files go", func() {
+		p := &scriptedProvider{}
+		cwd := GinkgoT().TempDir()
+		home := GinkgoT().TempDir()
+		s := newSessionHarness(p, home, nil, echoTool{})
+		defer s.close()
+		a := s.connect()
+		sid := a.result(a.call("session/new", map[string]any{"cwd": cwd}))["sessionId"].(string)
+		Expect(a.result(a.call("session/prompt", textPrompt(sid, "hello")))["stopReason"]).To(Equal("end_turn"))
+		from := len(a.out.all())
+		b := s.connect() // the same person, who never loaded it
+		Expect(b.result(b.call("session/delete", map[string]any{"sessionId": sid}))).To(BeEmpty())
+		told := false
+		for _, f := range framesAfter(a, from) {
+			if raw, _ := json.Marshal(f["params"]); f["method"] == "session/update" && strings.Contains(string(raw), `"iac-code/deleted":true`) {
+				told = true
+			}
+		}
+		Expect(told).To(BeTrue(), "the connection it was live on was not told")
+		Expect(a.errorOf(a.call("session/prompt", textPrompt(sid, "after")))["code"]).To(BeEquivalentTo(protocol.CodeResourceNotFound))
+		left, _ := os.ReadDir(filepath.Join(home, "sessions"))
+		for _, e := range left {
+			Expect(e.Name()).NotTo(ContainSubstring(sid), "the session's files are still there")
+		}
 	})
 })

@@ -1,8 +1,11 @@
 package actors
 
 import (
+	"strconv"
+
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/iac-code/iac-code/llm"
 	"github.com/iac-code/iac-code/protocol"
 )
 
@@ -66,10 +69,69 @@ func (s *session) configOptions() []protocol.SessionConfigOption {
 	for _, m := range s.models() {
 		modelOpts = append(modelOpts, protocol.ConfigSelectOption{Value: m, Name: m})
 	}
-	return []protocol.SessionConfigOption{
+	opts := []protocol.SessionConfigOption{
 		{ID: "mode", Name: "Mode", Category: "mode", Type: "select", CurrentValue: s.meta.Mode, Options: modeOpts},
 		{ID: "model", Name: "Model", Category: "model", Type: "select", CurrentValue: s.meta.Model, Options: modelOpts},
 	}
+	if s.takesThoughtLevel() {
+		levels := make([]protocol.ConfigSelectOption, len(llm.ThoughtLevels))
+		for i, l := range llm.ThoughtLevels {
+			levels[i] = protocol.ConfigSelectOption{Value: l, Name: thoughtLevelNames[l]}
+		}
+		opts = append(opts, protocol.SessionConfigOption{ID: optThoughtLevel, Name: "Thinking", Category: "thought_level",
+			Description: "How much the model reasons before it answers", Type: "select", CurrentValue: s.thoughtLevel(), Options: levels})
+	}
+	if s.booleanOptions {
+		opts = append(opts, protocol.SessionConfigOption{ID: optAutoCompact, Name: "Auto-compact", Category: "_context",
+			Description: "Summarize older turns when the context nears the model's window", Type: "boolean",
+			CurrentValue: s.autoCompact()})
+	}
+	return opts
+}
+
+// optAutoCompact is the boolean option that turns automatic compaction
+// off (on by default; /compact works either way). Offered to clients that
+// advertise boolean config options.
+const optAutoCompact = "auto_compact"
+
+func (s *session) autoCompact() bool { return s.meta.Config[optAutoCompact] != "false" }
+
+// optThoughtLevel is the reasoning level option, offered for the models
+// that take one (llm.Config.TakesThoughtLevel).
+const optThoughtLevel = "thought_level"
+
+var thoughtLevelNames = map[string]string{"default": "Default", "low": "Low", "medium": "Medium", "high": "High"}
+
+func (s *session) takesThoughtLevel() bool { return s.deps.llmConfig().TakesThoughtLevel(s.meta.Model) }
+
+func (s *session) thoughtLevel() string {
+	if l := s.meta.Config[optThoughtLevel]; thoughtLevelNames[l] != "" {
+		return l
+	}
+	return "default"
+}
+
+// thinkingBudget is what the session's level asks of the model now (0
+// for a model that takes no level: the configuration decides).
+func (s *session) thinkingBudget() int {
+	if !s.takesThoughtLevel() {
+		return 0
+	}
+	return llm.ThoughtBudget(s.thoughtLevel())
+}
+
+// sessionDefaults are the option values a new session starts with: the
+// ones the user chose last (settings.yml sessionDefaults).
+func (s *session) sessionDefaults() map[string]string {
+	out := map[string]string{}
+	defaults := llm.SessionDefaults(s.deps.Config.Home)
+	if l := defaults[optThoughtLevel]; thoughtLevelNames[l] != "" {
+		out[optThoughtLevel] = l
+	}
+	if v := defaults[optAutoCompact]; v == "true" || v == "false" {
+		out[optAutoCompact] = v
+	}
+	return out
 }
 
 // setMode changes the mode, answers reqID, and tells the client both ways
@@ -93,6 +155,10 @@ func (s *session) setMode(ctx actor.Context, reqID protocol.RawMessage, mode str
 func (s *session) setConfig(ctx actor.Context, r *sessionRequest) {
 	var p protocol.SetConfigOptionRequest
 	var value string
+	if err := protocol.Unmarshal(r.params, &p); err == nil && p.Type == "boolean" {
+		s.setBoolean(ctx, r, p)
+		return
+	}
 	if err := protocol.Unmarshal(r.params, &p); err != nil || protocol.Unmarshal(p.Value, &value) != nil {
 		s.respondError(ctx, r.id, protocol.ErrInvalidParams(map[string]string{"value": "a string value is required"}))
 		return
@@ -109,12 +175,53 @@ func (s *session) setConfig(ctx actor.Context, r *sessionRequest) {
 			s.meta.Model = value
 			s.changeMeta()
 		}
-	case p.ConfigID == "mode" || p.ConfigID == "model":
+	case p.ConfigID == optThoughtLevel && s.takesThoughtLevel() && thoughtLevelNames[value] != "":
+		if value != s.thoughtLevel() {
+			if s.meta.Config == nil {
+				s.meta.Config = map[string]string{}
+			}
+			s.meta.Config[optThoughtLevel] = value
+			s.changeMeta()
+		}
+		if err := llm.SaveSessionDefault(s.deps.Config.Home, optThoughtLevel, value); err != nil {
+			s.log.Warn().Err(err).Msg("cannot keep the thought level as the default of new sessions")
+		}
+	case p.ConfigID == "mode" || p.ConfigID == "model" || p.ConfigID == optThoughtLevel:
 		s.respondError(ctx, r.id, protocol.ErrInvalidParams(map[string]string{"value": "unknown value for " + p.ConfigID}))
 		return
 	default:
 		s.respondError(ctx, r.id, protocol.ErrInvalidParams(map[string]string{"configId": "unknown config option"}))
 		return
+	}
+	if s.fenced != nil {
+		s.respondError(ctx, r.id, s.fenced)
+		return
+	}
+	s.respond(ctx, r.id, protocol.SetConfigOptionResponse{ConfigOptions: s.configOptions()})
+}
+
+// setBoolean sets a boolean option (type "boolean"); the value chosen
+// becomes the default of new sessions.
+func (s *session) setBoolean(ctx actor.Context, r *sessionRequest, p protocol.SetConfigOptionRequest) {
+	var on bool
+	if protocol.Unmarshal(p.Value, &on) != nil {
+		s.respondError(ctx, r.id, protocol.ErrInvalidParams(map[string]string{"value": "a boolean value is required"}))
+		return
+	}
+	if p.ConfigID != optAutoCompact {
+		s.respondError(ctx, r.id, protocol.ErrInvalidParams(map[string]string{"configId": "unknown boolean config option"}))
+		return
+	}
+	value := strconv.FormatBool(on)
+	if on != s.autoCompact() {
+		if s.meta.Config == nil {
+			s.meta.Config = map[string]string{}
+		}
+		s.meta.Config[optAutoCompact] = value
+		s.changeMeta()
+	}
+	if err := llm.SaveSessionDefault(s.deps.Config.Home, optAutoCompact, value); err != nil {
+		s.log.Warn().Err(err).Msg("cannot keep auto_compact as the default of new sessions")
 	}
 	if s.fenced != nil {
 		s.respondError(ctx, r.id, s.fenced)

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/google/uuid"
 
 	"github.com/iac-code/iac-code/llm"
 	"github.com/iac-code/iac-code/protocol"
@@ -59,7 +60,10 @@ func (s *session) prompt(ctx actor.Context, r *sessionRequest) {
 		s.respondError(ctx, r.id, bad)
 		return
 	}
-	user := llm.Message{Role: llm.RoleUser, Content: blocks}
+	user := llm.Message{Role: llm.RoleUser, Content: blocks, ID: uuid.NewString()}
+	if s.localCommand(ctx, r, &user) {
+		return
+	}
 	command := slashCommand(&user)
 	if command == "clear" {
 		s.echoPrompt(ctx, &user)
@@ -94,8 +98,10 @@ func (s *session) prompt(ctx actor.Context, r *sessionRequest) {
 	s.turnUsage = llm.Usage{}
 	s.turnID++
 	opts := turnOptions{
-		sessionID: s.id, cwd: s.meta.Cwd, model: s.meta.Model, turnID: s.turnID, mode: s.meta.Mode,
-		history: store.Context(s.entries), tools: s.toolsForMode(),
+		sessionID: s.id, cwd: s.meta.Cwd, dirs: s.meta.AdditionalDirectories, model: s.meta.Model, turnID: s.turnID,
+		mode: s.meta.Mode, thinkingBudget: s.thinkingBudget(), compactionUpdates: s.compactionUpdates,
+		noAutoCompact: !s.autoCompact(),
+		history:       store.Context(s.entries), tools: s.toolsForMode(),
 		compactOnly: command == "compact", jail: s.sandboxJail(),
 	}
 	opts.mcp, opts.mcpKeep = s.mcpTurnTools()
@@ -116,18 +122,24 @@ func slashCommand(m *llm.Message) string {
 	return ""
 }
 
-// toolsForMode: plan mode offers the model read-only tools only.
+// toolsForMode: plan mode offers the model read-only tools only; ask_user
+// is offered only when the prompt's client shows questions (form
+// elicitation): its questions go to that client.
 func (s *session) toolsForMode() *tools.Registry {
-	if s.meta.Mode != "plan" {
+	caps := s.promptCaps()
+	if s.meta.Mode != "plan" && !caps.Elicitation {
 		return s.deps.Tools
 	}
-	var ro []tools.Tool
+	var ts []tools.Tool
 	for _, t := range s.deps.Tools.List() {
-		if t.ReadOnly() {
-			ro = append(ro, t)
+		if s.meta.Mode != "plan" || t.ReadOnly() {
+			ts = append(ts, t)
 		}
 	}
-	return tools.NewRegistry(ro...)
+	if caps.Elicitation {
+		ts = append(ts, tools.AskUser{})
+	}
+	return tools.NewRegistry(ts...)
 }
 
 func (s *session) endTurn(ctx actor.Context, m *turnFinished) {
@@ -156,7 +168,7 @@ func (s *session) endTurn(ctx actor.Context, m *turnFinished) {
 		// history now has them, failed and interrupted, before the answer —
 		// the same updates a later load replays.
 		for i := range added {
-			for _, u := range replayUpdates(&added[i].Message) {
+			for _, u := range replayUpdates(&added[i].Message, replayMessageID(s.id, &added[i])) {
 				s.emit(ctx, u)
 			}
 		}

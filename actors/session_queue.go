@@ -81,7 +81,7 @@ func (s *session) echoPrompt(ctx actor.Context, user *llm.Message) {
 	if s.clients.len() < 2 && !s.queue.starting {
 		return
 	}
-	for _, u := range replayUpdates(user) {
+	for _, u := range replayUpdates(user, user.ID) {
 		s.emit(ctx, u)
 	}
 }

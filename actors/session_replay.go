@@ -1,6 +1,8 @@
 package actors
 
 import (
+	"strconv"
+
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/iac-code/iac-code/llm"
@@ -20,14 +22,26 @@ func (s *session) replay(ctx actor.Context, conn *actor.PID) {
 			s.emitTo(ctx, conn, protocol.ChunkUpdate{SessionUpdate: protocol.UpdateAgentMessageChunk, Content: protocol.Text("[Context compacted]")})
 			continue
 		}
-		for _, u := range replayUpdates(&e.Message) {
+		for _, u := range replayUpdates(&e.Message, replayMessageID(s.id, e)) {
 			s.emitTo(ctx, conn, u)
 		}
 	}
 }
 
-// replayUpdates maps one stored message to the updates a client saw live.
-func replayUpdates(m *llm.Message) []any {
+// replayMessageID is the messageId of a stored message's chunks: the one
+// the client saw live, or for a message kept before ids were (or one
+// without), an id made of the session and the entry's place, the same at
+// every replay.
+func replayMessageID(sessionID string, e *store.Entry) string {
+	if e.Message.ID != "" {
+		return e.Message.ID
+	}
+	return sessionID + "-" + strconv.FormatInt(e.Seq, 10)
+}
+
+// replayUpdates maps one stored message to the updates a client saw live;
+// its chunks carry messageID.
+func replayUpdates(m *llm.Message, messageID string) []any {
 	var out []any
 	for i := range m.Content {
 		b := &m.Content[i]
@@ -44,18 +58,19 @@ func replayUpdates(m *llm.Message) []any {
 			out = append(out, b.Display)
 		case b.Type == llm.BlockImage:
 			out = append(out, protocol.ChunkUpdate{SessionUpdate: protocol.UpdateUserMessageChunk,
-				Content: protocol.ImageContent{Type: "image", Data: b.Data, MimeType: b.MediaType}})
+				Content: protocol.ImageContent{Type: "image", Data: b.Data, MimeType: b.MediaType}, MessageID: messageID})
 		case b.Type == llm.BlockText && b.Text != "":
 			kind := protocol.UpdateAgentMessageChunk
 			if m.Role == llm.RoleUser {
 				kind = protocol.UpdateUserMessageChunk
 			}
-			out = append(out, protocol.ChunkUpdate{SessionUpdate: kind, Content: protocol.Text(b.Text)})
+			out = append(out, protocol.ChunkUpdate{SessionUpdate: kind, Content: protocol.Text(b.Text), MessageID: messageID})
 		case b.Type == llm.BlockThinking && b.Text != "":
-			out = append(out, protocol.ChunkUpdate{SessionUpdate: protocol.UpdateAgentThoughtChunk, Content: protocol.Text(b.Text)})
+			out = append(out, protocol.ChunkUpdate{SessionUpdate: protocol.UpdateAgentThoughtChunk, Content: protocol.Text(b.Text),
+				MessageID: messageID})
 		case b.Type == llm.BlockToolUse:
 			out = append(out, protocol.ToolCallUpdate{SessionUpdate: protocol.UpdateToolCall, ToolCallID: b.ToolCallID,
-				Title: b.Name, Kind: string(tools.KindOther), Status: protocol.ToolPending, RawInput: b.Input})
+				Title: b.Name, Name: b.Name, Kind: string(tools.KindOther), Status: protocol.ToolPending, RawInput: b.Input})
 		case b.Type == llm.BlockToolResult:
 			status := protocol.ToolCompleted
 			if b.IsError {

@@ -17,7 +17,7 @@ import (
 // sandboxRoots are the directories the session's processes may write: its
 // cwd, then its additional directories when it has them.
 func (s *session) sandboxRoots() []string {
-	return []string{s.meta.Cwd}
+	return append([]string{s.meta.Cwd}, s.meta.AdditionalDirectories...)
 }
 
 // sandboxJail is the session's jail for its current roots (nil when

@@ -94,7 +94,10 @@ func (s *session) storeError(err error, what string) *protocol.Error {
 		}
 		return protocol.ErrSessionInUse(s.id, inUse.PID, inUse.Owner)
 	case errors.Is(err, store.ErrNotFound), errors.Is(err, store.ErrInvalidID):
-		return protocol.ErrSessionNotFound()
+		if s.start == startFork {
+			return protocol.ErrSessionNotFound(s.forkSrc)
+		}
+		return protocol.ErrSessionNotFound(s.id)
 	case isFDExhaustion(err):
 		s.log.Warn().Err(err).Msg(what + ": out of file descriptors")
 		return protocol.ErrLimit("The server is out of file descriptors; try again shortly", "file_descriptors", 0)
@@ -254,7 +257,7 @@ func (s *session) adoptMeta() {
 	if s.meta.Title == "" {
 		for i := range s.entries {
 			if e := &s.entries[i]; e.Kind == store.KindMessage && e.Message.Role == llm.RoleUser {
-				if s.meta.Title = store.TitleFrom(e.Message.TextOf()); s.meta.Title != "" {
+				if s.meta.Title = store.TitleFrom(e.Message.FirstText()); s.meta.Title != "" {
 					s.metaDirty = true
 					break
 				}
@@ -299,7 +302,7 @@ func (s *session) flushMeta() {
 func (s *session) record(ctx actor.Context, msg llm.Message) {
 	s.append(store.MessageEntry(msg))
 	if s.meta.Title == "" && msg.Role == llm.RoleUser {
-		if title := store.TitleFrom(msg.TextOf()); title != "" {
+		if title := store.TitleFrom(msg.FirstText()); title != "" {
 			// Written with the turn this prompt starts, at its end.
 			s.meta.Title, s.meta.UpdatedAt, s.metaDirty = title, time.Now().UTC(), true
 			if s.fenced != nil {

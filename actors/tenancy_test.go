@@ -37,12 +37,15 @@ var _ = Describe("sessions of several principals", func() {
 		Expect(alice.result(alice.call("session/list", map[string]any{}))["sessions"]).To(HaveLen(1))
 		Expect(bob.result(bob.call("session/list", map[string]any{}))["sessions"]).To(BeEmpty())
 
-		for _, m := range []string{"session/load", "session/resume", "session/fork", "session/prompt", "session/set_mode"} {
+		for _, m := range []string{"session/load", "session/resume", "session/fork", "session/prompt", "session/set_mode", "session/delete"} {
 			params := map[string]any{"sessionId": sid, "cwd": filepath.Join(root, "bob"), "mcpServers": []any{}, "modeId": "plan",
 				"prompt": []any{map[string]any{"type": "text", "text": "hi"}}}
 			theirs := bob.errorOf(bob.call(m, params))
 			params["sessionId"] = "no-such-session"
 			none := bob.errorOf(bob.call(m, params))
+			// the same answer, naming the id asked for (which the caller knows)
+			Expect(theirs["data"]).To(HaveKeyWithValue("sessionId", sid), m)
+			none["data"].(map[string]any)["sessionId"] = sid
 			Expect(theirs).To(Equal(none), m)
 		}
 		// the owner's session was not disturbed: it takes a prompt

@@ -78,11 +78,18 @@ func (c *toolCall) startUpdate() protocol.ToolCallUpdate {
 		SessionUpdate: protocol.UpdateToolCall,
 		ToolCallID:    c.id,
 		Title:         title,
+		Name:          c.name,
 		Kind:          c.kind(),
 		Status:        protocol.ToolPending,
 		Locations:     locs,
 		RawInput:      c.input,
 	}
+}
+
+// diffContent is a file change as tool call content.
+func diffContent(d *tools.Diff) protocol.ToolCallContent {
+	newText := d.NewText
+	return protocol.ToolCallContent{Type: "diff", Path: d.Path, OldText: d.OldText, NewText: &newText}
 }
 
 func toLocations(in []tools.Location) []protocol.ToolCallLocation {
@@ -102,6 +109,7 @@ type toolActor struct {
 	deps      *Deps
 	sessionID string
 	cwd       string
+	dirs      []string
 	model     string
 	// mode is the session's mode at the turn's start, for a sub-agent's
 	// system prompt.
@@ -159,7 +167,7 @@ func (a *toolActor) startSubagent(ctx actor.Context, in tools.AgentInput) {
 	}
 	keep, _ := tools.SubagentKeep(in.SubagentType)
 	opts := turnOptions{
-		sessionID: a.sessionID, cwd: a.cwd, model: a.model, tools: reg, session: ctx.Self(),
+		sessionID: a.sessionID, cwd: a.cwd, dirs: a.dirs, model: a.model, tools: reg, session: ctx.Self(),
 		mcp: a.mcp, mcpKeep: keep,
 		history:  []llm.Message{{Role: llm.RoleUser, Content: []llm.Block{{Type: llm.BlockText, Text: in.Prompt}}}},
 		subagent: in.SubagentType, maxCalls: subagentMaxCalls, turnID: a.turnID, mode: a.mode, jail: a.jail,
@@ -317,6 +325,12 @@ func (a *toolActor) start(ctx actor.Context) {
 	// the client when needed, about what the prepared call reaches.
 	u := a.call.startUpdate()
 	u.SessionUpdate = ""
+	if p, ok := a.call.call.(tools.Previewer); ok {
+		// The user reviews the change before approving it.
+		if d := p.Preview(); d != nil {
+			u.Content = append(u.Content, diffContent(d))
+		}
+	}
 	ctx.Send(a.session, newPermissionAsk(a.call.name, a.call.tool, a.call.call, u, ctx.Self()))
 }
 
@@ -332,7 +346,7 @@ func (a *toolActor) run(ctx actor.Context) {
 	progress := func(text string) { root.Send(self, &toolProgress{text: text}) }
 	var client *toolClient
 	if cc, ok := call.(tools.ClientCall); ok && a.caps.Any() {
-		client = &toolClient{caps: a.caps, sessionID: a.sessionID, self: self, root: root, gone: a.gone,
+		client = &toolClient{caps: a.caps, sessionID: a.sessionID, toolCallID: a.call.id, self: self, root: root, gone: a.gone,
 			timeout: a.deps.Config.ClientTimeout}
 		call = &viaClient{cc, client}
 	}
@@ -439,8 +453,7 @@ func (a *toolActor) complete(ctx actor.Context, res tools.Result) {
 	}
 	u.Content = resultContent(res, res.Output != full)
 	if res.Diff != nil {
-		newText := res.Diff.NewText
-		u.Content = append(u.Content, protocol.ToolCallContent{Type: "diff", Path: res.Diff.Path, OldText: res.Diff.OldText, NewText: &newText})
+		u.Content = append(u.Content, diffContent(res.Diff))
 	}
 	if u.RawOutput == nil {
 		// The text is already in content; rawOutput stays small.

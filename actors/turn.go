@@ -44,7 +44,16 @@ type (
 type turnOptions struct {
 	sessionID string
 	cwd       string
-	model     string
+	// dirs are the session's additional workspace roots (tools.Env).
+	dirs []string
+	// thinkingBudget is the session's thought_level as a budget (0: the
+	// configured one).
+	thinkingBudget int
+	// compactionUpdates: the client shows compaction updates;
+	// noAutoCompact: the session's auto_compact option is off.
+	compactionUpdates bool
+	noAutoCompact     bool
+	model             string
 	// mode is the session's mode, whose rules the system prompt states
 	// (the permission decisions themselves are the session's).
 	mode    string
@@ -93,11 +102,18 @@ type turn struct {
 	deps      *Deps
 	sessionID string
 	cwd       string
+	dirs      []string
 	jail      *sandbox.Jail
 	model     string
 	tools     *tools.Registry
 	log       zerolog.Logger
-	messages  []llm.Message
+	// thinkingBudget, compactionUpdates: see turnOptions; compactionID is
+	// the compaction running, as the client was told of it.
+	thinkingBudget    int
+	compactionUpdates bool
+	noAutoCompact     bool
+	compactionID      string
+	messages          []llm.Message
 	// compacting is set while a summary call runs; compactOnly ends the
 	// turn after it (the /compact command).
 	compacting  bool
@@ -152,23 +168,28 @@ func newTurn(deps *Deps, o turnOptions) *turn {
 		o.tools = deps.Tools
 	}
 	return &turn{
-		deps:        deps,
-		sessionID:   o.sessionID,
-		cwd:         o.cwd,
-		model:       o.model,
-		tools:       o.tools,
-		base:        o.tools,
-		mcp:         o.mcp,
-		mcpKeep:     o.mcpKeep,
-		log:         deps.Log.With().Str("session", o.sessionID).Logger(),
-		messages:    o.history,
-		compactOnly: o.compactOnly,
-		session:     o.session,
-		subagent:    o.subagent,
-		maxCalls:    o.maxCalls,
-		turnID:      o.turnID,
-		jail:        o.jail,
-		mode:        o.mode,
+		deps:      deps,
+		sessionID: o.sessionID,
+		cwd:       o.cwd,
+		dirs:      o.dirs,
+
+		thinkingBudget:    o.thinkingBudget,
+		compactionUpdates: o.compactionUpdates,
+		noAutoCompact:     o.noAutoCompact,
+		model:             o.model,
+		tools:             o.tools,
+		base:              o.tools,
+		mcp:               o.mcp,
+		mcpKeep:           o.mcpKeep,
+		log:               deps.Log.With().Str("session", o.sessionID).Logger(),
+		messages:          o.history,
+		compactOnly:       o.compactOnly,
+		session:           o.session,
+		subagent:          o.subagent,
+		maxCalls:          o.maxCalls,
+		turnID:            o.turnID,
+		jail:              o.jail,
+		mode:              o.mode,
 	}
 }
 
@@ -250,6 +271,8 @@ func (t *turn) callModel(ctx actor.Context) {
 		Messages:   t.forModel(t.messages),
 		Tools:      toolSpecs(t.tools),
 		MaxTokens:  t.deps.llmConfig().MaxTokens,
+
+		ThinkingBudget: t.thinkingBudget,
 	})
 }
 
@@ -348,7 +371,7 @@ func (t *turn) onStreamEnd(ctx actor.Context, err error) {
 	// Each call is decoded and resolved once, here: what the client is
 	// shown and asked about is what runs.
 	var calls []toolCall
-	env := &tools.Env{Cwd: t.cwd, Home: t.deps.Config.Home, Jail: t.jail}
+	env := &tools.Env{Cwd: t.cwd, Home: t.deps.Config.Home, AdditionalDirs: t.dirs, Jail: t.jail}
 	for i := range msg.Content {
 		if b := &msg.Content[i]; b.Type == llm.BlockToolUse {
 			c := prepareCall(len(calls), b.ToolCallID, b.Name, b.Input, t.tools, env)
@@ -400,8 +423,7 @@ func (t *turn) runTools(ctx actor.Context, msg llm.Message, calls []toolCall) {
 		t.emit(ctx, b.Display)
 		props := actor.PropsFromProducer(func() actor.Actor {
 			a := newToolActor(t.deps, t.sessionID, t.cwd, t.model, session, call, t.ctx, t.turnID, t.mcp)
-			a.jail = t.jail
-			a.mode = t.mode
+			a.jail, a.mode, a.dirs = t.jail, t.mode, t.dirs
 			return a
 		}, actor.WithReceiverMiddleware(keepStack))
 		pid := ctx.Spawn(props)
@@ -452,6 +474,9 @@ func (t *turn) finish(ctx actor.Context, stopReason string, err *protocol.Error)
 	t.ended = true
 	if t.cancel != nil {
 		t.cancel()
+	}
+	if t.compacting {
+		t.compactionEnded(ctx, protocol.CompactionCancelled, "")
 	}
 	if t.streaming {
 		// Keep what the user already saw of a cancelled answer (a summary

@@ -3,6 +3,8 @@ package actors
 import (
 	"sync"
 
+	"github.com/google/uuid"
+
 	"github.com/iac-code/iac-code/llm"
 	"github.com/iac-code/iac-code/protocol"
 )
@@ -27,6 +29,9 @@ const maxScratch = 2 * maxMergedChunk
 // costs one message per socket read, not one per token.
 type modelCall struct {
 	sessionID string
+	// messageID is the messageId of the answer's chunks (and of the
+	// message kept in the history).
+	messageID string
 	// stream: text is shown to the client (not a compaction summary, not a
 	// sub-agent's answer); send hands it a notification.
 	stream bool
@@ -45,7 +50,7 @@ type modelCall struct {
 }
 
 func newModelCall(sessionID string, stream bool, send func([]byte)) *modelCall {
-	return &modelCall{sessionID: sessionID, stream: stream, send: send}
+	return &modelCall{sessionID: sessionID, messageID: uuid.NewString(), stream: stream, send: send}
 }
 
 // add handles one provider event (the reader goroutine).
@@ -69,7 +74,7 @@ func (c *modelCall) add(ev llm.Event) {
 		if kind != c.kind || c.chunk.Len() > maxMergedChunk {
 			c.flushLocked()
 			c.kind = kind
-			c.chunk = protocol.StartChunkNotificationIn(c.scratch, c.sessionID, kind)
+			c.chunk = protocol.StartMessageChunkIn(c.scratch, c.sessionID, kind, c.messageID)
 		}
 		c.chunk.Append(ev.Text)
 	}
@@ -118,6 +123,7 @@ func (c *modelCall) take() callResult {
 		c.taken = true
 	}
 	r := callResult{msg: c.asm.Message(), stop: c.asm.StopReason()}
+	r.msg.ID = c.messageID
 	r.usage, _ = c.asm.Usage()
 	c.asm = llm.Assembler{}
 	return r

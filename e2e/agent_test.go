@@ -270,9 +270,12 @@ func (a *agent) serverRequest(method string, n int) map[string]any {
 	return m
 }
 
-func (a *agent) initialize() map[string]any {
+func (a *agent) initialize() map[string]any { return a.initializeWith(map[string]any{}) }
+
+// initializeWith initializes advertising the client capabilities caps.
+func (a *agent) initializeWith(caps map[string]any) map[string]any {
 	return a.result(a.request("initialize", map[string]any{
-		"protocolVersion": 1, "clientCapabilities": map[string]any{},
+		"protocolVersion": 1, "clientCapabilities": caps,
 		"clientInfo": map[string]any{"name": "raw-e2e", "version": "0"}}))
 }
 

@@ -233,8 +233,9 @@ var _ = Describe("cluster mode: pods behind a round-robin load balancer", Label(
 		owner := cl.pods[lb.served[0]]
 		sid := c.newSession(cwd)
 		Expect(c.wait(c.prompt(sid, "Remember 42"))["result"]).To(HaveKeyWithValue("stopReason", "end_turn"))
-		c.prompt(sid, "count slowly")
+		pending := c.prompt(sid, "count slowly")
 		c.s.until("first chunk", isAgentChunk)
+		Expect(lb.served[1]).NotTo(Equal(lb.served[0]), "the stream is on another pod than the connection")
 
 		killed := time.Now()
 		Expect(owner.cmd.Process.Kill()).To(Succeed())
@@ -245,9 +246,19 @@ var _ = Describe("cluster mode: pods behind a round-robin load balancer", Label(
 		Expect(string(r.body)).To(ContainSubstring("Connection not found"))
 		Expect(took).To(BeNumerically("<", 500*time.Millisecond))
 		GinkgoWriter.Printf("kill -9 → 400 Connection not found in %v\n", took)
-		if c.s != nil {
-			c.s.waitEOF() // the stream on a survivor ended too
+		By("the survivor serving the stream answers the pending prompt by its own id, then ends the stream")
+		end := c.s.rest()
+		var answers []map[string]any
+		for _, ev := range end {
+			if ev.msg["method"] == nil {
+				Expect(ev.msg["id"]).NotTo(BeNil(), "an answer with id null: %v", ev.lines)
+				answers = append(answers, ev.msg)
+			}
 		}
+		Expect(answers).To(HaveLen(1))
+		Expect(answers[0]["id"]).To(Equal(pending))
+		Expect(answers[0]["error"]).To(HaveKeyWithValue("code", -32603.0))
+		Expect(answers[0]["error"]).To(HaveKeyWithValue("data", HaveKeyWithValue("reason", "connection_lost")))
 
 		By("a new connection loads the session on a survivor, history up to the last completed message")
 		n := openConn(lb.httpAgent)

@@ -57,6 +57,30 @@ var _ = Describe("JSON-RPC edges over stdio", Label("e2e", "edges"), func() {
 		}
 	})
 
+	It("answers a string id with a lone surrogate escape with the id exactly as sent", func() {
+		a := startAgent(agentEnv(fake))
+		a.sendLine(`{"jsonrpc":"2.0","id":"\ud800","method":"initialize","params":{"protocolVersion":1}}`)
+		a.sendLine(`{"jsonrpc":"2.0","id":"\udc00","method":"no/such/method"}`)
+		a.sendLine(`{"jsonrpc":"2.0","id":"x\udfff\u0041","method":"initialize","params":{"protocolVersion":1}}`)
+		a.sendLine(`{"jsonrpc":"2.0","id":"\ud83d","method":"no/such/method"}`)
+		// the Go decoder reads every one of these ids as a string holding U+FFFD,
+		// so the answers are told apart on the raw bytes
+		a.waitFor("four answers", func(map[string]any) bool { return len(a.messages()) >= 4 })
+		a.mu.Lock()
+		lines := make([]string, len(a.raw))
+		for i, l := range a.raw {
+			lines[i] = string(l)
+		}
+		a.mu.Unlock()
+		Expect(lines).To(HaveLen(4))
+		Expect(lines).To(ContainElements(
+			HavePrefix(`{"jsonrpc":"2.0","id":"\ud800","result":{"protocolVersion":1`),
+			HavePrefix(`{"jsonrpc":"2.0","id":"\udc00","error":{"code":-32601`),
+			HavePrefix(`{"jsonrpc":"2.0","id":"x\udfff\u0041","result":{"protocolVersion":1`),
+			HavePrefix(`{"jsonrpc":"2.0","id":"\ud83d","error":{"code":-32601`)))
+		a.finish()
+	})
+
 	It("cancels a running prompt named by $/cancel_request; the prompt answers cancelled", func() {
 		fake.Script(llmtest.Reply{Text: "one two three four five", Hang: true, AfterChunks: 3}, llmtest.Reply{Text: "fresh"})
 		a := startAgent(agentEnv(fake))

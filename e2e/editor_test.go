@@ -225,8 +225,9 @@ var _ = Describe("an editor client's files and terminal (TypeScript SDK)", Label
 			}
 
 			load := runTSClient(env, stdioArgs("load", cwd, "--session-id", run.Result["sessionId"].(string))...)
-			Expect(load.Result["replayed"]).To(ContainElement(Equal(map[string]any{"sessionUpdate": "user_message_chunk",
-				"content": map[string]any{"type": "image", "mimeType": "image/png", "data": png}})))
+			Expect(load.Result["replayed"]).To(ContainElement(And(HaveKeyWithValue("sessionUpdate", "user_message_chunk"),
+				HaveKeyWithValue("content", map[string]any{"type": "image", "mimeType": "image/png", "data": png}),
+				HaveKeyWithValue("messageId", Not(BeEmpty())))))
 		},
 		Entry("OpenAI: a data URL content part", llmtest.FormatOpenAI),
 		Entry("Anthropic: a base64 image block", llmtest.FormatAnthropic),

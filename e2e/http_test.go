@@ -229,6 +229,23 @@ func (s *sseStream) until(what string, match func(map[string]any) bool) []sseEve
 	}
 }
 
+// rest collects the events up to the end of the stream.
+func (s *sseStream) rest() []sseEvent {
+	var out []sseEvent
+	deadline := time.After(15 * time.Second)
+	for {
+		select {
+		case ev, ok := <-s.events:
+			if !ok {
+				return out
+			}
+			out = append(out, ev)
+		case <-deadline:
+			Fail("stream did not end")
+		}
+	}
+}
+
 func (s *sseStream) waitEOF() {
 	select {
 	case <-s.eof:
@@ -368,6 +385,21 @@ var _ = Describe("HTTP+SSE transport with a raw HTTP client", Label("e2e", "http
 		Expect(r.StatusCode).To(Equal(http.StatusUnsupportedMediaType))
 		Expect(a.do(http.MethodDelete, nil).status).To(Equal(http.StatusBadRequest))
 		Expect(a.do(http.MethodDelete, nil, "Acp-Connection-Id", "bogus").status).To(Equal(http.StatusOK))
+		a.sigterm(10 * time.Second)
+	})
+
+	It("answers a string id with a lone surrogate escape with the id exactly as sent", func() {
+		a := startHTTPAgent(agentEnv(fake), "")
+		r := a.do(http.MethodPost, []byte(`{"jsonrpc":"2.0","id":"\ud800","method":"initialize","params":{"protocolVersion":1}}`))
+		Expect(r.status).To(Equal(http.StatusOK))
+		Expect(string(r.body)).To(HavePrefix(`{"jsonrpc":"2.0","id":"\ud800","result":{"protocolVersion":1`))
+		conn := r.header.Get("Acp-Connection-Id")
+		s := a.stream(conn)
+		Expect(a.do(http.MethodPost, []byte(`{"jsonrpc":"2.0","id":"s\udfff","method":"session/list","params":{}}`),
+			"Acp-Connection-Id", conn).status).To(Equal(http.StatusAccepted))
+		evs := s.until("the session/list answer", func(m map[string]any) bool { return m["result"] != nil })
+		Expect(evs[len(evs)-1].lines[1]).To(HavePrefix(`data: {"jsonrpc":"2.0","id":"s\udfff","result":{"sessions":`))
+		Expect(a.check.Violations()).To(BeEmpty(), "schema violations")
 		a.sigterm(10 * time.Second)
 	})
 

@@ -63,7 +63,12 @@ type ttyPrompt struct {
 }
 
 func startTTYPrompt(env []string, cwd string, args ...string) *ttyPrompt {
-	cmd := exec.Command(binPath, append([]string{"prompt"}, args...)...)
+	return startTTY(env, cwd, append([]string{"prompt"}, args...)...)
+}
+
+// startTTY runs the server binary with args in a pseudo-terminal.
+func startTTY(env []string, cwd string, args ...string) *ttyPrompt {
+	cmd := exec.Command(binPath, args...)
 	cmd.Env, cmd.Dir = env, cwd
 	master, err := pty.Start(cmd)
 	Expect(err).NotTo(HaveOccurred())

@@ -289,5 +289,12 @@ var _ = Describe("trust boundary on the HTTP edge", Label("e2e", "http", "securi
 		Expect(r.header.Get("Access-Control-Allow-Origin")).To(Equal("https://ide.example"))
 		Expect(as(a, "", "https://attacker.example").status).To(Equal(http.StatusForbidden))
 		Expect(as(a, "attacker.example", "").status).To(Equal(http.StatusForbidden))
+
+		By("the preflight of a web client's later requests allows Acp-Protocol-Version")
+		pre := a.do(http.MethodOptions, nil, "Origin", "https://ide.example", "Access-Control-Request-Method", "POST",
+			"Access-Control-Request-Headers", "content-type, acp-connection-id, acp-protocol-version")
+		Expect(pre.status).To(Equal(http.StatusNoContent))
+		allowed := strings.Split(strings.ToLower(pre.header.Get("Access-Control-Allow-Headers")), ", ")
+		Expect(allowed).To(ContainElements("content-type", "acp-connection-id", "acp-protocol-version"))
 	})
 })

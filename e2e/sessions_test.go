@@ -220,7 +220,7 @@ var _ = Describe("sessions on disk over stdio", Label("e2e", "sessions"), func()
 		for _, c := range cmds["availableCommands"].([]any) {
 			names = append(names, c.(map[string]any)["name"].(string))
 		}
-		Expect(names).To(ConsistOf("compact", "clear"))
+		Expect(names).To(ConsistOf("compact", "clear", "model", "mode", "status", "init"))
 
 		from := a.mark()
 		p1 := a.prompt(sid, "  Remember\n the number   42  ")
@@ -779,7 +779,7 @@ var _ = Describe("sessions on disk over stdio", Label("e2e", "sessions"), func()
 		a.finish()
 	})
 
-	It("answers unknown session ids with -32602 Session not found", func() {
+	It("answers unknown session ids with -32002 Session not found, data.sessionId naming it", func() {
 		a := start()
 		for _, c := range []struct {
 			method string
@@ -788,16 +788,19 @@ var _ = Describe("sessions on disk over stdio", Label("e2e", "sessions"), func()
 			{"session/load", loadParams("no-such-session", cwd)},
 			{"session/load", loadParams("../../etc", cwd)},
 			{"session/resume", map[string]any{"sessionId": "no-such-session", "cwd": cwd}},
+			{"session/prompt", map[string]any{"sessionId": "no-such-session", "prompt": []any{map[string]any{"type": "text", "text": "x"}}}},
 			{"session/close", map[string]any{"sessionId": "no-such-session"}},
 			{"session/set_mode", map[string]any{"sessionId": "no-such-session", "modeId": "plan"}},
 			{"config/set", map[string]any{"sessionId": "no-such-session", "configId": "mode", "value": "plan"}},
+			{"session/set_config_option", map[string]any{"sessionId": "no-such-session", "configId": "mode", "value": "plan"}},
 		} {
 			e := a.errorOf(a.request(c.method, c.params))
-			Expect(e["code"]).To(Equal(-32602.0), c.method)
-			Expect(e["data"]).To(Equal(map[string]any{"session_id": "Session not found"}), c.method)
+			Expect(e["code"]).To(Equal(-32002.0), c.method)
+			Expect(e["data"]).To(Equal(map[string]any{"sessionId": c.params["sessionId"], "session_id": "Session not found"}), c.method)
 		}
 		e := a.errorOf(a.requestChecked("session/fork", "session/new", loadParams("no-such-session", cwd)))
-		Expect(e["data"]).To(Equal(map[string]any{"session_id": "Session not found"}))
+		Expect(e["code"]).To(Equal(-32002.0))
+		Expect(e["data"]).To(Equal(map[string]any{"sessionId": "no-such-session", "session_id": "Session not found"}))
 		// and the connection still works
 		sid := a.newSession(cwd)
 		Expect(a.result(a.prompt(sid, "fine"))["stopReason"]).To(Equal("end_turn"))

@@ -46,8 +46,9 @@ func stdioSpecs(format string) {
 		Expect(caps["loadSession"]).To(BeTrue())
 		Expect(caps["promptCapabilities"]).To(Equal(map[string]any{"image": true, "audio": false, "embeddedContext": true}))
 		Expect(caps["sessionCapabilities"]).To(Equal(map[string]any{"list": map[string]any{}, "close": map[string]any{},
-			"resume": map[string]any{}, "fork": map[string]any{}}))
-		Expect(res["authMethods"]).To(Equal([]any{}))
+			"resume": map[string]any{}, "fork": map[string]any{}, "delete": map[string]any{}, "additionalDirectories": map[string]any{}}))
+		Expect(res["authMethods"]).To(HaveLen(1), "never empty: the key method, with a key configured too")
+		Expect(res["authMethods"].([]any)[0]).To(HaveKeyWithValue("id", "api-key"))
 		a.finish()
 	})
 
@@ -155,14 +156,14 @@ func stdioSpecs(format string) {
 		a.finish()
 	})
 
-	It("closes a session: later prompts get -32602 Session not found", func() {
+	It("closes a session: later prompts get -32002 Session not found", func() {
 		start()
 		a.initialize()
 		sid := a.newSession(cwd)
 		Expect(a.result(a.request("session/close", map[string]any{"sessionId": sid}))).To(BeEmpty())
 		e := a.errorOf(a.prompt(sid, "x"))
-		Expect(e["code"]).To(Equal(-32602.0))
-		Expect(e["data"]).To(Equal(map[string]any{"session_id": "Session not found"}))
+		Expect(e["code"]).To(Equal(-32002.0))
+		Expect(e["data"]).To(Equal(map[string]any{"sessionId": sid, "session_id": "Session not found"}))
 		a.finish()
 	})
 
@@ -201,7 +202,7 @@ func stdioSpecs(format string) {
 		Expect(a.errorOf(a.request("session/new", map[string]any{"cwd": "relative"}))["code"]).To(Equal(-32602.0))
 		Expect(a.errorOf(a.request("session/new", map[string]any{"cwd": 42}))["code"]).To(Equal(-32602.0))
 		e := a.errorOf(a.prompt("unknown-session", "x"))
-		Expect(e["data"]).To(Equal(map[string]any{"session_id": "Session not found"}))
+		Expect(e["data"]).To(Equal(map[string]any{"sessionId": "unknown-session", "session_id": "Session not found"}))
 		a.notify("session/cancel", map[string]any{"sessionId": "unknown-session"})
 		// a long line still works
 		sid := a.newSession(cwd)
@@ -214,8 +215,7 @@ func stdioSpecs(format string) {
 		start("IAC_CODE_API_KEY=")
 		res := a.initialize()
 		Expect(res["authMethods"]).To(HaveLen(1))
-		sid := a.newSession(cwd)
-		e := a.errorOf(a.prompt(sid, "x"))
+		e := a.errorOf(a.request("session/new", map[string]any{"cwd": cwd, "mcpServers": []any{}}))
 		Expect(e["code"]).To(Equal(-32000.0))
 		Expect(e["message"]).To(Equal("Authentication required"))
 		Expect(e["data"].(map[string]any)["hint"]).To(ContainSubstring("IAC_CODE_API_KEY"))

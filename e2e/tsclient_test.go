@@ -117,12 +117,13 @@ var _ = Describe("stdio transport with the TypeScript SDK client", Label("e2e", 
 
 	It("closes a session; a later prompt is rejected", func() {
 		run := runTSClient(agentEnv(fake), stdioArgs("close", cwd)...)
-		Expect(run.Result["rejected"]).To(HaveKeyWithValue("code", -32602.0))
+		Expect(run.Result["rejected"]).To(HaveKeyWithValue("code", -32002.0))
 	})
 
 	It("rejects an unknown session", func() {
 		run := runTSClient(agentEnv(fake), stdioArgs("unknown-session", cwd)...)
-		Expect(run.Result["rejected"]).To(HaveKeyWithValue("data", map[string]any{"session_id": "Session not found"}))
+		Expect(run.Result["rejected"]).To(HaveKeyWithValue("code", -32002.0))
+		Expect(run.Result["rejected"]).To(HaveKeyWithValue("data", map[string]any{"sessionId": "no-such-session-e2e", "session_id": "Session not found"}))
 	})
 })
 

@@ -9,6 +9,8 @@
 //   - retry.go: WithRetry (applied by New) and the stream idle timeout.
 //   - assemble.go: Assembler, the assistant message built from events.
 //   - live.go: Live, a provider whose configuration can be reloaded.
+//   - credentials.go: writing .credentials.yml and settings.yml (login,
+//     logout), atomically.
 //   - llmtest: a scripted fake server speaking both protocols.
 package llm
 
@@ -17,6 +19,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -78,6 +81,10 @@ type Block struct {
 type Message struct {
 	Role    Role    `json:"role"`
 	Content []Block `json:"content"`
+	// ID is the ACP messageId the client was shown this message's chunks
+	// with (kept in the history, so a replay shows the same). Providers
+	// never send it to a model.
+	ID string `json:"id,omitempty"`
 }
 
 // TextOf joins the text blocks of a message.
@@ -89,6 +96,18 @@ func (m *Message) TextOf() string {
 		}
 	}
 	return s
+}
+
+// FirstText is the first text block that is not blank ("" if none): a
+// client may send more blocks after the user's words (Goose sends a
+// second text block with every prompt), which a title must not include.
+func (m *Message) FirstText() string {
+	for _, b := range m.Content {
+		if b.Type == BlockText && strings.TrimSpace(b.Text) != "" {
+			return b.Text
+		}
+	}
+	return ""
 }
 
 // ImageMarker is the text an image becomes for a model that does not take

@@ -23,12 +23,50 @@ type ClientCapabilities struct {
 	FS       *FSCapabilities            `json:"fs,omitempty"`
 	Terminal bool                       `json:"terminal,omitempty"`
 	Session  *ClientSessionCapabilities `json:"session,omitempty"`
+	Auth     *AuthCapabilities          `json:"auth,omitempty"`
+	// Elicitation: Form set means the client renders form questions.
+	Elicitation *ElicitationCapabilities `json:"elicitation,omitempty"`
+}
+
+type ElicitationCapabilities struct {
+	Form *Empty `json:"form,omitempty"`
+}
+
+// CreateElicitationRequest is elicitation/create in form mode, tied to a
+// session and a tool call.
+type CreateElicitationRequest struct {
+	SessionID       string     `json:"sessionId"`
+	ToolCallID      string     `json:"toolCallId,omitempty"`
+	Mode            string     `json:"mode"`
+	Message         string     `json:"message"`
+	RequestedSchema RawMessage `json:"requestedSchema"`
+}
+
+// CreateElicitationResponse: Action accept (with Content), decline or cancel.
+type CreateElicitationResponse struct {
+	Action  string                `json:"action"`
+	Content map[string]RawMessage `json:"content,omitempty"`
+}
+
+// AuthCapabilities: Terminal means the client can run the agent's
+// invocation in an interactive terminal (terminal auth methods).
+type AuthCapabilities struct {
+	Terminal bool `json:"terminal,omitempty"`
 }
 
 // ClientSessionCapabilities: Notices (present and not null) means the
 // client shows `notice` session updates.
 type ClientSessionCapabilities struct {
 	Notices *Empty `json:"notices,omitempty"`
+	// Compaction: the client shows compaction_update and
+	// compaction_summary_chunk updates.
+	Compaction *Empty `json:"compaction,omitempty"`
+	// ConfigOptions.Boolean: the client shows boolean config options.
+	ConfigOptions *ConfigOptionsCapabilities `json:"configOptions,omitempty"`
+}
+
+type ConfigOptionsCapabilities struct {
+	Boolean *Empty `json:"boolean,omitempty"`
 }
 
 type FSCapabilities struct {
@@ -45,10 +83,16 @@ type InitializeResponse struct {
 }
 
 type AgentCapabilities struct {
-	LoadSession         bool                `json:"loadSession"`
-	PromptCapabilities  PromptCapabilities  `json:"promptCapabilities"`
-	McpCapabilities     *McpCapabilities    `json:"mcpCapabilities,omitempty"`
-	SessionCapabilities SessionCapabilities `json:"sessionCapabilities"`
+	LoadSession         bool                   `json:"loadSession"`
+	PromptCapabilities  PromptCapabilities     `json:"promptCapabilities"`
+	McpCapabilities     *McpCapabilities       `json:"mcpCapabilities,omitempty"`
+	SessionCapabilities SessionCapabilities    `json:"sessionCapabilities"`
+	Auth                *AgentAuthCapabilities `json:"auth,omitempty"`
+}
+
+// AgentAuthCapabilities: Logout ({}) advertises the logout method.
+type AgentAuthCapabilities struct {
+	Logout *Empty `json:"logout,omitempty"`
 }
 
 // McpCapabilities are the MCP transports besides stdio the agent connects to.
@@ -71,14 +115,25 @@ type SessionCapabilities struct {
 	Close  *Empty `json:"close,omitempty"`
 	Resume *Empty `json:"resume,omitempty"`
 	Fork   *Empty `json:"fork,omitempty"`
+	Delete *Empty `json:"delete,omitempty"`
+	// AdditionalDirectories: new, load and resume take more workspace roots.
+	AdditionalDirectories *Empty `json:"additionalDirectories,omitempty"`
 }
 
-// AuthMethod is the default (agent-handled) variant: no `type` field.
+// AuthMethod is the agent-handled variant (no `type`), or with Type
+// AuthTerminal the terminal one: the client runs the agent's invocation
+// with Args appended in an interactive terminal (exit 0: success), and
+// never passes it to authenticate.
 type AuthMethod struct {
-	ID          string `json:"id"`
-	Name        string `json:"name"`
-	Description string `json:"description,omitempty"`
+	Type        string   `json:"type,omitempty"`
+	ID          string   `json:"id"`
+	Name        string   `json:"name"`
+	Description string   `json:"description,omitempty"`
+	Args        []string `json:"args,omitempty"`
 }
+
+// AuthTerminal is the `type` of a terminal auth method.
+const AuthTerminal = "terminal"
 
 type AuthenticateRequest struct {
 	MethodID string `json:"methodId"`
@@ -87,8 +142,9 @@ type AuthenticateRequest struct {
 // NewSessionRequest: McpServers is kept raw and read by ParseMcpServers,
 // whose errors name the entry.
 type NewSessionRequest struct {
-	Cwd        string     `json:"cwd"`
-	McpServers RawMessage `json:"mcpServers,omitempty"`
+	Cwd                   string     `json:"cwd"`
+	McpServers            RawMessage `json:"mcpServers,omitempty"`
+	AdditionalDirectories []string   `json:"additionalDirectories,omitempty"`
 }
 
 type NewSessionResponse struct {
@@ -101,9 +157,10 @@ type NewSessionResponse struct {
 
 // SessionRef carries the fields shared by load, resume, fork and close.
 type SessionRef struct {
-	SessionID  string     `json:"sessionId"`
-	Cwd        string     `json:"cwd,omitempty"`
-	McpServers RawMessage `json:"mcpServers,omitempty"`
+	SessionID             string     `json:"sessionId"`
+	Cwd                   string     `json:"cwd,omitempty"`
+	McpServers            RawMessage `json:"mcpServers,omitempty"`
+	AdditionalDirectories []string   `json:"additionalDirectories,omitempty"`
 }
 
 // SessionStateResponse answers load and resume.
@@ -139,13 +196,14 @@ type ModelInfo struct {
 }
 
 type SessionConfigOption struct {
-	ID           string               `json:"id"`
-	Name         string               `json:"name"`
-	Description  string               `json:"description,omitempty"`
-	Category     string               `json:"category,omitempty"`
-	Type         string               `json:"type"`
-	CurrentValue string               `json:"currentValue"`
-	Options      []ConfigSelectOption `json:"options"`
+	ID          string `json:"id"`
+	Name        string `json:"name"`
+	Description string `json:"description,omitempty"`
+	Category    string `json:"category,omitempty"`
+	Type        string `json:"type"`
+	// CurrentValue is a string (select) or a bool (boolean).
+	CurrentValue any                  `json:"currentValue"`
+	Options      []ConfigSelectOption `json:"options,omitempty"`
 }
 
 type ConfigSelectOption struct {
@@ -155,9 +213,11 @@ type ConfigSelectOption struct {
 }
 
 type SetConfigOptionRequest struct {
-	SessionID string     `json:"sessionId"`
-	ConfigID  string     `json:"configId"`
-	Value     RawMessage `json:"value"`
+	SessionID string `json:"sessionId"`
+	ConfigID  string `json:"configId"`
+	// Type is "boolean" for a boolean Value, else absent (a value id).
+	Type  string     `json:"type,omitempty"`
+	Value RawMessage `json:"value"`
 }
 
 type SetConfigOptionResponse struct {
@@ -180,10 +240,11 @@ type ListSessionsResponse struct {
 }
 
 type SessionInfo struct {
-	SessionID string `json:"sessionId"`
-	Cwd       string `json:"cwd"`
-	Title     string `json:"title,omitempty"`
-	UpdatedAt string `json:"updatedAt,omitempty"`
+	SessionID             string   `json:"sessionId"`
+	Cwd                   string   `json:"cwd"`
+	AdditionalDirectories []string `json:"additionalDirectories,omitempty"`
+	Title                 string   `json:"title,omitempty"`
+	UpdatedAt             string   `json:"updatedAt,omitempty"`
 }
 
 type SessionIDParams struct {
@@ -311,7 +372,33 @@ const (
 	UpdateUsage             = "usage_update"
 	UpdateNotice            = "notice"
 	UpdatePlan              = "plan"
+	UpdateCompaction        = "compaction_update"
+	UpdateCompactionSummary = "compaction_summary_chunk"
 )
+
+// Compaction statuses.
+const (
+	CompactionInProgress = "in_progress"
+	CompactionCompleted  = "completed"
+	CompactionFailed     = "failed"
+	CompactionCancelled  = "cancelled"
+)
+
+// CompactionUpdate is a compaction_update: the first one with an id places
+// the compaction in the timeline, later ones patch its status.
+type CompactionUpdate struct {
+	SessionUpdate string `json:"sessionUpdate"`
+	CompactionID  string `json:"compactionId"`
+	Status        string `json:"status"`
+	Error         string `json:"error,omitempty"`
+}
+
+// CompactionSummaryChunk appends a content block to a compaction's summary.
+type CompactionSummaryChunk struct {
+	SessionUpdate string `json:"sessionUpdate"`
+	CompactionID  string `json:"compactionId"`
+	Content       any    `json:"content"`
+}
 
 // ChunkUpdate is user_message_chunk, agent_message_chunk or agent_thought_chunk.
 // Content is a TextContent or an ImageContent (a replayed user image).
@@ -324,16 +411,19 @@ type ChunkUpdate struct {
 // ToolCallUpdate is both `tool_call` (title required) and `tool_call_update`
 // (only what changed); pointers and omitempty keep unchanged fields off the wire.
 type ToolCallUpdate struct {
-	SessionUpdate string             `json:"sessionUpdate,omitempty"`
-	ToolCallID    string             `json:"toolCallId"`
-	Title         string             `json:"title,omitempty"`
-	Kind          string             `json:"kind,omitempty"`
-	Status        string             `json:"status,omitempty"`
-	Content       []ToolCallContent  `json:"content,omitempty"`
-	Locations     []ToolCallLocation `json:"locations,omitempty"`
-	RawInput      RawMessage         `json:"rawInput,omitempty"`
-	RawOutput     any                `json:"rawOutput,omitempty"`
-	Meta          map[string]any     `json:"_meta,omitempty"`
+	SessionUpdate string `json:"sessionUpdate,omitempty"`
+	ToolCallID    string `json:"toolCallId"`
+	Title         string `json:"title,omitempty"`
+	// Name is the tool's own name (read_file, an MCP tool's name), set on
+	// every tool_call; Title is what to show.
+	Name      string             `json:"name,omitempty"`
+	Kind      string             `json:"kind,omitempty"`
+	Status    string             `json:"status,omitempty"`
+	Content   []ToolCallContent  `json:"content,omitempty"`
+	Locations []ToolCallLocation `json:"locations,omitempty"`
+	RawInput  RawMessage         `json:"rawInput,omitempty"`
+	RawOutput any                `json:"rawOutput,omitempty"`
+	Meta      map[string]any     `json:"_meta,omitempty"`
 }
 
 // Tool call statuses.

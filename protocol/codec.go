@@ -182,7 +182,11 @@ func EncodeChunkNotification(sessionID, kind, text string) []byte {
 // pieces: the bytes EncodeChunkNotification makes of their concatenation,
 // without building the concatenated string first. It lets a streaming
 // turn send consecutive deltas that are already waiting as one message.
-type ChunkNotification struct{ b []byte }
+type ChunkNotification struct {
+	b []byte
+	// messageID, when set, is the ACP messageId of the chunk's message.
+	messageID string
+}
 
 // StartChunkNotification begins the notification; textLen is the expected
 // length of the text, for sizing the buffer once.
@@ -194,13 +198,30 @@ func StartChunkNotification(sessionID, kind string, textLen int) ChunkNotificati
 // buffer Detach gave back): a stream that joins many deltas into each
 // notification grows one buffer once, not one per notification.
 func StartChunkNotificationIn(buf []byte, sessionID, kind string) ChunkNotification {
+	return StartMessageChunkIn(buf, sessionID, kind, "")
+}
+
+// StartMessageChunkIn is StartChunkNotificationIn for a chunk of the
+// message messageID ("" for none): the bytes EncodeNotification makes of a
+// ChunkUpdate with that MessageID.
+func StartMessageChunkIn(buf []byte, sessionID, kind, messageID string) ChunkNotification {
 	b := buf[:0]
 	b = append(b, `{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":`...)
 	b = AppendJSONString(b, sessionID)
 	b = append(b, `,"update":{"sessionUpdate":`...)
 	b = AppendJSONString(b, kind)
 	b = append(b, `,"content":{"type":"text","text":"`...)
-	return ChunkNotification{b: b}
+	return ChunkNotification{b: b, messageID: messageID}
+}
+
+// end closes the text, content, update, params and message.
+func (c *ChunkNotification) end() []byte {
+	if c.messageID == "" {
+		return append(c.b, `"}}}}`...)
+	}
+	b := append(c.b, `"},"messageId":`...)
+	b = AppendJSONString(b, c.messageID)
+	return append(b, `}}}`...)
 }
 
 // Append adds text to the chunk's text.
@@ -213,7 +234,7 @@ func (c *ChunkNotification) Len() int { return len(c.b) }
 // A notification grown by appends is copied to its exact size: frames are
 // kept (for Last-Event-ID replay), and a quarter of slack on each adds up.
 func (c *ChunkNotification) Bytes() []byte {
-	b := append(c.b, `"}}}}`...)
+	b := c.end()
 	c.b = nil
 	if cap(b)-len(b) > len(b)/4+64 {
 		b = append(make([]byte, 0, len(b)), b...)
@@ -225,7 +246,7 @@ func (c *ChunkNotification) Bytes() []byte {
 // and c's buffer for the next StartChunkNotificationIn; c must not be used
 // after.
 func (c *ChunkNotification) Detach() (frame, buf []byte) {
-	b := append(c.b, `"}}}}`...)
+	b := c.end()
 	c.b = nil
 	return append(make([]byte, 0, len(b)), b...), b[:0]
 }

@@ -129,3 +129,17 @@ func TestChunkNotificationReusesItsBuffer(t *testing.T) {
 		}
 	}
 }
+
+// A chunk of a message carries its messageId: the bytes Marshal makes of
+// the ChunkUpdate, whether it was built in one piece or grown.
+func TestMessageChunkMatchesMarshal(t *testing.T) {
+	want := EncodeNotification(MethodSessionUpdate, SessionNotification{SessionID: "sess-1",
+		Update: ChunkUpdate{SessionUpdate: UpdateAgentMessageChunk, Content: Text("hé \"x\"\n"), MessageID: "m-1\"q"}})
+	c := StartMessageChunkIn(nil, "sess-1", UpdateAgentMessageChunk, "m-1\"q")
+	c.Append("hé ")
+	c.Append("\"x\"\n")
+	frame, _ := c.Detach()
+	if string(frame) != string(want) {
+		t.Fatalf("got  %s\nwant %s", frame, want)
+	}
+}

@@ -1,22 +1,32 @@
 package protocol
 
-import "bytes"
+import (
+	"bytes"
+	"unicode/utf8"
+)
 
 // MaxDepth is the deepest nesting the decoder accepts (goccy/go-json's own
 // limit). A deeper message is answered -32600 with its id when PeekID can
 // read it, rather than as a parse error with id null.
 const MaxDepth = 10_000
 
-// CanonicalID returns id re-encoded so that it is always valid JSON on the wire:
-// a string is decoded and encoded again (invalid UTF-8 becomes U+FFFD,
-// escapes are normalised); a number or null is kept (the decoder has
-// validated it, and it is ASCII). Anything else is not an id: nil.
+// CanonicalID returns the id to answer with: exactly as sent whenever that
+// is valid JSON on the wire, because a client matches our answer to its
+// request by the id it decodes (a lone surrogate escape such as "\ud800"
+// decodes to a string that no re-encoding gives back). Only a string with
+// raw bytes that are not UTF-8 is decoded and encoded again (they become
+// U+FFFD): sent back raw, they would make the answer invalid JSON. A number
+// or null is kept (the decoder has validated it, and it is ASCII). Anything
+// else is not an id: nil.
 func CanonicalID(id RawMessage) RawMessage {
 	id = bytes.TrimSpace(id)
 	if !validID(id) {
 		return nil
 	}
 	if id[0] != '"' || plainASCIIString(id) {
+		return id
+	}
+	if utf8.Valid(id) && Valid(id) {
 		return id
 	}
 	var s string

@@ -57,9 +57,15 @@ func ErrInvalidParams(data any) *Error {
 	return NewError(CodeInvalidParams, "Invalid params", data)
 }
 
-// ErrSessionNotFound is the spec's answer to an unknown session id.
-func ErrSessionNotFound() *Error {
-	return ErrInvalidParams(map[string]string{"session_id": "Session not found"})
+// ErrSessionNotFound is the answer to a session id that names no session
+// the caller may use: unknown, deleted, or another person's (the same
+// answer, so that a refusal tells nothing). It is the protocol's -32002
+// Resource not found with data.sessionId (the TypeScript SDK's
+// RequestError.sessionNotFound); data.session_id, iac-code's answer before
+// 0.2 (with -32602), stays beside it for clients that read it.
+func ErrSessionNotFound(sessionID string) *Error {
+	return NewError(CodeResourceNotFound, "Session not found",
+		map[string]string{"sessionId": sessionID, "session_id": "Session not found"})
 }
 
 // ErrSessionInUse: another iac-code process holds the session: two editor

@@ -79,15 +79,22 @@ func TestAliases(t *testing.T) {
 	}
 }
 
-func TestIDsAreReencodedAsValidJSON(t *testing.T) {
+// An id is answered exactly as sent (escapes and all: a client matches the
+// answer by the string it decodes, and "\ud800" decodes to a lone surrogate
+// no re-encoding gives back); only raw bytes that are not UTF-8 are cleaned,
+// since sent back they would make the answer invalid JSON.
+func TestIDsAreAnsweredAsSentAndAlwaysValidJSON(t *testing.T) {
 	cases := map[string]string{
-		"\"a\xffb\"":      "\"a\uFFFDb\"",
-		`"\u0041\n"`:      `"A\n"`,
-		`"plain-id"`:      `"plain-id"`,
-		`  12  `:          `12`,
-		"\"\u2028\"":      `"\u2028"`,
-		`"tab\there"`:     `"tab\there"`,
-		`"quote\"inside"`: `"quote\"inside"`,
+		"\"a\xffb\"":       "\"a\uFFFDb\"",
+		`"\u0041\n"`:       `"\u0041\n"`,
+		`"\ud800"`:         `"\ud800"`,
+		`"a\udfffb\ud83d"`: `"a\udfffb\ud83d"`,
+		`"\ud83d\ude00"`:   `"\ud83d\ude00"`,
+		`"plain-id"`:       `"plain-id"`,
+		`  12  `:           `12`,
+		"\"\u2028\"":       "\"\u2028\"", // raw, as sent: valid JSON
+		`"tab\there"`:      `"tab\there"`,
+		`"quote\"inside"`:  `"quote\"inside"`,
 	}
 	for id, want := range cases {
 		m, err := Decode([]byte(`{"jsonrpc":"2.0","id":` + id + `,"method":"x"}`))
@@ -137,6 +144,7 @@ func TestPeekID(t *testing.T) {
 		`{"params":{"id":9,"x":"}\""},"id":-3.5e2}`: `-3.5e2`,
 		`{"\u0069d":4}`:                             `4`,
 		`{"id":null}`:                               `null`,
+		`{"id":"\ud800","method":"x"}`:              `"\ud800"`,
 		`{"id":{"a":1}}`:                            ``,
 		`{"params":"no id here"}`:                   ``,
 		`{"jsonrpc":"2.0","id":42,"params":"trunc`:  `42`, // the head of a line too long to keep

@@ -19,6 +19,7 @@ const (
 	MethodSessionUpdate     = "session/update"
 	MethodRequestPermission = "session/request_permission"
 	MethodCancelRequest     = "$/cancel_request"
+	MethodElicitationCreate = "elicitation/create"
 
 	MethodReadTextFile    = "fs/read_text_file"
 	MethodWriteTextFile   = "fs/write_text_file"

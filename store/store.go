@@ -276,6 +276,9 @@ type Meta struct {
 	Usage       Usage               `json:"usage"`
 	// ForkedFrom is the id of the session this one was forked from.
 	ForkedFrom string `json:"forkedFrom,omitempty"`
+	// AdditionalDirectories are the workspace roots besides Cwd the session
+	// was last opened with (ACP additionalDirectories), absolute.
+	AdditionalDirectories []string `json:"additionalDirectories,omitempty"`
 	// Owner is the principal the session belongs to; "" in sessions stored
 	// before sessions had owners, which are DefaultOwner's (see OwnedBy).
 	// It never changes after Create (Fork: the source's owner).
@@ -338,6 +341,7 @@ func (m Meta) clone() Meta {
 		}
 		m.Permissions = p
 	}
+	m.AdditionalDirectories = append([]string(nil), m.AdditionalDirectories...)
 	return m
 }
 

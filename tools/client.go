@@ -31,10 +31,14 @@ type ClientCaps struct {
 	ReadTextFile  bool
 	WriteTextFile bool
 	Terminal      bool
+	// Elicitation: the client shows form questions (ask_user).
+	Elicitation bool
 }
 
 // Any reports whether the client offers anything at all.
-func (c ClientCaps) Any() bool { return c.ReadTextFile || c.WriteTextFile || c.Terminal }
+func (c ClientCaps) Any() bool {
+	return c.ReadTextFile || c.WriteTextFile || c.Terminal || c.Elicitation
+}
 
 // TerminalRequest is a command for the client to run in a terminal.
 type TerminalRequest struct {

@@ -103,6 +103,25 @@ func (c *editFileCall) Run(ctx context.Context, _ func(string)) Result {
 	return c.edited(old, updated)
 }
 
+// Preview implements Previewer.
+func (c *editFileCall) Preview() *Diff {
+	f, err := openRegular(c.target)
+	if err != nil {
+		return nil
+	}
+	data, err := io.ReadAll(f)
+	f.Close()
+	if err != nil {
+		return nil
+	}
+	old := string(data)
+	updated, fail := c.apply(old)
+	if fail != nil {
+		return nil
+	}
+	return &Diff{Path: c.target.Location(), OldText: &old, NewText: updated}
+}
+
 // RunVia edits through the client only when it can both read and write:
 // the edit applies to its buffer and goes through its review. With one of
 // the two the edit is wholly local, so that what is replaced and what is

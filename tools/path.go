@@ -81,6 +81,20 @@ func Resolve(env *Env, p string) (Resolved, error) {
 		r.loc = filepath.Join(filepath.Clean(cwd), rel)
 		return r, nil
 	}
+	if env != nil {
+		for _, dir := range env.AdditionalDirs {
+			realDir, err := RealPath(dir)
+			if err != nil {
+				continue
+			}
+			if rel, ok := within(realDir, real); ok {
+				// Inside, through an os.Root on the resolved root as for the cwd.
+				r.Place, r.root, r.rel = PlaceCwd, realDir, rel
+				r.loc = filepath.Join(filepath.Clean(dir), rel)
+				return r, nil
+			}
+		}
+	}
 	if env != nil && env.Home != "" {
 		if spill, err := RealPath(filepath.Join(env.Home, SpillDir)); err == nil {
 			if _, ok := within(spill, real); ok {

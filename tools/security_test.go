@@ -66,6 +66,26 @@ var _ = Describe("paths are decided on what they resolve to", Label("security"),
 		Entry("~", "~", func() string { h, _ := os.UserHomeDir(); r, _ := filepath.EvalSymlinks(h); return r }, tools.PlaceOutside),
 	)
 
+	It("treats an additional directory as inside, on what paths resolve to", func() {
+		extra := realTemp()
+		writeFiles(extra, map[string]string{"lib/a.go": "package a\n"})
+		Expect(os.Symlink(filepath.Join(out, "secret"), filepath.Join(extra, "leak"))).To(Succeed())
+		env.AdditionalDirs = []string{extra}
+		r, err := tools.Resolve(env, filepath.Join(extra, "lib", "a.go"))
+		Expect(err).NotTo(HaveOccurred())
+		Expect(r.Place).To(Equal(tools.PlaceCwd))
+		Expect(r.Location()).To(Equal(filepath.Join(extra, "lib", "a.go")))
+		r, err = tools.Resolve(env, filepath.Join(extra, "leak"))
+		Expect(err).NotTo(HaveOccurred())
+		Expect(r.Place).To(Equal(tools.PlaceOutside), "a symlink out of the additional directory leads outside")
+		r, err = tools.Resolve(env, "vendor/secret")
+		Expect(err).NotTo(HaveOccurred())
+		Expect(r.Place).To(Equal(tools.PlaceOutside))
+		c := prepare(tools.ReadFile{}, env, map[string]any{"path": filepath.Join(extra, "lib", "a.go")})
+		Expect(c.Access().Local()).To(BeTrue())
+		Expect(c.Run(ctx(), nil).Output).To(ContainSubstring("package a"))
+	})
+
 	It("agrees with the kernel (EvalSymlinks) on every existing path", func() {
 		for _, p := range []string{"in.txt", "vendor/secret", "note.txt", "alias/f.txt", "vendor/../" + filepath.Base(out), "sub/../in.txt", "etc/hostname"} {
 			want, err := filepath.EvalSymlinks(cwd + "/" + p)

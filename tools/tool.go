@@ -60,6 +60,15 @@ type Call interface {
 	Run(ctx context.Context, progress func(text string)) Result
 }
 
+// Previewer is a Call that can show its change before it runs, for the
+// permission request: the diff against the file as it is on disk now
+// (nil when the call would fail). It is the completed call's diff unless
+// the file changes meanwhile, or the client's buffer differs from the disk
+// (a run through the client reads the buffer).
+type Previewer interface {
+	Preview() *Diff
+}
+
 // Access is what a call reaches, decided on resolved values.
 type Access struct {
 	// Paths are the file-system paths the call reads or writes.
@@ -139,6 +148,10 @@ type Env struct {
 	Cwd string
 	// Home is the state root (IAC_CODE_HOME), for spilled large outputs.
 	Home string
+	// AdditionalDirs are more workspace roots (ACP additionalDirectories):
+	// a path in one of them is inside, as in Cwd. Absolute, as the client
+	// gave them; the connection checked that they exist.
+	AdditionalDirs []string
 	// Jail is the session's sandbox for the processes tools start (nil:
 	// not sandboxed).
 	Jail *sandbox.Jail

@@ -121,6 +121,15 @@ func (c *writeFileCall) RunVia(ctx context.Context, cl Client, progress func(str
 	return c.written(old)
 }
 
+// Preview implements Previewer.
+func (c *writeFileCall) Preview() *Diff {
+	old, _, err := c.localOld()
+	if err != nil {
+		return nil
+	}
+	return &Diff{Path: c.target.Location(), OldText: old, NewText: c.content}
+}
+
 // localOld reads the file's current content from the disk (nil when it
 // does not exist) and its permissions.
 func (c *writeFileCall) localOld() (*string, fs.FileMode, error) {

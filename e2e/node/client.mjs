@@ -354,6 +354,46 @@ export const scenarios = {
     }
   },
 
+  /**
+   * The key is in .credentials.yml: initialize (the agent must advertise
+   * auth.logout) → new → prompt → logout → a prompt and a session/new must
+   * be rejected. Result: {first, logout, rejectedPrompt, rejectedNew}.
+   */
+  async logout(h) {
+    const init = await h.initialize();
+    h.check(init?.agentCapabilities?.auth?.logout != null, "initialize does not advertise agentCapabilities.auth.logout");
+    h.check((init?.authMethods ?? []).length > 0, "authMethods is empty");
+    const { sessionId } = await h.newSession();
+    const first = await h.prompt(sessionId, h.text(0));
+    const logout = await h.request(acp.methods.agent.logout, {});
+    const rejectedPrompt = await h.expectReject(h.prompt(sessionId, h.text(0)), "prompt after logout");
+    const rejectedNew = await h.expectReject(h.newSession(), "session/new after logout");
+    return { first, logout, rejectedPrompt, rejectedNew };
+  },
+
+  /**
+   * initialize (sessionCapabilities.delete advertised) → new → prompt →
+   * session/delete → list must not show it; load and prompt must be
+   * rejected; a second delete resolves (the SDK makes -32002 idempotent for
+   * delete). Result: {sessionId, deleted, list, rejectedLoad, rejectedPrompt, again}.
+   */
+  async delete(h) {
+    const init = await h.initialize();
+    h.check(init?.agentCapabilities?.sessionCapabilities?.delete != null, "initialize does not advertise sessionCapabilities.delete");
+    const { sessionId } = await h.newSession();
+    await h.prompt(sessionId, h.text(0));
+    const deleted = await h.request(acp.methods.agent.session.delete, { sessionId });
+    const list = await h.request(acp.methods.agent.session.list, {});
+    h.check(!list.sessions.some((s) => s.sessionId === sessionId), `session/list still shows ${sessionId}`);
+    const rejectedLoad = await h.expectReject(
+      h.request(acp.methods.agent.session.load, { sessionId, cwd: h.cwd, mcpServers: [] }),
+      "load after delete",
+    );
+    const rejectedPrompt = await h.expectReject(h.prompt(sessionId, h.text(0)), "prompt after delete");
+    const again = await h.request(acp.methods.agent.session.delete, { sessionId });
+    return { sessionId, deleted, list, rejectedLoad, rejectedPrompt, again };
+  },
+
   /** A prompt for a session id that does not exist is rejected; the connection stays usable. */
   async "unknown-session"(h) {
     await h.initialize();

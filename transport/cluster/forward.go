@@ -123,10 +123,13 @@ type source struct {
 	connID string
 	handle uint64
 	pid    *actor.PID
-	ready  chan struct{}
-	gone   chan struct{}
-	once   sync.Once
-	closed sync.Once
+	// pending is the owner's list with the last batch (see Pending); only
+	// the local writer's goroutine uses it.
+	pending [][]byte
+	ready   chan struct{}
+	gone    chan struct{}
+	once    sync.Once
+	closed  sync.Once
 }
 
 func (s *source) Ready() <-chan struct{} { return s.ready }
@@ -158,8 +161,12 @@ func (s *source) Take(dst []httpsse.Event) ([]httpsse.Event, []byte, bool, error
 	for _, ev := range b.Events {
 		dst = append(dst, httpsse.Event{ID: ev.Id, Data: ev.Data})
 	}
+	s.pending = b.Pending
 	return dst, b.Final, b.End, nil
 }
+
+// Pending implements httpsse.RemoteSource.
+func (s *source) Pending() [][]byte { return s.pending }
 
 // Close implements httpsse.RemoteSource.
 func (s *source) Close() {

@@ -68,6 +68,9 @@ func (s *service) Receive(ctx actor.Context) {
 		}
 		batch, final, end := o.Take(m.ConnId, m.Handle, nil)
 		out := &clusterpb.Batch{Final: final, End: end, Events: make([]*clusterpb.Event, len(batch))}
+		if !end {
+			out.Pending = o.Pending(m.ConnId, m.Handle)
+		}
 		for i := range batch {
 			out.Events[i] = &clusterpb.Event{Id: batch[i].ID, Data: batch[i].Data}
 		}

@@ -50,6 +50,9 @@ type RemoteSource interface {
 	// Take hands over the next events (see conn.take); an error means the
 	// owner cannot be reached.
 	Take(dst []Event) (batch []Event, final []byte, end bool, err error)
+	// Pending is what the last successful Take said of the requests still
+	// to be answered on this stream (see Owner.Pending).
+	Pending() [][]byte
 	// Close detaches the stream from the owner (the client left).
 	Close()
 }
@@ -68,6 +71,9 @@ type Owner interface {
 	ServeDelete(connID, who string) Reply
 	AttachRemote(connID, sessionID, who string, last *uint64, ready func()) (handle uint64, reject []byte, replaced bool, r Reply)
 	Take(connID string, handle uint64, dst []Event) (batch []Event, final []byte, end bool)
+	// Pending is the ids of the requests whose answers the stream handle
+	// would carry and that no stream has been handed yet (after a Take).
+	Pending(connID string, handle uint64) [][]byte
 	Detach(connID string, handle uint64)
 	// RemoteStreams counts the streams of this pod's connections whose GET
 	// is on another pod.
@@ -201,6 +207,15 @@ func (e *Edge) Take(connID string, handle uint64, dst []Event) ([]Event, []byte,
 	return out, h.final, h.end
 }
 
+// Pending implements Owner.
+func (e *Edge) Pending(connID string, handle uint64) [][]byte {
+	st := e.remote(connID, handle)
+	if st == nil {
+		return nil
+	}
+	return st.c.pendingFor(st.sl.key)
+}
+
 // Detach ends another pod's stream: its client left, or that pod is gone.
 func (e *Edge) Detach(connID string, handle uint64) {
 	st := e.remote(connID, handle)
@@ -247,7 +262,7 @@ func (e *Edge) remoteGet(ctx *fasthttp.RequestCtx, owner string, id, sid []byte,
 			var err error
 			batch, final, end, err = src.Take(batch)
 			if err != nil {
-				return handout{batch: dst[:0], final: ownerGoneEvent(), end: true}
+				return handout{batch: dst[:0], final: ownerGoneAnswers(src.Pending()), end: true}
 			}
 			dst = dst[:0]
 			for _, ev := range batch {
@@ -269,11 +284,22 @@ func (e *Edge) remoteGet(ctx *fasthttp.RequestCtx, owner string, id, sid []byte,
 	return func() { p.run(head) }
 }
 
-// ownerGoneEvent ends a stream whose connection's pod went away.
-func ownerGoneEvent() []byte {
-	return errorEvent(protocol.NewError(protocol.CodeInternalError,
+// ownerGoneAnswers ends a stream whose connection's pod went away: each
+// request still waiting for its answer on it gets an error, by its own id
+// (an error with id null would be answered to no request), and the stream
+// ends. The answers carry no event id: they are this pod's, not in the
+// connection's numbering.
+func ownerGoneAnswers(pending [][]byte) []byte {
+	e := protocol.NewError(protocol.CodeInternalError,
 		"The server holding this connection is gone; initialize again and load your sessions",
-		map[string]any{"reason": "connection_lost"}))
+		map[string]any{"reason": "connection_lost"})
+	var b []byte
+	for _, id := range pending {
+		b = append(b, "event: message\n"...)
+		b = appendData(b, protocol.EncodeError(id, e))
+		b = append(b, '\n')
+	}
+	return b
 }
 
 // RemoteStreams implements Owner.

@@ -125,6 +125,12 @@ type conn struct {
 	// value at which its turns were cancelled for a stream gone too long.
 	hadStream   bool
 	cancelledAt int64
+	// requests, in cluster mode only, are the requests whose answer no
+	// stream has been handed yet: raw id → key of the slot that will carry
+	// it. A stream on another pod learns its slot's share with every batch
+	// (see pendingFor), so that if this pod dies it can still answer each
+	// of them, by its own id.
+	requests map[string]string
 }
 
 var (
@@ -188,6 +194,74 @@ func answers(frame []byte, id protocol.RawMessage) bool {
 		return false
 	}
 	return bytes.Equal(bytes.TrimSpace(head.ID), bytes.TrimSpace(id))
+}
+
+// trackRequest records a request posted in cluster mode (see requests);
+// sessionID is the session it names (its Acp-Session-Id, else
+// params.sessionId), whose slot carries the answer if it has one.
+func (c *conn) trackRequest(id protocol.RawMessage, sessionID string) {
+	c.mu.Lock()
+	if c.state != stateOpen {
+		c.mu.Unlock()
+		return
+	}
+	sl, ok := c.sessions[sessionID]
+	if !ok {
+		sl, sessionID = c.main, ""
+	}
+	if c.requests == nil {
+		c.requests = map[string]string{}
+	}
+	c.requests[string(id)] = sessionID
+	st := sl.stream
+	c.mu.Unlock()
+	// A stream on another pod takes now, and so learns of the request
+	// before its answer (or this pod's death) comes.
+	if st != nil && st.notify != nil {
+		st.wake()
+	}
+}
+
+// answeredLocked forgets the requests the events of batch answer.
+func (c *conn) answeredLocked(batch []event) {
+	for i := range batch {
+		if id, ok := responseID(batch[i].data); ok {
+			delete(c.requests, string(id))
+		}
+	}
+}
+
+// pendingFor is the ids of the tracked requests whose answer the slot key
+// carries.
+func (c *conn) pendingFor(key string) [][]byte {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out [][]byte
+	for id, k := range c.requests {
+		if k == key {
+			out = append(out, []byte(id))
+		}
+	}
+	return out
+}
+
+// responseHead starts every frame that carries an id (a response, or a
+// request of ours); notifications, nearly all frames, start otherwise.
+var responseHead = []byte(`{"jsonrpc":"2.0","id":`)
+
+// responseID is the id of frame when it is a response.
+func responseID(frame []byte) (protocol.RawMessage, bool) {
+	if !bytes.HasPrefix(frame, responseHead) {
+		return nil, false
+	}
+	var head struct {
+		ID     protocol.RawMessage `json:"id"`
+		Method string              `json:"method"`
+	}
+	if protocol.Unmarshal(frame, &head) != nil || head.Method != "" {
+		return nil, false
+	}
+	return bytes.TrimSpace(head.ID), true
 }
 
 // trim evicts already written events, oldest first, until the buffer fits
@@ -380,6 +454,9 @@ func (c *conn) take(st *stream, dst []event) handout {
 	h.batch = append(h.batch, sl.after(sl.written)...)
 	if n := len(h.batch); n > 0 {
 		sl.written = h.batch[n-1].id
+	}
+	if len(c.requests) > 0 {
+		c.answeredLocked(h.batch)
 	}
 	h.final, h.end = st.final, st.ended
 	return h

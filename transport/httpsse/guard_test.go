@@ -88,11 +88,12 @@ var _ = Describe("the Host and Origin guard", Label("security"), func() {
 	It("lets an allowed origin in, with CORS headers and an answered preflight", func() {
 		e := startEnv(httpsse.Config{AllowedOrigins: []string{"https://ide.example/"}})
 		pre := e.doAs(http.MethodOptions, "/acp", "", "https://IDE.example", "", "Access-Control-Request-Method", "POST",
-			"Access-Control-Request-Headers", "content-type, acp-connection-id")
+			"Access-Control-Request-Headers", "content-type, acp-connection-id, acp-protocol-version")
 		Expect(pre.status).To(Equal(http.StatusNoContent))
 		Expect(pre.header.Get("Access-Control-Allow-Origin")).To(Equal("https://IDE.example"))
 		Expect(pre.header.Get("Access-Control-Allow-Methods")).To(Equal("GET, POST, DELETE"))
-		Expect(strings.ToLower(pre.header.Get("Access-Control-Allow-Headers"))).To(ContainSubstring("acp-connection-id"))
+		allowed := strings.Split(strings.ToLower(pre.header.Get("Access-Control-Allow-Headers")), ", ")
+		Expect(allowed).To(ContainElements("content-type", "acp-connection-id", "acp-protocol-version"))
 		r := e.doAs(http.MethodPost, "/acp", "", "https://ide.example", initBody)
 		Expect(r.status).To(Equal(http.StatusOK))
 		Expect(r.header.Get("Access-Control-Allow-Origin")).To(Equal("https://ide.example"))

@@ -87,7 +87,7 @@ func (g *edgeGuard) admit(ctx *fasthttp.RequestCtx) bool {
 	h.Set("Access-Control-Expose-Headers", HeaderConnectionID+", "+HeaderSessionID)
 	if ctx.IsOptions() && len(ctx.Request.Header.Peek("Access-Control-Request-Method")) > 0 {
 		h.Set("Access-Control-Allow-Methods", "GET, POST, DELETE")
-		h.Set("Access-Control-Allow-Headers", "Authorization, Content-Type, "+HeaderConnectionID+", "+HeaderSessionID+", "+HeaderLastEventID)
+		h.Set("Access-Control-Allow-Headers", "Authorization, Content-Type, "+HeaderConnectionID+", "+HeaderSessionID+", "+HeaderLastEventID+", "+HeaderProtocolVersion)
 		h.Set("Access-Control-Max-Age", "600")
 		ctx.SetStatusCode(fasthttp.StatusNoContent)
 		return false

@@ -34,6 +34,10 @@ const (
 	HeaderConnectionID = "Acp-Connection-Id"
 	HeaderSessionID    = "Acp-Session-Id"
 	HeaderLastEventID  = "Last-Event-ID"
+	// HeaderProtocolVersion is sent by clients after initialize; it is not
+	// read (the version is settled by initialize) but a browser's preflight
+	// must allow it, or every later request of a web client is refused.
+	HeaderProtocolVersion = "Acp-Protocol-Version"
 )
 
 // Error texts of the JSON bodies ({"error":"…"}).
@@ -475,6 +479,13 @@ func (e *Edge) postTo(c *conn, who string, sid []byte, msg *protocol.Message) Re
 		if err := c.split(string(sid)); err != nil {
 			return connReply(err)
 		}
+	}
+	if e.cluster != nil && msg.IsRequest() {
+		target := string(sid)
+		if target == "" {
+			target = paramsSessionID(msg)
+		}
+		c.trackRequest(msg.ID, target)
 	}
 	c.actor.Deliver(msg)
 	return Reply{Status: fasthttp.StatusAccepted}

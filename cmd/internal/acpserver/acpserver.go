@@ -21,9 +21,10 @@ import (
 	"github.com/iac-code/iac-code/transport/stdio"
 )
 
-// usage takes the command name three times.
+// usage takes the command name four times.
 const usage = `usage: %s acp [--transport stdio|http] [--host 127.0.0.1] [--port 8765] [--allowed-hosts a,b] [--allowed-origins https://x,…] [--sandbox auto|on|off]
            [--cluster-listen HOST:PORT [--advertise HOST:PORT]]   (http; several pods sharing IAC_CODE_STORE_URL)
+       %s login [--provider NAME] [--key-stdin]   (stores an API key in $IAC_CODE_HOME/.credentials.yml)
        %s prompt [--cwd DIR] [--session ID] [--mode MODE] [--yes] [--json] "text"   (text on stdin without it)
        %s --version`
 
@@ -40,6 +41,8 @@ func Main(name, version string) {
 			return
 		case "prompt":
 			os.Exit(runPrompt(name, version, os.Args[2:]))
+		case loginCommand:
+			os.Exit(loginMain(name, os.Args[2:]))
 		}
 	}
 	if err := run(name, version, os.Args[1:]); err != nil {
@@ -50,7 +53,7 @@ func Main(name, version string) {
 
 func run(name, version string, args []string) error {
 	if len(args) == 0 || args[0] != "acp" {
-		return fmt.Errorf(usage, name, name, name)
+		return fmt.Errorf(usage, name, name, name, name)
 	}
 	fs := flag.NewFlagSet("acp", flag.ContinueOnError)
 	transport := fs.String("transport", "stdio", "stdio or http")
@@ -67,6 +70,12 @@ func run(name, version string, args []string) error {
 	sandboxMode := fs.String("sandbox", "", "auto, on or off: contain bash and stdio MCP servers with Landlock (default IAC_CODE_SANDBOX, else auto)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
+	}
+	if fs.Arg(0) == loginCommand { // a terminal auth method (see runLogin)
+		if code := loginMain(name, fs.Args()[1:]); code != 0 {
+			os.Exit(code)
+		}
+		return nil
 	}
 	if *transport != "stdio" && *transport != "http" {
 		return fmt.Errorf("unknown transport %q", *transport)

@@ -524,10 +524,14 @@ func (x *Event) GetData() []byte {
 }
 
 type Batch struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Events        []*Event               `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
-	Final         []byte                 `protobuf:"bytes,2,opt,name=final,proto3" json:"final,omitempty"`
-	End           bool                   `protobuf:"varint,3,opt,name=end,proto3" json:"end,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Events []*Event               `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
+	Final  []byte                 `protobuf:"bytes,2,opt,name=final,proto3" json:"final,omitempty"`
+	End    bool                   `protobuf:"varint,3,opt,name=end,proto3" json:"end,omitempty"`
+	// pending are the ids (raw JSON) of the requests whose answer this
+	// stream would carry and that no stream has been handed yet: the stream's
+	// pod answers each of them with an error if the owner dies.
+	Pending       [][]byte `protobuf:"bytes,4,rep,name=pending,proto3" json:"pending,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -581,6 +585,13 @@ func (x *Batch) GetEnd() bool {
 		return x.End
 	}
 	return false
+}
+
+func (x *Batch) GetPending() [][]byte {
+	if x != nil {
+		return x.Pending
+	}
+	return nil
 }
 
 // Detach: the stream's client left (or the stream ended).
@@ -1049,11 +1060,12 @@ const file_cluster_proto_rawDesc = "" +
 	"\x06handle\x18\x02 \x01(\x04R\x06handle\"+\n" +
 	"\x05Event\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x12\n" +
-	"\x04data\x18\x02 \x01(\fR\x04data\"b\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\"|\n" +
 	"\x05Batch\x121\n" +
 	"\x06events\x18\x01 \x03(\v2\x19.iaccode.cluster.v1.EventR\x06events\x12\x14\n" +
 	"\x05final\x18\x02 \x01(\fR\x05final\x12\x10\n" +
-	"\x03end\x18\x03 \x01(\bR\x03end\"9\n" +
+	"\x03end\x18\x03 \x01(\bR\x03end\x12\x18\n" +
+	"\apending\x18\x04 \x03(\fR\apending\"9\n" +
 	"\x06Detach\x12\x17\n" +
 	"\aconn_id\x18\x01 \x01(\tR\x06connId\x12\x16\n" +
 	"\x06handle\x18\x02 \x01(\x04R\x06handle\")\n" +

@@ -1,0 +1,166 @@
+package actors
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/iac-code/iac-code/llm"
+	"github.com/iac-code/iac-code/protocol"
+	"github.com/iac-code/iac-code/store"
+)
+
+// Slash commands besides /compact and /clear (session_prompt.go): /model
+// and /mode change the session as the config options do, /status reports,
+// all three answered here without a model call; /init becomes a prompt
+// that has the model write AGENTS.md through its tools, so every write
+// goes through the normal permissions.
+
+var moreCommands = []protocol.AvailableCommand{
+	{Name: "model", Description: "Show the models, or switch to one", Input: &protocol.AvailableCmdInput{Hint: "model name (optional)"}},
+	{Name: "mode", Description: "Show the modes, or switch to one", Input: &protocol.AvailableCmdInput{Hint: "mode id (optional)"}},
+	{Name: "status", Description: "Provider, model, context use, MCP servers"},
+	{Name: "init", Description: "Write an AGENTS.md for this project (asks before writing)"},
+}
+
+// availableCommands is what available_commands_update lists.
+func availableCommands() []protocol.AvailableCommand {
+	return append(slices.Clip(slashCommands), moreCommands...)
+}
+
+// initPrompt is what /init asks of the model.
+const initPrompt = "Create an AGENTS.md file at the root of this project for coding agents that will work on it. " +
+	"First look around: read the README and the build files, list the main directories. Then write AGENTS.md " +
+	"with the write_file tool: what the project is, how to build, test and lint it (exact commands), the layout " +
+	"of the code, and the conventions a contributor must follow. Keep it short and factual; if an AGENTS.md " +
+	"exists already, improve it instead of starting over."
+
+// parseCommand reads "/name rest" from the first text of m ("" when the
+// prompt is not a command).
+func parseCommand(m *llm.Message) (name, arg string) {
+	text := strings.TrimSpace(m.FirstText())
+	if !strings.HasPrefix(text, "/") {
+		return "", ""
+	}
+	name, arg, _ = strings.Cut(text[1:], " ")
+	return name, strings.TrimSpace(arg)
+}
+
+// localCommand answers /model, /mode and /status, and turns /init into its
+// prompt; it reports whether the prompt was answered.
+func (s *session) localCommand(ctx actor.Context, r *sessionRequest, user *llm.Message) bool {
+	name, arg := parseCommand(user)
+	var reply string
+	switch name {
+	case "model":
+		reply = s.modelCommand(ctx, arg)
+	case "mode":
+		reply = s.modeCommand(ctx, arg)
+	case "status":
+		reply = s.status()
+	case "init":
+		user.Content = []llm.Block{{Type: llm.BlockText, Text: initPrompt}}
+		return false
+	default:
+		return false
+	}
+	if s.fenced != nil {
+		s.respondError(ctx, r.id, s.fenced)
+		return true
+	}
+	s.emit(ctx, protocol.ChunkUpdate{SessionUpdate: protocol.UpdateAgentMessageChunk, Content: protocol.Text(reply)})
+	s.respond(ctx, r.id, protocol.PromptResponse{StopReason: protocol.StopEndTurn, Usage: promptUsage(llm.Usage{})})
+	return true
+}
+
+func (s *session) modelCommand(ctx actor.Context, name string) string {
+	switch {
+	case name == "":
+		return "Model: " + s.meta.Model + "\nAvailable: " + strings.Join(s.models(), ", ")
+	case !s.validModel(name):
+		return fmt.Sprintf("Unknown model %q. Available: %s", name, strings.Join(s.models(), ", "))
+	}
+	if name != s.meta.Model {
+		s.meta.Model = name
+		s.changeMeta()
+		s.emit(ctx, protocol.ConfigOptionUpdate{SessionUpdate: protocol.UpdateConfigOption, ConfigOptions: s.configOptions()})
+	}
+	return "Model set to " + name + "."
+}
+
+func (s *session) modeCommand(ctx actor.Context, id string) string {
+	ids := make([]string, len(sessionModes))
+	for i, m := range sessionModes {
+		ids[i] = m.ID
+	}
+	switch {
+	case id == "":
+		return "Mode: " + s.meta.Mode + "\nAvailable: " + strings.Join(ids, ", ")
+	case !validMode(id):
+		return fmt.Sprintf("Unknown mode %q. Available: %s", id, strings.Join(ids, ", "))
+	}
+	if id != s.meta.Mode {
+		s.meta.Mode = id
+		s.changeMeta()
+		s.emit(ctx, protocol.CurrentModeUpdate{SessionUpdate: protocol.UpdateCurrentMode, CurrentModeID: id})
+		s.emit(ctx, protocol.ConfigOptionUpdate{SessionUpdate: protocol.UpdateConfigOption, ConfigOptions: s.configOptions()})
+	}
+	return "Mode set to " + id + "."
+}
+
+// describeSandbox is the sandbox's _meta entry in words.
+func describeSandbox(m map[string]any) string {
+	mode := fmt.Sprint(m["mode"])
+	if mode == "landlock" {
+		return fmt.Sprintf("landlock (ABI %v, network %v)", m["abi"], m["network"])
+	}
+	if r, ok := m["reason"].(string); ok && r != "" {
+		return mode + " (" + r + ")"
+	}
+	return mode
+}
+
+// status describes the session's setup as it is now.
+func (s *session) status() string {
+	cfg := s.deps.llmConfig()
+	provider := cfg.Provider
+	if provider == "" {
+		provider = llm.DefaultProvider
+	}
+	used := estimateTokens(store.Context(s.entries))
+	window := s.deps.contextWindow(s.meta.Model)
+	var b strings.Builder
+	fmt.Fprintf(&b, "Provider: %s\nModel: %s\nMode: %s\n", provider, s.meta.Model, s.meta.Mode)
+	if s.takesThoughtLevel() {
+		fmt.Fprintf(&b, "Thinking: %s\n", s.thoughtLevel())
+	}
+	fmt.Fprintf(&b, "Context: about %d of %d tokens (%.0f%%)\n", used, window, 100*float64(used)/float64(max(window, 1)))
+	fmt.Fprintf(&b, "Working directory: %s\n", s.meta.Cwd)
+	for _, d := range s.meta.AdditionalDirectories {
+		fmt.Fprintf(&b, "Additional directory: %s\n", d)
+	}
+	if len(s.mcp.status) == 0 {
+		b.WriteString("MCP servers: none\n")
+	}
+	for _, st := range s.mcp.status {
+		fmt.Fprintf(&b, "MCP server %s (%s): %s, %d tools", st.Name, st.Type, st.Status, st.Tools)
+		if st.Error != "" {
+			b.WriteString(" — " + st.Error)
+		}
+		b.WriteString("\n")
+	}
+	if li := s.loadedInstructions(); li != nil && len(li.Files) > 0 {
+		fmt.Fprintf(&b, "Instructions given to the model: %s\n", strings.Join(li.Paths(), ", "))
+	}
+	if _, err := os.Stat(filepath.Join(s.meta.Cwd, "AGENTS.md")); err == nil {
+		b.WriteString("AGENTS.md: present\n")
+	} else {
+		b.WriteString("AGENTS.md: none (/init writes one)\n")
+	}
+	b.WriteString("Sandbox: " + describeSandbox(s.deps.Config.Sandbox.Meta()))
+	return b.String()
+}
