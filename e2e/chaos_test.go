@@ -278,7 +278,12 @@ var _ = Describe("chaos", Label("e2e", "chaos"), func() {
 			opened = append(opened, m["result"].(map[string]any)["sessionId"].(string))
 		}
 		GinkgoWriter.Printf("%d of %d session/new opened, %d refused for lack of descriptors\n", len(opened), n, limited)
-		Expect(limited).To(BeNumerically(">", 0), "the flood did exhaust the descriptors")
+		// File-store sessions let go of their lock between turns (one
+		// session, several processes), so the flood need not exhaust the
+		// descriptors any more; whether it does depends on timing. Either
+		// way every request was answered, by a session or by -32011.
+		Expect(len(opened) + limited).To(Equal(n))
+		Expect(opened).NotTo(BeEmpty())
 		// idle sessions release theirs: new sessions open again, and the old
 		// ones take theirs back for a prompt
 		fds := func() int {

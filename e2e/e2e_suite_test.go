@@ -5,6 +5,8 @@
 package e2e
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -52,21 +54,23 @@ var _ = SynchronizedBeforeSuite(func() []byte {
 var _ = SynchronizedAfterSuite(func() { _ = pgtest.StopShared() }, func() { gexec.CleanupBuildArtifacts() })
 
 // ensureNodeModules installs the Node harness from its committed lockfile
-// when a fresh clone has no node_modules yet.
+// when node_modules is missing or was installed from another lockfile (a
+// checkout that gained a package since): a stamp in node_modules records
+// the digest of the lockfile it was installed from.
 func ensureNodeModules() {
 	wd, _ := os.Getwd()
 	dir := filepath.Join(wd, "node")
-	installed := true
-	for _, pkg := range []string{"@agentclientprotocol/sdk", "@modelcontextprotocol/server-everything", "acpx"} {
-		if _, err := os.Stat(filepath.Join(dir, "node_modules", pkg, "package.json")); err != nil {
-			installed = false
-		}
-	}
-	if installed {
+	lock, err := os.ReadFile(filepath.Join(dir, "package-lock.json"))
+	Expect(err).NotTo(HaveOccurred())
+	sum := sha256.Sum256(lock)
+	want := hex.EncodeToString(sum[:])
+	stamp := filepath.Join(dir, "node_modules", ".iac-code-lockfile-sha256")
+	if have, err := os.ReadFile(stamp); err == nil && string(have) == want {
 		return
 	}
 	cmd := exec.Command("npm", "ci", "--no-audit", "--no-fund")
 	cmd.Dir = dir
 	cmd.Stdout, cmd.Stderr = GinkgoWriter, GinkgoWriter
 	Expect(cmd.Run()).To(Succeed(), "npm ci in e2e/node")
+	Expect(os.WriteFile(stamp, []byte(want), 0o644)).To(Succeed())
 }
