@@ -25,6 +25,7 @@ const (
 	DefaultMaxSessionStreams = 1024
 	DefaultCloseTimeout      = 5 * time.Second
 	DefaultShutdownTimeout   = 10 * time.Second
+	DefaultWSPingInterval    = 10 * time.Second
 	// RetryMillis is the SSE retry field sent with every event.
 	RetryMillis = 5000
 )
@@ -92,7 +93,15 @@ type Config struct {
 	CloseTimeout time.Duration
 	// ShutdownTimeout bounds the graceful shutdown of Serve.
 	ShutdownTimeout time.Duration
+	// WSPingInterval is how often a WebSocket is pinged
+	// (IAC_CODE_WS_PING_INTERVAL); a peer that sends nothing, not even a
+	// pong, for 2.5 intervals (25 s by default) is taken for dead and its
+	// connection closed.
+	WSPingInterval time.Duration
 }
+
+// wsDeadAfter is how long a WebSocket may stay silent (see WSPingInterval).
+func (c Config) wsDeadAfter() time.Duration { return c.WSPingInterval * 5 / 2 }
 
 func (c Config) withDefaults() Config {
 	if c.Host == "" {
@@ -146,6 +155,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ShutdownTimeout <= 0 {
 		c.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	if c.WSPingInterval <= 0 {
+		c.WSPingInterval = DefaultWSPingInterval
 	}
 	return c
 }

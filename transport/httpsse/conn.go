@@ -3,6 +3,7 @@ package httpsse
 import (
 	"bytes"
 	"errors"
+	"math"
 	"net"
 	"sort"
 	"sync"
@@ -101,10 +102,14 @@ type conn struct {
 	id    string
 	actor *actors.Conn
 	log   zerolog.Logger
+	// ws: a WebSocket connection (ws.go), whose socket is its only stream.
+	ws bool
 
 	mu    sync.Mutex
 	state connState
-	init  *initWait
+	// reason is why the connection is closing (closeConn, overflow).
+	reason string
+	init   *initWait
 	// lastID is the id of the newest event of the connection.
 	lastID   uint64
 	main     *slot
@@ -196,6 +201,9 @@ func answers(frame []byte, id protocol.RawMessage) bool {
 func (c *conn) trim() bool {
 	cfg := &c.e.cfg
 	expired := time.Now().Add(-cfg.ReplayMaxAge).UnixNano()
+	if c.ws {
+		expired = math.MaxInt64 // a WebSocket cannot resume: no replay
+	}
 	for {
 		victim := c.oldestWritten()
 		over := c.count > cfg.ReplayBuffer || (c.bytes > cfg.MaxBufferBytes && c.count > 1)
@@ -237,6 +245,7 @@ func (c *conn) overflowLocked() {
 		"Event buffer overflow: the client did not read its event stream; the connection is closed",
 		map[string]any{"reason": "buffer_overflow", "connectionId": c.id, "bufferedEvents": c.count}))
 	c.state = stateClosed
+	c.reason = reasonOverflow
 	c.endStreamsLocked(final, false)
 	c.main.drop()
 	for _, s := range c.sessions {

@@ -23,6 +23,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fasthttp/websocket"
 	"github.com/google/uuid"
 	"github.com/rs/zerolog"
 	"github.com/valyala/fasthttp"
@@ -71,6 +72,8 @@ type Edge struct {
 	auth  bool
 	token [sha256.Size]byte
 	guard *edgeGuard
+	// upgrader answers WebSocket upgrades of GET /acp (ws.go).
+	upgrader *websocket.FastHTTPUpgrader
 
 	mu    sync.RWMutex
 	conns map[string]*conn
@@ -120,6 +123,8 @@ func New(srv *actors.Server, cfg Config, log zerolog.Logger) *Edge {
 		quit:   make(chan struct{}),
 		reaped: make(chan struct{}),
 		guard:  newEdgeGuard(cfg),
+
+		upgrader: newUpgrader(cfg),
 
 		cluster: cfg.Cluster,
 		remotes: map[uint64]*stream{},
@@ -270,10 +275,15 @@ func (e *Edge) snapshot() []*conn {
 	return out
 }
 
+// lookup finds a connection of this pod for an HTTP request. A WebSocket
+// connection is not one: its messages travel on its socket only.
 func (e *Edge) lookup(id []byte) *conn {
 	e.mu.RLock()
 	defer e.mu.RUnlock()
-	return e.conns[string(id)]
+	if c := e.conns[string(id)]; c != nil && !c.ws {
+		return c
+	}
+	return nil
 }
 
 // notFound is the 400 text for an unknown connection id: the reason it was
@@ -396,15 +406,29 @@ func (e *Edge) serve(ctx *fasthttp.RequestCtx) (stream func()) {
 }
 
 // authorized compares the bearer token in constant time (over SHA-256
-// digests, so not even the length leaks).
+// digests, so not even the length leaks). The token is the Authorization
+// header's or, on a WebSocket upgrade only (a browser cannot set headers
+// there), a Sec-WebSocket-Protocol entry acp.bearer.<token>.
 func (e *Edge) authorized(ctx *fasthttp.RequestCtx) bool {
-	h := ctx.Request.Header.Peek(fasthttp.HeaderAuthorization)
-	const scheme = "bearer "
-	if len(h) < len(scheme) || !strings.EqualFold(string(h[:len(scheme)]), scheme) {
+	tok, ok := bearerToken(ctx)
+	if !ok {
 		return false
 	}
-	got := sha256.Sum256(bytes.TrimSpace(h[len(scheme):]))
+	got := sha256.Sum256(tok)
 	return subtle.ConstantTimeCompare(got[:], e.token[:]) == 1
+}
+
+// bearerToken is the token the request presents (see authorized).
+func bearerToken(ctx *fasthttp.RequestCtx) ([]byte, bool) {
+	h := ctx.Request.Header.Peek(fasthttp.HeaderAuthorization)
+	const scheme = "bearer "
+	if len(h) >= len(scheme) && strings.EqualFold(string(h[:len(scheme)]), scheme) {
+		return bytes.TrimSpace(h[len(scheme):]), true
+	}
+	if ctx.IsGet() && isWebSocketUpgrade(&ctx.Request.Header) {
+		return subprotocolToken(&ctx.Request.Header)
+	}
+	return nil, false
 }
 
 // post handles POST /acp: initialize synchronously, everything else 202.
@@ -514,25 +538,8 @@ func (e *Edge) initialize(ctx *fasthttp.RequestCtx, msg *protocol.Message) {
 		jsonError(ctx, fasthttp.StatusServiceUnavailable, msgShuttingDown)
 		return
 	}
-	c := &conn{e: e, main: &slot{}}
 	w := &initWait{id: msg.ID, ch: make(chan []byte, 1)}
-	c.init = w
-	c.touch()
-	if e.cluster != nil {
-		// The id names this pod, so that any pod finds the connection.
-		c.actor = e.srv.ConnectID(e.cluster.Incarnation()+"."+uuid.NewString(), c)
-	} else {
-		c.actor = e.srv.Connect(c)
-	}
-	c.id = c.actor.ID
-	c.log = e.log.With().Str("conn", c.id).Logger()
-	e.mu.Lock()
-	e.conns[c.id] = c
-	evict := e.addUnusedLocked(c)
-	e.mu.Unlock()
-	for _, old := range evict {
-		go e.closeConn(old, reasonUnused, false, e.cfg.CloseTimeout)
-	}
+	c := e.openConn(e.newConnID(), w, false)
 	c.log.Debug().Str("remote", ctx.RemoteAddr().String()).Msg("connection open")
 	if !e.holdInit {
 		c.actor.Deliver(msg)
@@ -570,12 +577,40 @@ func (e *Edge) initialize(ctx *fasthttp.RequestCtx, msg *protocol.Message) {
 	ctx.SetBody(body)
 }
 
+// newConnID is the id of a new connection; in cluster mode it names this
+// pod, so that any pod finds the connection.
+func (e *Edge) newConnID() string {
+	if e.cluster != nil {
+		return e.cluster.Incarnation() + "." + uuid.NewString()
+	}
+	return uuid.NewString()
+}
+
+// openConn starts the connection actor of a new connection and registers
+// it, unused until its first stream or request after initialize (w, for
+// the synchronous initialize POST) or first frame (a WebSocket, ws).
+func (e *Edge) openConn(id string, w *initWait, ws bool) *conn {
+	c := &conn{e: e, main: &slot{}, init: w, ws: ws}
+	c.touch()
+	c.actor = e.srv.ConnectID(id, c)
+	c.id = c.actor.ID
+	c.log = e.log.With().Str("conn", c.id).Logger()
+	e.mu.Lock()
+	e.conns[c.id] = c
+	evict := e.addUnusedLocked(c)
+	e.mu.Unlock()
+	for _, old := range evict {
+		go e.closeConn(old, reasonUnused, false, e.cfg.CloseTimeout)
+	}
+	return c
+}
+
 // get handles GET /acp: the connection stream, or a session stream with
 // Acp-Session-Id.
 func (e *Edge) get(ctx *fasthttp.RequestCtx) (stream func()) {
 	h := &ctx.Request.Header
-	if bytes.EqualFold(bytes.TrimSpace(h.Peek(fasthttp.HeaderUpgrade)), []byte("websocket")) {
-		jsonError(ctx, fasthttp.StatusUpgradeRequired, "WebSocket is not supported; use POST and GET /acp (HTTP+SSE)")
+	if isWebSocketUpgrade(h) {
+		e.upgrade(ctx)
 		return nil
 	}
 	id := h.Peek(HeaderConnectionID)
@@ -708,6 +743,9 @@ func (e *Edge) closeConn(c *conn, reason string, drain bool, timeout time.Durati
 		c.mu.Lock()
 		if c.state == stateOpen {
 			c.state = stateClosing
+		}
+		if c.reason == "" {
+			c.reason = reason
 		}
 		c.init = nil
 		c.mu.Unlock()

@@ -48,6 +48,7 @@ func loadConfig(getenv func(string) string) (settings, error) {
 	e.positive("IAC_CODE_HTTP_MAX_UNUSED", &s.http.MaxUnused)
 	e.duration("IAC_CODE_HTTP_REPLAY_MAX_AGE", &s.http.ReplayMaxAge)
 	e.positive("IAC_CODE_HTTP_MAX_CONNECTIONS", &s.http.MaxConnections)
+	e.duration("IAC_CODE_WS_PING_INTERVAL", &s.http.WSPingInterval)
 	return s, errors.Join(e.errs...)
 }
 
