@@ -13,6 +13,41 @@ import (
 // Permission decisions belong to the session actor: it knows the mode and
 // the remembered decisions, and asks the client one request at a time.
 
+// Messages of the session actor about permissions.
+type (
+	// permissionAsk asks the session whether a tool call may run. The
+	// session decides from its mode and remembered decisions, or asks the
+	// client (one request at a time).
+	permissionAsk struct {
+		toolName string
+		// key is what an *_always answer remembers: the tool name, or
+		// "<tool>:<host>" for network access.
+		key      string
+		kind     tools.Kind
+		readOnly bool
+		// local: every path inside the cwd (or a spilled output read back)
+		// and no host; editsInside: the call writes, only inside the cwd.
+		local       bool
+		editsInside bool
+		host        string
+		toolCall    protocol.ToolCallUpdate
+		replyTo     *actor.PID
+	}
+	// permissionDecision answers a permissionAsk. caps are the capabilities
+	// of the client that owns the session now, for a call that may run
+	// through it.
+	permissionDecision struct {
+		allow bool
+		caps  tools.ClientCaps
+		// cancelled: the client cancelled the request; the turn ends cancelled.
+		cancelled bool
+		// reason is the tool error the model gets when not allowed.
+		reason string
+	}
+)
+
+func (*permissionDecision) IgnoreDeadLetterLogging() {}
+
 const permissionDenied = "Permission denied."
 
 // newPermissionAsk builds the question for a prepared call from what it

@@ -1,0 +1,256 @@
+package actors
+
+import (
+	"encoding/base64"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/iac-code/iac-code/llm"
+	"github.com/iac-code/iac-code/protocol"
+	"github.com/iac-code/iac-code/store"
+	"github.com/iac-code/iac-code/tools"
+)
+
+// Messages of the session actor from its running turn.
+type (
+	// messageDone records one completed conversation message of a turn.
+	messageDone struct{ msg llm.Message }
+	// turnFinished ends the running turn: either a stop reason or an error.
+	turnFinished struct {
+		stopReason string
+		usage      llm.Usage
+		err        *protocol.Error
+	}
+)
+
+func (*messageDone) IgnoreDeadLetterLogging() {}
+
+var slashCommands = []protocol.AvailableCommand{
+	{Name: "compact", Description: "Summarize the conversation so far to free context"},
+	{Name: "clear", Description: "Start over with an empty context (history stays on disk)"},
+}
+
+func (s *session) prompt(ctx actor.Context, r *sessionRequest) {
+	var p protocol.PromptRequest
+	if err := protocol.Unmarshal(r.params, &p); err != nil {
+		s.respondError(ctx, r.id, protocol.ErrInvalidParams(map[string]string{"error": err.Error()}))
+		return
+	}
+	if len(p.Prompt) == 0 {
+		s.respondError(ctx, r.id, protocol.ErrInvalidParams(map[string]string{"prompt": "prompt must not be empty"}))
+		return
+	}
+	if s.turn != nil || s.mcp.held != nil {
+		s.respondError(ctx, r.id, protocol.ErrInvalidParams(map[string]string{
+			"prompt": "a prompt is already running in this session; cancel it or wait for its response"}))
+		return
+	}
+	if !s.deps.hasCredentials() {
+		s.respondError(ctx, r.id, s.deps.errAuthRequired())
+		return
+	}
+	blocks, bad := promptBlocks(p.Prompt, s.deps.Config.MaxImageBytes)
+	if bad != nil {
+		s.respondError(ctx, r.id, bad)
+		return
+	}
+	user := llm.Message{Role: llm.RoleUser, Content: blocks}
+	command := slashCommand(&user)
+	if command == "clear" {
+		s.append(store.CompactionEntry("(The user cleared the conversation; nothing before this point is relevant.)", s.store.LastSeq()))
+		if s.fenced != nil {
+			s.respondError(ctx, r.id, s.fenced)
+			return
+		}
+		s.emit(ctx, protocol.ChunkUpdate{SessionUpdate: protocol.UpdateAgentMessageChunk, Content: protocol.Text("Context cleared.")})
+		s.syncStore()
+		s.respond(ctx, r.id, protocol.PromptResponse{StopReason: protocol.StopEndTurn, Usage: promptUsage(llm.Usage{})})
+		return
+	}
+	if command == "" && s.holdPrompt(r) {
+		return // answered once the MCP servers are up (session_mcp.go)
+	}
+	if command == "" {
+		s.record(ctx, user)
+		if s.fenced != nil {
+			s.respondError(ctx, r.id, s.fenced)
+			return
+		}
+	}
+	s.promptID, s.promptConn = r.id, r.conn
+	s.turnUsage = llm.Usage{}
+	s.turnID++
+	opts := turnOptions{
+		sessionID: s.id, cwd: s.meta.Cwd, model: s.meta.Model, turnID: s.turnID,
+		history: store.Context(s.entries), tools: s.toolsForMode(),
+		compactOnly: command == "compact",
+	}
+	opts.mcp, opts.mcpKeep = s.mcpTurnTools()
+	props := actor.PropsFromProducer(func() actor.Actor { return newTurn(s.deps, opts) },
+		actor.WithReceiverMiddleware(keepStack), actor.WithSupervisor(reportAndStop{}))
+	s.turn = ctx.Spawn(props)
+}
+
+// slashCommand recognises /compact and /clear typed as the whole prompt.
+func slashCommand(m *llm.Message) string {
+	text := strings.TrimSpace(m.TextOf())
+	for _, c := range slashCommands {
+		if text == "/"+c.Name {
+			return c.Name
+		}
+	}
+	return ""
+}
+
+// toolsForMode: plan mode offers the model read-only tools only.
+func (s *session) toolsForMode() *tools.Registry {
+	if s.meta.Mode != "plan" {
+		return s.deps.Tools
+	}
+	var ro []tools.Tool
+	for _, t := range s.deps.Tools.List() {
+		if t.ReadOnly() {
+			ro = append(ro, t)
+		}
+	}
+	return tools.NewRegistry(ro...)
+}
+
+func (s *session) endTurn(ctx actor.Context, m *turnFinished) {
+	if s.turn == nil {
+		return
+	}
+	s.turn = nil
+	s.dropPermissionAsks()
+	var (
+		repaired, added []store.Entry
+		err             error
+	)
+	if s.fenced == nil {
+		repaired, added, err = store.RepairSession(s.store, s.entries)
+	} else {
+		repaired, added = store.Repair(s.entries) // for the client only
+	}
+	if err != nil {
+		s.writeFailed(err, "repair session history")
+	} else if len(added) > 0 {
+		s.entries = repaired
+		// Tool calls cut short (cancel, close, crash) got no final update
+		// from their stopped tool actors: close them for the client as the
+		// history now has them, failed and interrupted, before the answer —
+		// the same updates a later load replays.
+		for i := range added {
+			for _, u := range replayUpdates(&added[i].Message) {
+				s.emit(ctx, u)
+			}
+		}
+	}
+	s.syncStore()
+	// The turn's one metadata write: its usage, the time, and whatever
+	// changed while it ran (see changeMeta).
+	s.meta.Usage = s.meta.Usage.Add(m.usage)
+	s.saveMeta()
+	switch {
+	case s.fenced != nil:
+		// Whatever the turn's end: what it did since the takeover is lost.
+		s.respondTo(ctx, s.promptConn, s.promptID, nil, s.fenced)
+	case m.err != nil:
+		s.respondTo(ctx, s.promptConn, s.promptID, nil, m.err)
+	default:
+		s.respondTo(ctx, s.promptConn, s.promptID, protocol.PromptResponse{StopReason: m.stopReason, Usage: promptUsage(m.usage)}, nil)
+	}
+	s.promptID, s.promptConn = nil, nil
+	if len(s.handingOff) > 0 && !s.closing {
+		s.leave(ctx)
+		return
+	}
+	if s.closing {
+		s.closeStore()
+		s.respondTo(ctx, s.closeConn, s.closeID, struct{}{}, nil)
+		ctx.Stop(ctx.Self())
+	}
+	if s.draining {
+		ctx.Send(s.conn, &sessionIdle{sessionID: s.id})
+	}
+}
+
+// promptBlocks turns ACP prompt content into model input. Images go to the
+// model as images (a model that takes none gets a text marker, see
+// turn.forModel); audio becomes a text marker. An image that is not
+// base64, of a type the providers do not take, or larger than maxImage
+// bytes is refused with -32602.
+func promptBlocks(prompt []protocol.ContentBlock, maxImage int) ([]llm.Block, *protocol.Error) {
+	out := make([]llm.Block, 0, len(prompt))
+	images := 0
+	for _, b := range prompt {
+		var text string
+		switch b.Type {
+		case "text":
+			text = b.Text
+		case "resource":
+			if b.Resource == nil {
+				continue
+			}
+			if b.Resource.Text != "" || b.Resource.Blob == "" {
+				text = fmt.Sprintf("<resource uri=%q>\n%s\n</resource>", b.Resource.URI, b.Resource.Text)
+			} else {
+				text = fmt.Sprintf("[resource: %s (%s, binary)]", b.Resource.URI, b.Resource.MimeType)
+			}
+		case "resource_link":
+			text = fmt.Sprintf("[resource_link: %s <%s>]", b.Name, b.URI)
+		case "image":
+			images++
+			if bad := checkImage(b, images, maxImage); bad != "" {
+				return nil, protocol.ErrInvalidParams(map[string]string{"prompt": bad})
+			}
+			out = append(out, llm.Block{Type: llm.BlockImage, MediaType: b.MimeType, Data: b.Data})
+			continue
+		case "audio":
+			text = "[audio: " + b.MimeType + "]"
+		default:
+			text = "[" + b.Type + "]"
+		}
+		out = append(out, llm.Block{Type: llm.BlockText, Text: text})
+	}
+	return out, nil
+}
+
+// imageTypes are the image types both providers take.
+var imageTypes = []string{"image/png", "image/jpeg", "image/gif", "image/webp"}
+
+// DefaultMaxImageBytes caps one prompt image (Config.MaxImageBytes).
+const DefaultMaxImageBytes = 5 << 20
+
+// checkImage says what is wrong with the n-th image of a prompt ("" if
+// nothing).
+func checkImage(b protocol.ContentBlock, n, maxBytes int) string {
+	if !slices.Contains(imageTypes, b.MimeType) {
+		return fmt.Sprintf("image %d: mimeType %q is not supported (use %s)", n, b.MimeType, strings.Join(imageTypes, ", "))
+	}
+	size := base64.StdEncoding.DecodedLen(len(b.Data))
+	if size > maxBytes+2 { // DecodedLen counts padding as bytes
+		return fmt.Sprintf("image %d is about %d bytes; the limit is %d bytes (IAC_CODE_MAX_IMAGE_BYTES)", n, size, maxBytes)
+	}
+	data, err := base64.StdEncoding.DecodeString(b.Data)
+	if err != nil || len(data) == 0 {
+		return fmt.Sprintf("image %d: data is not base64", n)
+	}
+	if len(data) > maxBytes {
+		return fmt.Sprintf("image %d is %d bytes; the limit is %d bytes (IAC_CODE_MAX_IMAGE_BYTES)", n, len(data), maxBytes)
+	}
+	return ""
+}
+
+func promptUsage(u llm.Usage) *protocol.Usage {
+	return &protocol.Usage{
+		InputTokens:       u.InputTokens,
+		OutputTokens:      u.OutputTokens,
+		TotalTokens:       u.InputTokens + u.OutputTokens,
+		ThoughtTokens:     u.ThoughtTokens,
+		CachedReadTokens:  u.CachedReadTokens,
+		CachedWriteTokens: u.CachedWriteTokens,
+	}
+}

@@ -1,0 +1,325 @@
+package actors
+
+import (
+	"errors"
+	"syscall"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/iac-code/iac-code/llm"
+	"github.com/iac-code/iac-code/protocol"
+	"github.com/iac-code/iac-code/store"
+)
+
+// Messages of the session actor about its store entry and lease.
+type (
+	// compacted replaces all but the last keep context messages by a summary.
+	compacted struct {
+		summary string
+		keep    int
+	}
+	// handOff asks the session to let go of its store lease for another
+	// process (Server.HandOff); answered with handedOff once it did.
+	handOff   struct{}
+	handedOff struct{}
+	// sessionLeft tells the session's connection that it went to another
+	// process.
+	sessionLeft struct {
+		id  string
+		pid *actor.PID
+	}
+)
+
+func (*sessionLeft) IgnoreDeadLetterLogging() {}
+
+// takeOver asks the process named by an in-use error to hand the session
+// over (cluster mode), and reports whether it did, so that opening it again
+// may succeed. It blocks the actor for that round trip, as the store calls
+// around it do: the requests queued meanwhile are served in order after it.
+func (s *session) takeOver(err error) bool {
+	var inUse *store.InUseError
+	if s.deps.Handover == nil || !errors.As(err, &inUse) || errors.Is(err, store.ErrFenced) || inUse.Owner == "" {
+		return false
+	}
+	start := time.Now()
+	if herr := s.deps.Handover.TakeOver(s.id, inUse.Owner); herr != nil {
+		s.log.Info().Err(herr).Str("holder", inUse.Owner).Msg("session not handed over")
+		return false
+	}
+	s.log.Info().Str("from", inUse.Owner).Dur("took", time.Since(start)).Msg("session handed over by another pod")
+	return true
+}
+
+// leave lets go of the session for another process (handOff): the lease is
+// released, the connection forgets the session, the askers are answered
+// and the actor stops.
+func (s *session) leave(ctx actor.Context) {
+	if s.store != nil {
+		s.closeStore()
+	}
+	ctx.Send(s.conn, &sessionLeft{id: s.id, pid: ctx.Self()})
+	for _, p := range s.handingOff {
+		if p != nil {
+			ctx.Send(p, &handedOff{})
+		}
+	}
+	s.handingOff = nil
+	s.closing = true
+	s.left = make(chan struct{})
+	s.deps.leaving.Store(s.id, s.left)
+	s.log.Info().Msg("session handed over to another pod")
+	ctx.Stop(ctx.Self())
+}
+
+// storeError is the client's view of a store failure to open a session:
+// held by another process, gone, out of descriptors, or internal (logged
+// with the error id).
+func (s *session) storeError(err error, what string) *protocol.Error {
+	var inUse store.InUseError
+	if e := (*store.InUseError)(nil); errors.As(err, &e) {
+		inUse = *e
+	}
+	switch {
+	case errors.Is(err, store.ErrFenced):
+		s.log.Warn().Err(err).Msg(what + ": taken over by another process")
+		return protocol.ErrSessionTakenOver(s.id, inUse.PID, inUse.Owner)
+	case errors.Is(err, store.ErrInUse):
+		s.log.Info().Int("holder_pid", inUse.PID).Str("holder", inUse.Owner).Msg("session is open in another process")
+		return protocol.ErrSessionInUse(s.id, inUse.PID, inUse.Owner)
+	case errors.Is(err, store.ErrNotFound), errors.Is(err, store.ErrInvalidID):
+		return protocol.ErrSessionNotFound()
+	case isFDExhaustion(err):
+		s.log.Warn().Err(err).Msg(what + ": out of file descriptors")
+		return protocol.ErrLimit("The server is out of file descriptors; try again shortly", "file_descriptors", 0)
+	}
+	errorID := newErrorID()
+	s.log.Error().Err(err).Str("error_id", errorID).Msg(what)
+	return protocol.ErrInternal(what+": "+err.Error(), errorID)
+}
+
+// isFDExhaustion reports EMFILE/ENFILE: a load condition, not a bug.
+func isFDExhaustion(err error) bool {
+	return errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE)
+}
+
+// armRelease sends the session a releaseTick after d, once at a time.
+func (s *session) armRelease(ctx actor.Context, d time.Duration) {
+	if s.releaseArmed {
+		return
+	}
+	s.releaseArmed = true
+	self, root := ctx.Self(), ctx.ActorSystem().Root
+	s.releaseTimer = time.AfterFunc(d, func() { root.Send(self, &releaseTick{}) })
+}
+
+// releaseIfIdle lets go of the store handle (descriptors, cross-process
+// lock) once nothing has happened for SessionRelease and no turn runs, so
+// an idle session costs no descriptor and another process may take it.
+func (s *session) releaseIfIdle(ctx actor.Context) {
+	if s.released || s.failed || s.store == nil {
+		return
+	}
+	period := s.deps.Config.SessionRelease
+	if s.turn != nil || s.mcp.held != nil {
+		s.armRelease(ctx, period)
+		return
+	}
+	if left := period - time.Since(s.lastActive); left > 0 {
+		s.armRelease(ctx, left)
+		return
+	}
+	s.flushMeta()
+	if err := s.store.Release(); err != nil {
+		s.log.Error().Err(err).Msg("release session store")
+	}
+	s.released = true
+}
+
+// acquire takes the store handle back before the session serves a request
+// (released sessions only). When another process wrote the session
+// meanwhile, the session reloads it from disk. When another process holds
+// it now, reqID is answered with an error naming the situation and the
+// request is not served; an explicit load or resume (takeOver) asks that
+// process to hand the session over first (cluster mode), a prompt does not:
+// the session went elsewhere, as to another connection.
+func (s *session) acquire(ctx actor.Context, conn *actor.PID, reqID protocol.RawMessage, takeOver bool) bool {
+	if !s.released {
+		return true
+	}
+	entries, changed, err := s.store.Acquire()
+	for try := 0; takeOver && try < 2 && s.takeOver(err); try++ {
+		entries, changed, err = s.store.Acquire()
+	}
+	if err != nil {
+		s.respondTo(ctx, conn, reqID, nil, s.storeError(err, "cannot reopen the session"))
+		return false
+	}
+	s.released = false
+	if changed {
+		s.log.Info().Int("entries", len(entries)).Msg("session changed by another process; reloaded")
+		if repaired, _, rerr := store.RepairSession(s.store, entries); rerr == nil {
+			entries = repaired
+		} else {
+			s.writeFailed(rerr, "repair session history")
+		}
+		s.entries = entries
+		s.adoptMeta()
+	}
+	s.armRelease(ctx, s.deps.Config.SessionRelease)
+	return true
+}
+
+// writeFailed reports a failed store write. A session taken over by another
+// process (ErrFenced: its lease lapsed, another process has it now) is
+// fenced: it writes nothing more, and what needed the write is answered
+// with the error (see stopWriting); anything else is logged.
+func (s *session) writeFailed(err error, what string) {
+	if !errors.Is(err, store.ErrFenced) {
+		s.log.Error().Err(err).Msg(what)
+		return
+	}
+	if s.fenced == nil {
+		s.fenced = s.storeError(err, what)
+	}
+}
+
+// stopWriting lets go of a fenced session: a running turn is cancelled (its
+// prompt is answered with the error, see endTurn); then the handle is
+// released, so that the next request takes the session back with what the
+// other process wrote, or answers -32010 naming it while it holds it.
+func (s *session) stopWriting(ctx actor.Context) {
+	if s.turn != nil {
+		ctx.Send(s.turn, &cancelTurn{})
+		return
+	}
+	if s.store == nil || s.closing {
+		s.fenced = nil
+		return
+	}
+	if err := s.store.Release(); err != nil {
+		s.log.Error().Err(err).Msg("release session store")
+	}
+	s.released, s.fenced = true, nil
+}
+
+// adoptMeta takes the store's metadata, with mode and model made valid here.
+// A history without its title (the process was killed during the first
+// turn, before the turn's metadata write) gets it back from its first
+// prompt; it is written with the next change.
+func (s *session) adoptMeta() {
+	s.meta = s.store.Meta()
+	if !validMode(s.meta.Mode) {
+		s.meta.Mode = "default"
+	}
+	if !s.validModel(s.meta.Model) {
+		s.meta.Model = s.deps.llmConfig().Model
+	}
+	if s.meta.Title == "" {
+		for i := range s.entries {
+			if e := &s.entries[i]; e.Kind == store.KindMessage && e.Message.Role == llm.RoleUser {
+				if s.meta.Title = store.TitleFrom(e.Message.TextOf()); s.meta.Title != "" {
+					s.metaDirty = true
+					break
+				}
+			}
+		}
+	}
+}
+
+// saveMeta persists s.meta now (nothing once fenced: see writeFailed).
+func (s *session) saveMeta() {
+	if s.fenced != nil {
+		return
+	}
+	if err := s.store.SaveMeta(s.meta); err != nil {
+		s.writeFailed(err, "save session metadata")
+		return
+	}
+	s.meta = s.store.Meta()
+	s.metaDirty = false
+}
+
+// changeMeta persists a change of s.meta: at once when no turn runs, else
+// at the turn's end (endTurn writes the metadata once per turn anyway).
+// What is durable when: the history's lines at every message (fsynced at
+// the turn's end); the metadata at the turn's end, or at once for a change
+// made between turns.
+func (s *session) changeMeta() {
+	s.metaDirty = true
+	if s.turn == nil {
+		s.saveMeta()
+	}
+}
+
+// flushMeta writes a change still pending (a session closed or released).
+func (s *session) flushMeta() {
+	if s.metaDirty {
+		s.saveMeta()
+	}
+}
+
+// record appends a completed message to the history, on disk at once.
+func (s *session) record(ctx actor.Context, msg llm.Message) {
+	s.append(store.MessageEntry(msg))
+	if s.meta.Title == "" && msg.Role == llm.RoleUser {
+		if title := store.TitleFrom(msg.TextOf()); title != "" {
+			// Written with the turn this prompt starts, at its end.
+			s.meta.Title, s.meta.UpdatedAt, s.metaDirty = title, time.Now().UTC(), true
+			if s.fenced != nil {
+				return
+			}
+			s.emit(ctx, protocol.SessionInfoUpdate{SessionUpdate: protocol.UpdateSessionInfo, Title: title,
+				UpdatedAt: s.meta.UpdatedAt.Format(time.RFC3339)})
+		}
+	}
+}
+
+// append adds e to the history, in the store unless fenced.
+func (s *session) append(e store.Entry) {
+	entries := []store.Entry{e}
+	if s.fenced == nil {
+		if err := s.store.Append(entries...); err != nil {
+			s.writeFailed(err, "append to session history")
+		}
+	}
+	s.entries = append(s.entries, entries[0])
+}
+
+// closeStore lets go of the session in the store for good (Close is
+// idempotent): before session/close is answered, so that another process
+// can load the session as soon as the client hears it is closed.
+func (s *session) closeStore() {
+	s.flushMeta()
+	if err := s.store.Close(); err != nil {
+		s.log.Error().Err(err).Msg("close session store")
+	}
+}
+
+func (s *session) syncStore() {
+	if s.fenced != nil {
+		return
+	}
+	if err := s.store.Sync(); err != nil {
+		s.writeFailed(err, "sync session history")
+	}
+}
+
+// compacted stores a compaction: the summary stands for every context
+// message but the last m.keep from now on; the full history stays on disk.
+func (s *session) compacted(m *compacted) {
+	var ctxSeqs []int64
+	for _, e := range s.entries {
+		switch e.Kind {
+		case store.KindCompaction:
+			ctxSeqs = ctxSeqs[:0]
+		default:
+			ctxSeqs = append(ctxSeqs, e.Seq)
+		}
+	}
+	cut := len(ctxSeqs) - m.keep - 1
+	if cut < 0 {
+		return
+	}
+	s.append(store.CompactionEntry(m.summary, ctxSeqs[cut]))
+}
