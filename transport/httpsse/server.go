@@ -406,29 +406,15 @@ func (e *Edge) serve(ctx *fasthttp.RequestCtx) (stream func()) {
 }
 
 // authorized compares the bearer token in constant time (over SHA-256
-// digests, so not even the length leaks). The token is the Authorization
-// header's or, on a WebSocket upgrade only (a browser cannot set headers
-// there), a Sec-WebSocket-Protocol entry acp.bearer.<token>.
+// digests, so not even the length leaks).
 func (e *Edge) authorized(ctx *fasthttp.RequestCtx) bool {
-	tok, ok := bearerToken(ctx)
-	if !ok {
+	h := authorization(ctx)
+	const scheme = "bearer "
+	if len(h) < len(scheme) || !strings.EqualFold(string(h[:len(scheme)]), scheme) {
 		return false
 	}
-	got := sha256.Sum256(tok)
+	got := sha256.Sum256(bytes.TrimSpace(h[len(scheme):]))
 	return subtle.ConstantTimeCompare(got[:], e.token[:]) == 1
-}
-
-// bearerToken is the token the request presents (see authorized).
-func bearerToken(ctx *fasthttp.RequestCtx) ([]byte, bool) {
-	h := ctx.Request.Header.Peek(fasthttp.HeaderAuthorization)
-	const scheme = "bearer "
-	if len(h) >= len(scheme) && strings.EqualFold(string(h[:len(scheme)]), scheme) {
-		return bytes.TrimSpace(h[len(scheme):]), true
-	}
-	if ctx.IsGet() && isWebSocketUpgrade(&ctx.Request.Header) {
-		return subprotocolToken(&ctx.Request.Header)
-	}
-	return nil, false
 }
 
 // post handles POST /acp: initialize synchronously, everything else 202.

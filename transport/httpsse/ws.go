@@ -50,16 +50,23 @@ func isWebSocketUpgrade(h *fasthttp.RequestHeader) bool {
 	return bytes.EqualFold(bytes.TrimSpace(h.Peek(fasthttp.HeaderUpgrade)), []byte("websocket"))
 }
 
-// subprotocolToken is the token of a "acp.bearer.<token>" entry of
-// Sec-WebSocket-Protocol, if any.
-func subprotocolToken(h *fasthttp.RequestHeader) ([]byte, bool) {
+// authorization is the request's credential as an Authorization header
+// value: the header itself or, on a WebSocket upgrade without one (a
+// browser cannot set headers there), "Bearer <token>" from a
+// Sec-WebSocket-Protocol entry acp.bearer.<token>. Every credential check
+// of the edge reads it, so a socket is authorized exactly as a POST.
+func authorization(ctx *fasthttp.RequestCtx) []byte {
+	h := &ctx.Request.Header
+	if v := h.Peek(fasthttp.HeaderAuthorization); len(v) > 0 || !ctx.IsGet() || !isWebSocketUpgrade(h) {
+		return v
+	}
 	for _, p := range bytes.Split(h.Peek("Sec-WebSocket-Protocol"), []byte(",")) {
 		p = bytes.TrimSpace(p)
 		if len(p) > len(wsBearerPrefix) && bytes.EqualFold(p[:len(wsBearerPrefix)], []byte(wsBearerPrefix)) {
-			return p[len(wsBearerPrefix):], true
+			return append([]byte("Bearer "), p[len(wsBearerPrefix):]...)
 		}
 	}
-	return nil, false
+	return nil
 }
 
 func newUpgrader(cfg Config) *websocket.FastHTTPUpgrader {
