@@ -248,9 +248,9 @@ var _ = Describe("WebSocket on /acp", Label("e2e", "remote"), func() {
 		Expect(a.stderr.String()).NotTo(ContainSubstring("tok-ws"))
 	})
 
-	It("notices a killed client at once and a silent one within 2.5 ping intervals; their running turns end", func() {
+	It("notices a killed client at once and a silent one within 2.5 ping intervals; with IAC_CODE_DETACHED_TURN_MAX=0 their running turns end", func() {
 		fake.SetDefault(llmtest.Reply{Text: "never finished", Hang: true, AfterChunks: 3})
-		a := startHTTPAgent(agentEnv(fake, "IAC_CODE_WS_PING_INTERVAL=200ms"), "")
+		a := startHTTPAgent(agentEnv(fake, "IAC_CODE_WS_PING_INTERVAL=200ms", "IAC_CODE_DETACHED_TURN_MAX=0"), "")
 		running := func(p *wsPeer) {
 			sid := p.call("session/new", map[string]any{"cwd": cwd, "mcpServers": []any{}})["sessionId"].(string)
 			p.prompt(sid, "go on")

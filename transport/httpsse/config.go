@@ -26,6 +26,7 @@ const (
 	DefaultCloseTimeout      = 5 * time.Second
 	DefaultShutdownTimeout   = 10 * time.Second
 	DefaultWSPingInterval    = 10 * time.Second
+	DefaultDetachedTurnMax   = 30 * time.Minute
 	// RetryMillis is the SSE retry field sent with every event.
 	RetryMillis = 5000
 )
@@ -98,6 +99,13 @@ type Config struct {
 	// pong, for 2.5 intervals (25 s by default) is taken for dead and its
 	// connection closed.
 	WSPingInterval time.Duration
+	// DetachedTurnMax is how long the running turns of a connection whose
+	// client went away (no stream or socket, no request) keep running
+	// before they are cancelled (IAC_CODE_DETACHED_TURN_MAX; see
+	// detach.go). Negative (the variable set to 0): cancelled as before,
+	// once nobody could replay their events (SSE: after ReplayMaxAge; a
+	// WebSocket: at once).
+	DetachedTurnMax time.Duration
 }
 
 // wsDeadAfter is how long a WebSocket may stay silent (see WSPingInterval).
@@ -158,6 +166,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.WSPingInterval <= 0 {
 		c.WSPingInterval = DefaultWSPingInterval
+	}
+	if c.DetachedTurnMax == 0 {
+		c.DetachedTurnMax = DefaultDetachedTurnMax
 	}
 	return c
 }

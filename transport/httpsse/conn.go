@@ -104,6 +104,11 @@ type conn struct {
 	log   zerolog.Logger
 	// ws: a WebSocket connection (ws.go), whose socket is its only stream.
 	ws bool
+	// prompts are the session/prompt requests delivered and not answered
+	// yet, by raw id; detached: a WebSocket connection whose socket ended
+	// while they ran (detach.go). c.mu.
+	prompts  map[string]struct{}
+	detached bool
 
 	mu    sync.Mutex
 	state connState
@@ -148,6 +153,14 @@ func (c *conn) Send(f actors.Frame) {
 	if c.state == stateClosed {
 		c.mu.Unlock()
 		c.e.met.dropped.Inc()
+		return
+	}
+	if last := c.answeredLocked(f.Data); c.detached {
+		// Nobody can read it; the session's history keeps the turn.
+		c.mu.Unlock()
+		if last {
+			go c.e.closeConn(c, reasonWebSocket, false, c.e.cfg.CloseTimeout)
+		}
 		return
 	}
 	sl := c.main
@@ -429,11 +442,13 @@ func (c *conn) detach(st *stream) {
 func (c *conn) touch() { c.lastActive.Store(time.Now().UnixNano()) }
 
 // idleSince reports whether the connection has had no stream and no request
-// since before cutoff.
-func (c *conn) idleSince(cutoff int64) bool {
+// since before cutoff, or since before detachedCutoff while prompts of it
+// run (detached turns are not reaped with it before their limit).
+func (c *conn) idleSince(cutoff, detachedCutoff int64) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.state == stateOpen && c.init == nil && c.open == 0 && c.lastActive.Load() < cutoff
+	last := c.lastActive.Load()
+	return c.state == stateOpen && c.init == nil && c.open == 0 && last < cutoff && (len(c.prompts) == 0 || last < detachedCutoff)
 }
 
 // abandoned reports, once per spell of inactivity, a connection whose

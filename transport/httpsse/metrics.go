@@ -36,6 +36,7 @@ type metrics struct {
 	reconnects prometheus.Counter
 	closed     *prometheus.CounterVec
 	abandoned  prometheus.Counter
+	detached   prometheus.Counter
 	requests   *prometheus.HistogramVec
 	handler    fasthttp.RequestHandler
 }
@@ -81,6 +82,10 @@ func newMetrics(e *Edge) *metrics {
 			Name: "iaccode_http_abandoned_total",
 			Help: "Connections whose running turns were cancelled because their stream was gone longer than the replay window.",
 		}),
+		detached: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "iaccode_http_detached_total",
+			Help: "WebSocket connections whose socket ended while their turns ran, the turns going on detached.",
+		}),
 		closed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "iaccode_http_connections_closed_total", Help: "Closed HTTP connections by reason.",
 		}, []string{"reason"}),
@@ -98,7 +103,7 @@ func newMetrics(e *Edge) *metrics {
 	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "iaccode_http_events_sent_total", Help: "Events written to streams (SSE events, replays included, and WebSocket messages).",
 	}, func() float64 { return float64(m.eventsSent.Load()) }))
-	reg.MustRegister(m.dropped, m.reconnects, m.closed, m.abandoned, m.requests,
+	reg.MustRegister(m.dropped, m.reconnects, m.closed, m.abandoned, m.detached, m.requests,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if e.cluster != nil {
 		reg.MustRegister(e.cluster.Collectors()...)

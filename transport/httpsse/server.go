@@ -482,6 +482,7 @@ func (e *Edge) postTo(c *conn, sid []byte, msg *protocol.Message) Reply {
 			return connReply(err)
 		}
 	}
+	c.trackPrompt(msg)
 	c.actor.Deliver(msg)
 	return Reply{Status: fasthttp.StatusAccepted}
 }
@@ -763,14 +764,20 @@ func (e *Edge) reaper() {
 		case now := <-t.C:
 			e.reapUnused(now.Add(-e.cfg.UnusedTimeout).UnixNano())
 			cutoff := now.Add(-e.cfg.IdleTimeout).UnixNano()
-			abandoned := now.Add(-e.cfg.ReplayMaxAge).UnixNano()
+			// Turns outlive their client for DetachedTurnMax (detach.go);
+			// without it, nobody could receive what they produce once the
+			// replay window is over.
+			keep, why := e.cfg.ReplayMaxAge, "stream gone for longer than the replay window: cancelling running turns"
+			if e.cfg.detachEnabled() {
+				keep, why = e.cfg.DetachedTurnMax, "stream gone for longer than IAC_CODE_DETACHED_TURN_MAX: cancelling running turns"
+			}
+			abandoned := now.Add(-keep).UnixNano()
+			detachedCutoff := now.Add(-max(e.cfg.IdleTimeout, keep+e.cfg.CloseTimeout)).UnixNano()
 			for _, c := range e.snapshot() {
-				if c.idleSince(cutoff) {
+				if c.idleSince(cutoff, detachedCutoff) {
 					go e.closeConn(c, reasonIdle, false, e.cfg.CloseTimeout)
 				} else if c.abandoned(abandoned) {
-					// Nobody can receive what these turns produce: a client
-					// coming back after the replay window misses it anyway.
-					c.log.Info().Dur("after", e.cfg.ReplayMaxAge).Msg("stream gone for longer than the replay window: cancelling running turns")
+					c.log.Info().Dur("after", keep).Msg(why)
 					e.met.abandoned.Inc()
 					c.actor.CancelTurns()
 				}

@@ -134,14 +134,18 @@ func (e *Edge) serveWebSocket(id string, ws *websocket.Conn) {
 	e.met.websockets.Add(1)
 	defer e.met.websockets.Add(-1)
 	written := make(chan struct{})
+	stop := make(chan struct{})
 	go func() {
 		defer close(written)
-		e.writeWebSocket(st, ws)
+		e.writeWebSocket(st, ws, stop)
 		// The reader must not wait for a peer the writer gave up on.
 		_ = nc.Close()
 	}()
 	e.readWebSocket(c, ws)
-	e.closeConn(c, reasonWebSocket, false, e.cfg.CloseTimeout)
+	if !e.detachSocket(c) {
+		e.closeConn(c, reasonWebSocket, false, e.cfg.CloseTimeout)
+	}
+	close(stop)
 	// The library's buffers go back to its pool when this handler returns.
 	<-written
 }
@@ -205,6 +209,7 @@ func deliverFrame(c *conn, data []byte) {
 		c.actor.Reject(id, perr)
 		return
 	}
+	c.trackPrompt(msg)
 	c.actor.Deliver(msg)
 }
 
@@ -223,7 +228,7 @@ func (c *conn) attachSocket(nc net.Conn) *stream {
 // writeWebSocket is the socket's writer: every event its slot receives
 // becomes one text frame; a ping goes out every WSPingInterval. When the
 // server ends the stream it sends a close frame saying why.
-func (e *Edge) writeWebSocket(st *stream, ws *websocket.Conn) {
+func (e *Edge) writeWebSocket(st *stream, ws *websocket.Conn, stop <-chan struct{}) {
 	c := st.c
 	defer func() {
 		c.detach(st)
@@ -238,6 +243,8 @@ func (e *Edge) writeWebSocket(st *stream, ws *websocket.Conn) {
 		select {
 		case <-st.wakeCh:
 		case <-st.done:
+		case <-stop: // the socket is gone; the connection may go on detached
+			return
 		case <-ping.C:
 			if !sendPing() {
 				return

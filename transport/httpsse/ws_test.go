@@ -292,7 +292,7 @@ var _ = Describe("WebSocket on /acp", func() {
 	})
 
 	It("detects a dead TCP peer (nothing comes back, not even a FIN) within 2.5 ping intervals", func() {
-		e := startEnv(httpsse.Config{WSPingInterval: 200 * time.Millisecond})
+		e := startEnv(httpsse.Config{WSPingInterval: 200 * time.Millisecond, DetachedTurnMax: -1})
 		e.fake.Script(llmtest.Reply{Text: "never read", Hang: true, AfterChunks: 1})
 		var freeze func()
 		dial := func(network, addr string) (net.Conn, error) {
@@ -313,7 +313,7 @@ var _ = Describe("WebSocket on /acp", func() {
 		Eventually(e.metrics, 5*time.Second, 20*time.Millisecond).Should(ContainSubstring("iaccode_http_websockets 0"))
 		Expect(time.Since(start)).To(BeNumerically("<", 1500*time.Millisecond))
 		Expect(e.metrics()).To(ContainSubstring(`iaccode_http_connections_closed_total{reason="websocket_closed"} 1`))
-		By("its running turn is cancelled with it")
+		By("its running turn is cancelled with it (no detached turns)")
 		Eventually(e.metrics, 5*time.Second).Should(ContainSubstring("iaccode_running_turns 0"))
 	})
 
