@@ -77,7 +77,7 @@ func (a *permissionAsk) options() []protocol.PermissionOption {
 	}
 }
 
-// decidePermission applies the session policy (README, "Permissions"):
+// decidePermission applies the session policy (docs/tools.md, the permission table):
 // plan mode runs read-only tools only; a read-only call that stays inside
 // the cwd and contacts no host never asks; remembered decisions answer at
 // once; bypass never asks; accept_edits lets edits inside the cwd through.

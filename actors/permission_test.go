@@ -17,7 +17,7 @@ import (
 	"github.com/iac-code/iac-code/tools"
 )
 
-// The permission policy of the README table, on the real built-in tools:
+// The permission policy of docs/tools.md's table, on the real built-in tools:
 // tool × mode × where the call's resolved paths (or host) lie.
 var _ = Describe("the permission policy", Label("security"), func() {
 	const (

@@ -419,6 +419,7 @@ func (s *session) open(ctx actor.Context) {
 		s.saveMeta()
 	}
 	s.configureMCP(ctx, s.mcp.start, s.meta.Cwd)
+	s.prefetchInstructions()
 	s.answerWhenReady(ctx, s.start, s.startReq)
 	s.armIdle(ctx, s.deps.Config.SessionIdle)
 	s.armRelease(ctx, s.deps.Config.SessionRelease)

@@ -84,7 +84,7 @@ func (s *session) prompt(ctx actor.Context, r *sessionRequest) {
 	s.turnUsage = llm.Usage{}
 	s.turnID++
 	opts := turnOptions{
-		sessionID: s.id, cwd: s.meta.Cwd, model: s.meta.Model, turnID: s.turnID,
+		sessionID: s.id, cwd: s.meta.Cwd, model: s.meta.Model, turnID: s.turnID, mode: s.meta.Mode,
 		history: store.Context(s.entries), tools: s.toolsForMode(),
 		compactOnly: command == "compact",
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/rs/zerolog"
 
+	"github.com/iac-code/iac-code/actors/sysprompt"
 	"github.com/iac-code/iac-code/llm"
 	"github.com/iac-code/iac-code/protocol"
 	"github.com/iac-code/iac-code/store"
@@ -90,6 +91,8 @@ type Deps struct {
 	// leaving are the sessions handed off to another process that are still
 	// stopping: id → channel closed once stopped (see HandOff).
 	leaving *sync.Map
+	// projects are the AGENTS.md files by working directory (turn_context.go).
+	projects *sysprompt.Projects
 }
 
 // Handover moves sessions between processes that share a store (cluster
@@ -148,6 +151,7 @@ func NewServer(deps Deps) *Server {
 		deps.Metrics = &Metrics{}
 	}
 	deps.leaving = &sync.Map{}
+	deps.projects = sysprompt.NewProjects(deps.Config.Home)
 	if deps.Tools == nil {
 		deps.Tools = tools.Default()
 	}

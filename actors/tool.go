@@ -102,6 +102,9 @@ type toolActor struct {
 	sessionID string
 	cwd       string
 	model     string
+	// mode is the session's mode at the turn's start, for a sub-agent's
+	// system prompt.
+	mode      string
 	session   *actor.PID
 	call      toolCall
 	parentCtx context.Context
@@ -156,7 +159,7 @@ func (a *toolActor) startSubagent(ctx actor.Context, in tools.AgentInput) {
 		sessionID: a.sessionID, cwd: a.cwd, model: a.model, tools: reg, session: ctx.Self(),
 		mcp: a.mcp, mcpKeep: keep,
 		history:  []llm.Message{{Role: llm.RoleUser, Content: []llm.Block{{Type: llm.BlockText, Text: in.Prompt}}}},
-		subagent: in.SubagentType, maxCalls: subagentMaxCalls, turnID: a.turnID,
+		subagent: in.SubagentType, maxCalls: subagentMaxCalls, turnID: a.turnID, mode: a.mode,
 	}
 	props := actor.PropsFromProducer(func() actor.Actor { return newTurn(a.deps, opts) },
 		actor.WithReceiverMiddleware(keepStack), actor.WithSupervisor(reportAndStop{}))

@@ -44,8 +44,11 @@ type turnOptions struct {
 	sessionID string
 	cwd       string
 	model     string
-	history   []llm.Message
-	tools     *tools.Registry
+	// mode is the session's mode, whose rules the system prompt states
+	// (the permission decisions themselves are the session's).
+	mode    string
+	history []llm.Message
+	tools   *tools.Registry
 	// compactOnly runs /compact: summarise, no model answer.
 	compactOnly bool
 	// session receives tool actors' updates and permission asks (default:
@@ -101,6 +104,10 @@ type turn struct {
 	subagent    string
 	maxCalls    int
 	turnID      int64
+	mode        string
+	// system and systemTurn are the system prompt's two parts, gathered
+	// once at the turn's start (turn_context.go).
+	system, systemTurn string
 	// compactedOnce: auto-compaction runs at most once per turn.
 	compactedOnce bool
 	// lastContext is the context size the last model call reported.
@@ -156,6 +163,7 @@ func newTurn(deps *Deps, o turnOptions) *turn {
 		subagent:    o.subagent,
 		maxCalls:    o.maxCalls,
 		turnID:      o.turnID,
+		mode:        o.mode,
 	}
 }
 
@@ -171,7 +179,12 @@ func (t *turn) Receive(ctx actor.Context) {
 			}
 			return
 		}
-		t.callModel(ctx)
+		t.gatherContext(ctx)
+	case *contextReady:
+		if !t.ended {
+			t.system, t.systemTurn = m.stable, m.turn
+			t.callModel(ctx)
+		}
 	case *streamEnd:
 		if m.gen == t.gen && !t.ended {
 			t.onStreamEnd(ctx, m.err)
@@ -212,17 +225,6 @@ func (t *turn) emitRaw(ctx actor.Context, data []byte) {
 	ctx.Send(ctx.Parent(), &outbound{frame: Frame{Data: data, SessionID: t.sessionID}})
 }
 
-func (t *turn) systemPrompt() string {
-	prompt := "You are iac-code, an AI coding agent working for a developer through their editor.\n" +
-		"Working directory: " + t.cwd + "\n" +
-		"Use the tools to inspect and change files; paths are relative to the working directory unless absolute."
-	if t.subagent != "" {
-		prompt += "\nYou are a " + t.subagent + " sub-agent: do the task you were given with the tools you have, " +
-			"then answer with a complete, self-contained report; nobody sees your intermediate text."
-	}
-	return prompt
-}
-
 func (t *turn) callModel(ctx actor.Context) {
 	limit := t.deps.Config.MaxTurnRequests
 	if t.maxCalls > 0 {
@@ -237,11 +239,12 @@ func (t *turn) callModel(ctx actor.Context) {
 	}
 	t.tools = t.currentTools()
 	t.stream(ctx, &llm.Request{
-		Model:     t.model,
-		System:    t.systemPrompt(),
-		Messages:  t.forModel(t.messages),
-		Tools:     toolSpecs(t.tools),
-		MaxTokens: t.deps.llmConfig().MaxTokens,
+		Model:      t.model,
+		System:     t.system,
+		SystemTurn: t.systemTurn,
+		Messages:   t.forModel(t.messages),
+		Tools:      toolSpecs(t.tools),
+		MaxTokens:  t.deps.llmConfig().MaxTokens,
 	})
 }
 
@@ -391,7 +394,9 @@ func (t *turn) runTools(ctx actor.Context, msg llm.Message, calls []toolCall) {
 		t.pending = append(t.pending, &pendingCall{id: b.ToolCallID, name: b.Name})
 		t.emit(ctx, b.Display)
 		props := actor.PropsFromProducer(func() actor.Actor {
-			return newToolActor(t.deps, t.sessionID, t.cwd, t.model, session, call, t.ctx, t.turnID, t.mcp)
+			a := newToolActor(t.deps, t.sessionID, t.cwd, t.model, session, call, t.ctx, t.turnID, t.mcp)
+			a.mode = t.mode
+			return a
 		}, actor.WithReceiverMiddleware(keepStack))
 		pid := ctx.Spawn(props)
 		t.toolPIDs[pid.Id] = call.index

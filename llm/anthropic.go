@@ -19,8 +19,10 @@
 //   - Request.ThinkingBudget (else Config.ThinkingBudget) > 0 sends
 //     thinking {type: enabled, budget_tokens} (at least 1024, and max_tokens
 //     is raised above it when needed);
-//   - the system prompt and the last block of the last message carry
-//     cache_control breakpoints, so the conversation prefix is cached;
+//   - the system prompt's stable start (Request.System) and the last block
+//     of the last message carry cache_control breakpoints, so the
+//     conversation prefix is cached; Request.SystemTurn is a second system
+//     block after the first breakpoint;
 //   - the anthropic preset talks the SDK's API version and auth; every other
 //     preset (anthropic_compatible servers) gets anthropic-version 2023-06-01
 //     and the key in both x-api-key and Authorization, which those servers
@@ -153,6 +155,11 @@ func (p *anthropicProvider) params(req *Request) (anthropic.MessageNewParams, er
 	params.MaxTokens = int64(maxTokens)
 	if req.System != "" {
 		params.System = []anthropic.TextBlockParam{{Text: req.System, CacheControl: anthropic.NewCacheControlEphemeralParam()}}
+	}
+	if req.SystemTurn != "" {
+		// After the breakpoint: a change here leaves the cached System
+		// (and the tools before it) a hit.
+		params.System = append(params.System, anthropic.TextBlockParam{Text: req.SystemTurn})
 	}
 	for _, t := range req.Tools {
 		tool := anthropic.ToolParam{Name: t.Name, InputSchema: anthropicSchema(t.InputSchema)}

@@ -51,6 +51,8 @@ func bodyCases() []bodyCase {
 	return []bodyCase{
 		{"empty", base, &Request{}},
 		{"system only", base, &Request{System: tricky}},
+		{"system and per-turn system", base, &Request{System: "stable", SystemTurn: tricky}},
+		{"per-turn system only", base, &Request{SystemTurn: "turn"}},
 		{"short prompt with tools", with(func(c *Config) { c.MaxTokens = 4096 }),
 			&Request{System: "You are an agent.", Messages: conversation[:1], Tools: tools}},
 		{"conversation", base, &Request{Model: "other <model>", System: "s", Messages: conversation, Tools: tools[:1], MaxTokens: 7}},

@@ -4,7 +4,7 @@
 //   - config.go, settings.go: Config and LoadConfig (environment, then
 //     $IAC_CODE_HOME/settings.yml and .credentials.yml), New, Register.
 //   - presets.go: the built-in providers (Presets) and ContextWindow.
-//   - openai.go, anthropic.go: the two wire protocols; sse.go their shared
+//   - openai*.go, anthropic.go: the two wire protocols; sse.go their shared
 //     server-sent-events reader.
 //   - retry.go: WithRetry (applied by New) and the stream idle timeout.
 //   - assemble.go: Assembler, the assistant message built from events.
@@ -137,11 +137,16 @@ type ToolSpec struct {
 
 // Request is one model call.
 type Request struct {
-	Model     string
-	System    string
-	Messages  []Message
-	Tools     []ToolSpec
-	MaxTokens int
+	Model string
+	// System is the system prompt's stable start, the same bytes at every
+	// call of a project so the provider's prompt cache holds it (Anthropic:
+	// a cache_control breakpoint; OpenAI: its automatic prefix cache).
+	// SystemTurn follows it: what changes from prompt to prompt.
+	System     string
+	SystemTurn string
+	Messages   []Message
+	Tools      []ToolSpec
+	MaxTokens  int
 	// ThinkingBudget > 0 asks for extended thinking / reasoning where supported.
 	ThinkingBudget int
 }

@@ -9,7 +9,8 @@ import (
 )
 
 // serverSecretEnv are the server's own secret settings. A new secret setting
-// joins this list (and the README's "Environment of tools" rule).
+// joins this list (and docs/security.md, "Tools do not get the server's
+// secrets").
 var serverSecretEnv = []string{
 	"IAC_CODE_API_KEY",        // the model API key
 	"IACCODE_ACP_HTTP_TOKEN",  // the HTTP edge's bearer token

@@ -24,8 +24,8 @@ const tokenHeader = "x-iac-code-cluster"
 // auth admits the gRPC calls of pods that hold the cluster secret. The
 // token sent is an HMAC of a fixed label under the secret, never the secret
 // itself; it is compared in constant time. It is a shared password: without
-// TLS anyone who can read the pod network can replay it (see README,
-// "Deploying several pods").
+// TLS anyone who can read the pod network can replay it (see
+// docs/deployment.md, "Security").
 type auth struct {
 	token   []byte
 	log     zerolog.Logger
