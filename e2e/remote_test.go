@@ -375,3 +375,97 @@ var _ = Describe("WebSocket on /acp across pods", Label("e2e", "remote", "cluste
 		Expect(closed).To(BeNumerically(">=", n))
 	})
 })
+
+var _ = Describe("detached turns (IAC_CODE_DETACHED_TURN_MAX)", Label("e2e", "remote"), func() {
+	var (
+		fake *llmtest.Server
+		cwd  string
+	)
+	BeforeEach(func() {
+		fake = llmtest.NewServer()
+		DeferCleanup(fake.Close)
+		cwd = GinkgoT().TempDir()
+	})
+	words := func(n int) []string {
+		var out []string
+		for i := range n {
+			out = append(out, "w"+jsonText(i)+" ")
+		}
+		return out
+	}
+	agentText := func(evs []sseEvent) string {
+		var msgs []map[string]any
+		for _, ev := range evs {
+			msgs = append(msgs, ev.msg)
+		}
+		return (&wsPeer{got: msgs}).text(0)
+	}
+
+	It("SSE: a client gone past the replay window comes back with Last-Event-ID to the rest of its turn, exactly once, and answers the permission asked meanwhile", func() {
+		text := words(8)
+		fake.Script(
+			llmtest.Reply{TextChunks: text, Delay: 300 * time.Millisecond,
+				ToolCalls: []llmtest.ToolCall{{ID: "w1", Name: "write_file", Arguments: `{"path":"away.txt","content":"while away"}`}}},
+			llmtest.Reply{Text: "Written."},
+		)
+		a := startHTTPAgent(agentEnv(fake, "IAC_CODE_HTTP_REPLAY_MAX_AGE=1s"), "")
+		conn := a.post("", jrpc(1, "initialize", map[string]any{"protocolVersion": 1})).header.Get("Acp-Connection-Id")
+		s := a.stream(conn)
+		a.accepted(conn, jrpc(2, "session/new", map[string]any{"cwd": cwd, "mcpServers": []any{}}))
+		evs := s.until("session", respTo(2))
+		sid := evs[len(evs)-1].msg["result"].(map[string]any)["sessionId"]
+		a.accepted(conn, jrpc(3, "session/prompt", map[string]any{"sessionId": sid,
+			"prompt": []any{map[string]any{"type": "text", "text": "write it"}}}))
+		seen := s.until("first chunk", isAgentChunk)
+		last := seen[len(seen)-1].id
+
+		By("the client goes away for more than two replay windows")
+		s.cancel()
+		s.resp.Body.Close()
+		time.Sleep(2500 * time.Millisecond)
+		Expect(a.metric("iaccode_running_turns")).To(Equal(1.0))
+		Expect(a.metric("iaccode_http_abandoned_total")).To(BeZero())
+
+		By("it comes back on the same connection with Last-Event-ID")
+		back := a.stream(conn, "Last-Event-ID", last)
+		ask := back.until("the permission request asked while it was away", methodIs("session/request_permission"))
+		perm := ask[len(ask)-1].msg
+		a.accepted(conn, map[string]any{"jsonrpc": "2.0", "id": perm["id"],
+			"result": map[string]any{"outcome": map[string]any{"outcome": "selected", "optionId": "allow_once"}}})
+		rest := back.until("the prompt's answer", respTo(3))
+		Expect(rest[len(rest)-1].msg["result"]).To(HaveKeyWithValue("stopReason", "end_turn"))
+		Expect(agentText(seen) + agentText(ask) + agentText(rest)).To(Equal(strings.Join(text, "") + "Written."))
+		content, err := os.ReadFile(filepath.Join(cwd, "away.txt"))
+		Expect(err).NotTo(HaveOccurred())
+		Expect(string(content)).To(Equal("while away"))
+		Expect(a.check.Violations()).To(BeEmpty())
+	})
+
+	It("WebSocket across pods: the socket dies mid-turn, the turn runs to its end on its pod, a load on another pod replays the whole answer once", Label("cluster", "postgres"), func() {
+		text := words(10)
+		fake.Script(llmtest.Reply{TextChunks: text, Delay: 100 * time.Millisecond}, llmtest.Reply{Text: "Still here."})
+		cl := newCluster(fake, 2)
+		home, away := cl.pods[0], cl.pods[1]
+		p := openWS(home.base, nil, nil)
+		sid := p.call("session/new", map[string]any{"cwd": cwd, "mcpServers": []any{}})["sessionId"].(string)
+		p.prompt(sid, "stream slowly")
+		p.until("first chunk", isAgentChunk)
+		tcp := p.ws.NetConn().(*net.TCPConn)
+		Expect(tcp.SetLinger(0)).To(Succeed())
+		Expect(tcp.Close()).To(Succeed())
+		Eventually(func() float64 { return home.metric("iaccode_http_detached_total") }, 5*time.Second, 20*time.Millisecond).Should(Equal(1.0))
+		Expect(home.metric("iaccode_running_turns")).To(Equal(1.0))
+		Eventually(func() float64 { return home.metric("iaccode_running_turns") }, 10*time.Second, 50*time.Millisecond).Should(BeZero())
+
+		q := openWS(away.base, nil, nil)
+		q.call("session/load", loadParams(sid, cwd))
+		Expect(q.text(0)).To(Equal(strings.Join(text, "")), "the whole answer, once")
+		from := len(q.got)
+		id := q.prompt(sid, "still there?")
+		m := q.until("prompt answer", func(m map[string]any) bool { return m["id"] == id && m["method"] == nil })
+		Expect(m["result"]).To(HaveKeyWithValue("stopReason", "end_turn"))
+		Expect(q.text(from)).To(Equal("Still here."))
+		Expect(p.check.Violations()).To(BeEmpty())
+		Expect(q.check.Violations()).To(BeEmpty())
+	})
+})

@@ -120,7 +120,8 @@ func (e *Edge) upgrade(ctx *fasthttp.RequestCtx) {
 }
 
 // serveWebSocket runs one WebSocket connection until the socket ends, then
-// closes the ACP connection (its running turns are cancelled).
+// closes the ACP connection, unless its running turns go on detached
+// (detach.go).
 func (e *Edge) serveWebSocket(id string, ws *websocket.Conn) {
 	c := e.openConn(id, nil, true)
 	c.log.Debug().Str("remote", ws.RemoteAddr().String()).Msg("websocket open")
