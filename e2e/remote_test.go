@@ -469,3 +469,37 @@ var _ = Describe("detached turns (IAC_CODE_DETACHED_TURN_MAX)", Label("e2e", "re
 		Expect(q.check.Violations()).To(BeEmpty())
 	})
 })
+
+var _ = Describe("deploy/nginx.conf passes WebSockets", Label("e2e", "remote", "nginx", "cluster", "postgres"), func() {
+	It("upgrades /acp through nginx to a pod; a prompt with a permission runs over the socket", func() {
+		bin := nginxBinary()
+		if bin == "" {
+			Skip("nginx is not installed (.ci/run installs Debian's nginx-light)")
+		}
+		fake := llmtest.NewServer()
+		DeferCleanup(fake.Close)
+		cwd := GinkgoT().TempDir()
+		fake.Script(toolCallReply("w1", "write_file", map[string]any{"path": "ng.txt", "content": "via nginx"}),
+			llmtest.Reply{Text: "Written through nginx."})
+		cl := newCluster(fake, 3)
+		ng := startNginx(bin, cl.pods)
+		p := openWS(ng.base, nil, nil)
+		Expect(p.resp.Header.Get("Acp-Connection-Id")).NotTo(BeEmpty())
+		sid := p.call("session/new", map[string]any{"cwd": cwd, "mcpServers": []any{}})["sessionId"].(string)
+		id := p.prompt(sid, "write it")
+		perm := p.until("permission request", func(m map[string]any) bool { return m["method"] == "session/request_permission" })
+		b, err := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": perm["id"],
+			"result": map[string]any{"outcome": map[string]any{"outcome": "selected", "optionId": "allow_once"}}})
+		Expect(err).NotTo(HaveOccurred())
+		p.wmu.Lock()
+		Expect(p.ws.WriteMessage(websocket.TextMessage, b)).To(Succeed())
+		p.wmu.Unlock()
+		m := p.until("prompt answer", func(m map[string]any) bool { return m["id"] == id && m["method"] == nil })
+		Expect(m["result"]).To(HaveKeyWithValue("stopReason", "end_turn"))
+		Expect(p.text(0)).To(Equal("Written through nginx."))
+		content, err := os.ReadFile(filepath.Join(cwd, "ng.txt"))
+		Expect(err).NotTo(HaveOccurred())
+		Expect(string(content)).To(Equal("via nginx"))
+		Expect(p.check.Violations()).To(BeEmpty())
+	})
+})
