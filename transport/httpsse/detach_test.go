@@ -81,6 +81,20 @@ var _ = Describe("detached turns (DetachedTurnMax)", func() {
 		}
 	})
 
+	It("does not reap an idle connection while its detached turn runs; it does after the turn is cancelled at the limit", func() {
+		e := startEnv(httpsse.Config{ReplayMaxAge: 100 * time.Millisecond, IdleTimeout: 300 * time.Millisecond,
+			KeepAlive: 50 * time.Millisecond, DetachedTurnMax: 1500 * time.Millisecond})
+		e.fake.Script(llmtest.Reply{Text: "one two three four", Hang: true, AfterChunks: 3})
+		conn, sid := e.sessionWithoutStream()
+		e.prompt(conn, 3, sid, "go")
+		Eventually(e.metrics, 5*time.Second).Should(ContainSubstring("iaccode_running_turns 1"))
+		Consistently(e.metrics, time.Second, 50*time.Millisecond).Should(And(
+			ContainSubstring(`iaccode_http_connections_closed_total{reason="idle"} 0`), ContainSubstring("iaccode_running_turns 1")))
+		Eventually(e.metrics, 5*time.Second, 20*time.Millisecond).Should(And(ContainSubstring("iaccode_http_abandoned_total 1"),
+			ContainSubstring("iaccode_running_turns 0")))
+		Eventually(e.metrics, 5*time.Second, 20*time.Millisecond).Should(ContainSubstring(`iaccode_http_connections_closed_total{reason="idle"} 1`))
+	})
+
 	It("lets a WebSocket's turn run to its end when the socket goes; a new connection loads the whole answer", func() {
 		e := startEnv(httpsse.Config{DetachedTurnMax: 30 * time.Second})
 		var words []string
