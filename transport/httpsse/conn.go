@@ -175,6 +175,11 @@ func (c *conn) Send(f actors.Frame) {
 	c.bytes += len(f.Data)
 	if !c.trim() {
 		n := c.count
+		if c.detachOverflowLocked() {
+			c.mu.Unlock()
+			c.log.Warn().Int("buffered_events", n).Msg("client is not reading its websocket: buffer full, closing the socket; its turns go on detached")
+			return
+		}
 		c.overflowLocked()
 		c.mu.Unlock()
 		c.log.Warn().Int("buffered_events", n).Msg("client is not reading its event stream: buffer full, closing the connection")

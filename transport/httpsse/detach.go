@@ -18,7 +18,8 @@ import (
 //   - a WebSocket connection cannot come back (a new socket is a new
 //     connection): its turns run to their end, recorded in the session's
 //     history for a later session/load, and its frames are dropped; the
-//     connection ends with its last prompt answered.
+//     connection ends with its last prompt answered. A client that stops
+//     reading its socket is treated so too once its buffer is full.
 //
 // The edge knows which turns run from the session/prompt requests it
 // delivered and their answers (pendingPrompts).
@@ -73,6 +74,24 @@ func (c *conn) pendingPrompts() int {
 	return len(c.prompts)
 }
 
+// detachOverflowLocked handles a WebSocket client that stopped reading
+// while its turns run as one whose socket died: its buffer is dropped, the
+// socket is closed (1008) and the turns go on detached (detachSocket, once
+// the reader sees the socket end). It reports false when that does not
+// apply (the connection is closed as an SSE one). c.mu held.
+func (c *conn) detachOverflowLocked() bool {
+	if !c.ws || !c.e.cfg.detachEnabled() || len(c.prompts) == 0 || c.state != stateOpen {
+		return false
+	}
+	c.detached = true
+	c.e.met.detached.Inc()
+	c.reason = reasonOverflow
+	c.endStreamsLocked(nil, false)
+	c.main.drop()
+	c.count, c.bytes = 0, 0
+	return true
+}
+
 // detachSocket keeps a WebSocket connection whose socket ended while its
 // prompts run (see above): it closes once they are answered, or after
 // DetachedTurnMax, which cancels them. It reports false when nothing runs
@@ -83,6 +102,7 @@ func (e *Edge) detachSocket(c *conn) bool {
 	}
 	c.mu.Lock()
 	n := len(c.prompts)
+	counted := c.detached // by detachOverflowLocked
 	c.detached = n > 0 && c.state == stateOpen
 	detached := c.detached
 	c.mu.Unlock()
@@ -90,7 +110,9 @@ func (e *Edge) detachSocket(c *conn) bool {
 		return false
 	}
 	c.log.Info().Int("prompts", n).Dur("max", e.cfg.DetachedTurnMax).Msg("websocket gone: its running turns go on detached")
-	e.met.detached.Inc()
+	if !counted {
+		e.met.detached.Inc()
+	}
 	time.AfterFunc(e.cfg.DetachedTurnMax, func() {
 		if c.pendingPrompts() > 0 {
 			c.log.Info().Dur("after", e.cfg.DetachedTurnMax).Msg("detached turns still running after IAC_CODE_DETACHED_TURN_MAX: cancelling them")

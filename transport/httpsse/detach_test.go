@@ -1,6 +1,7 @@
 package httpsse_test
 
 import (
+	"net"
 	"strings"
 	"time"
 
@@ -123,5 +124,48 @@ var _ = Describe("detached turns (DetachedTurnMax)", func() {
 		replay := next.until(isResponse(2))
 		Expect(replay[len(replay)-1]).To(HaveKey("result"))
 		Expect(wsText(replay)).To(Equal(strings.Join(words, "")))
+	})
+
+	It("treats a WebSocket client that stops reading as gone: 1008 once its buffer is full, the turn runs to its end", func() {
+		e := startEnv(httpsse.Config{ReplayBuffer: 100, DetachedTurnMax: 30 * time.Second})
+		const chunks, size = 1500, 16 << 10
+		e.fake.Script(llmtest.Reply{Chunks: chunks, ChunkText: strings.Repeat("z", size)})
+		dial := func(network, addr string) (net.Conn, error) {
+			nc, err := net.Dial(network, addr)
+			if err == nil {
+				_ = nc.(*net.TCPConn).SetReadBuffer(4096)
+			}
+			return nc, err
+		}
+		ws, _, err := e.dialWS(nil, nil, dial)
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(func() { _ = ws.Close() })
+		call := func(m map[string]any) map[string]any {
+			Expect(ws.WriteJSON(m)).To(Succeed())
+			for {
+				var got map[string]any
+				Expect(ws.ReadJSON(&got)).To(Succeed())
+				if got["id"] == m["id"] {
+					return got
+				}
+			}
+		}
+		call(rpc(0.0, "initialize", map[string]any{"protocolVersion": 1}))
+		sid := call(rpc(1.0, "session/new", map[string]any{"cwd": e.cwd, "mcpServers": []any{}}))["result"].(map[string]any)["sessionId"].(string)
+		Expect(ws.WriteJSON(rpc(2, "session/prompt", map[string]any{"sessionId": sid,
+			"prompt": []any{map[string]any{"type": "text", "text": "flood"}}}))).To(Succeed())
+		Eventually(e.metrics, 20*time.Second, 50*time.Millisecond).Should(ContainSubstring("iaccode_http_detached_total 1"))
+		Expect(e.logs.String()).To(ContainSubstring("buffer full, closing the socket; its turns go on detached"))
+		Eventually(e.metrics, 30*time.Second, 50*time.Millisecond).Should(And(ContainSubstring("iaccode_running_turns 0"),
+			ContainSubstring(`iaccode_http_connections_closed_total{reason="websocket_closed"} 1`),
+			ContainSubstring(`iaccode_http_connections_closed_total{reason="overflow"} 0`), ContainSubstring("iaccode_http_connections 0")))
+
+		By("the whole answer is in the session's history")
+		next := e.ws(nil)
+		next.initialize()
+		next.send(rpc(2, "session/load", map[string]any{"sessionId": sid, "cwd": e.cwd, "mcpServers": []any{}}))
+		replay := next.until(isResponse(2))
+		Expect(replay[len(replay)-1]).To(HaveKey("result"))
+		Expect(len(wsText(replay))).To(Equal(chunks * size))
 	})
 })

@@ -317,8 +317,8 @@ var _ = Describe("WebSocket on /acp", func() {
 		Eventually(e.metrics, 5*time.Second).Should(ContainSubstring("iaccode_running_turns 0"))
 	})
 
-	It("closes a socket whose client stops reading once its bounded buffer is full", func() {
-		e := startEnv(httpsse.Config{ReplayBuffer: 200})
+	It("closes a socket whose client stops reading once its bounded buffer is full (turns cancelled without detached turns)", func() {
+		e := startEnv(httpsse.Config{ReplayBuffer: 200, DetachedTurnMax: -1})
 		e.fake.Script(llmtest.Reply{Chunks: 3000, ChunkText: strings.Repeat("z", 16<<10)})
 		dial := func(network, addr string) (net.Conn, error) {
 			nc, err := net.Dial(network, addr)
