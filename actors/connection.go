@@ -15,6 +15,7 @@ import (
 	"github.com/iac-code/iac-code/protocol"
 	"github.com/iac-code/iac-code/store"
 	"github.com/iac-code/iac-code/tools"
+	"github.com/iac-code/iac-code/tools/sandbox"
 )
 
 // Messages of the connection actor.
@@ -341,6 +342,7 @@ func (c *connection) initialize(m *protocol.Message) {
 		},
 		AgentInfo:   protocol.Implementation{Name: "iac-code", Version: c.deps.Config.Version},
 		AuthMethods: authMethods,
+		Meta:        map[string]any{sandbox.MetaKey: c.deps.Config.Sandbox.Meta()},
 	})
 }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/iac-code/iac-code/protocol"
 	"github.com/iac-code/iac-code/tools"
 	"github.com/iac-code/iac-code/tools/mcp"
+	"github.com/iac-code/iac-code/tools/sandbox"
 )
 
 // mcpMetaKey is the `_meta` key of session responses and
@@ -49,6 +50,8 @@ type (
 		servers []protocol.McpServerConfig
 		cwd     string
 		gen     int
+		// jail contains the stdio servers (nil: not sandboxed).
+		jail *sandbox.Jail
 	}
 	// mcpEvent is a state change of the server started as gen.
 	mcpEvent struct {
@@ -132,7 +135,7 @@ func (a *mcpActor) configure(ctx actor.Context, m *mcpConfigure) {
 			next = append(next, s)
 			continue
 		}
-		next = append(next, a.start(ctx, cfg, m.cwd))
+		next = append(next, a.start(ctx, cfg, m.cwd, m.jail))
 	}
 	for _, s := range old {
 		a.log.Info().Str("mcp_server", s.cfg.Name).Msg("MCP server no longer configured; closing it")
@@ -142,7 +145,7 @@ func (a *mcpActor) configure(ctx actor.Context, m *mcpConfigure) {
 }
 
 // start begins connecting to one server; its events come back as messages.
-func (a *mcpActor) start(ctx actor.Context, cfg protocol.McpServerConfig, cwd string) *mcpServer {
+func (a *mcpActor) start(ctx actor.Context, cfg protocol.McpServerConfig, cwd string, jail *sandbox.Jail) *mcpServer {
 	a.nextGen++
 	gen, self, root := a.nextGen, ctx.Self(), ctx.ActorSystem().Root
 	env := make([]mcp.Pair, len(cfg.Env))
@@ -155,7 +158,7 @@ func (a *mcpActor) start(ctx actor.Context, cfg protocol.McpServerConfig, cwd st
 	}
 	srv := mcp.Start(mcp.Config{Name: cfg.Name, Transport: mcp.Transport(cfg.Type), Command: cfg.Command, Args: cfg.Args,
 		Env: env, URL: cfg.URL, Headers: headers},
-		mcp.Options{Cwd: cwd, Version: a.deps.Config.Version, Log: a.log,
+		mcp.Options{Cwd: cwd, Version: a.deps.Config.Version, Log: a.log, Jail: jail,
 			OnEvent: func(ev mcp.Event) { root.Send(self, &mcpEvent{gen: gen, ev: ev}) }})
 	return &mcpServer{cfg: cfg, cwd: cwd, gen: gen, srv: srv, state: mcp.Connecting}
 }

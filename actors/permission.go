@@ -31,7 +31,10 @@ type (
 		editsInside bool
 		host        string
 		toolCall    protocol.ToolCallUpdate
-		replyTo     *actor.PID
+		// contained: the call runs in the session's sandbox (the request
+		// says so).
+		contained tools.Contained
+		replyTo   *actor.PID
 	}
 	// permissionDecision answers a permissionAsk. caps are the capabilities
 	// of the client that owns the session now, for a call that may run
@@ -52,9 +55,11 @@ const permissionDenied = "Permission denied."
 
 // newPermissionAsk builds the question for a prepared call from what it
 // reaches (tools.Access): the policy decides on resolved values only.
-func newPermissionAsk(name string, tool tools.Tool, access tools.Access, u protocol.ToolCallUpdate, replyTo *actor.PID) *permissionAsk {
+func newPermissionAsk(name string, tool tools.Tool, call tools.Call, u protocol.ToolCallUpdate, replyTo *actor.PID) *permissionAsk {
+	access := call.Access()
 	a := &permissionAsk{toolName: name, key: name, kind: tool.Kind(), readOnly: tool.ReadOnly(),
 		local: access.Local(), editsInside: access.WritesInsideCwd(), host: access.Host, toolCall: u, replyTo: replyTo}
+	a.contained, _ = call.(tools.Contained)
 	if access.Host != "" {
 		// Network access is remembered per host.
 		a.key = name + ":" + access.Host
@@ -107,6 +112,7 @@ func (s *session) decidePermission(ctx actor.Context, a *permissionAsk) {
 
 func (s *session) askClient(ctx actor.Context, a *permissionAsk) {
 	s.permActive = a
+	sandboxedToolCall(a, s.caps)
 	ctx.Send(s.conn, &outboundRequest{
 		sessionID: s.id,
 		method:    protocol.MethodRequestPermission,

@@ -12,6 +12,7 @@ import (
 	"github.com/iac-code/iac-code/protocol"
 	"github.com/iac-code/iac-code/store"
 	"github.com/iac-code/iac-code/tools"
+	"github.com/iac-code/iac-code/tools/sandbox"
 )
 
 // startKind says how a session actor comes to life.
@@ -162,6 +163,10 @@ type session struct {
 
 	// mcp: the session's MCP servers (session_mcp.go).
 	mcp sessionMCP
+	// jail contains what the session's tools start, for jailRoots
+	// (session_sandbox.go); nil until first needed.
+	jail      *sandbox.Jail
+	jailRoots []string
 }
 
 func newSession(deps *Deps, id string, conn *actor.PID, caps tools.ClientCaps, kind startKind, reqID protocol.RawMessage, cwd, forkSrc string,
@@ -216,6 +221,7 @@ func (s *session) receive(ctx actor.Context) {
 			s.closeStore()
 			s.store, s.fenced = nil, nil
 		}
+		s.closeSandbox()
 	case *idleTick:
 		idle := s.deps.Config.SessionIdle
 		if left := idle - time.Since(s.lastActive); left > 0 {

@@ -77,7 +77,7 @@ func (s *session) configureMCP(ctx actor.Context, servers []protocol.McpServerCo
 	}
 	m.configured, m.cwd = servers, cwd
 	m.gen++
-	ctx.Send(m.pid, &mcpConfigure{servers: servers, cwd: cwd, gen: m.gen})
+	ctx.Send(m.pid, &mcpConfigure{servers: servers, cwd: cwd, gen: m.gen, jail: s.sandboxJail()})
 	if len(servers) == 0 {
 		m.status, m.settled = []mcpServerStatus{}, true
 		return

@@ -86,7 +86,7 @@ func (s *session) prompt(ctx actor.Context, r *sessionRequest) {
 	opts := turnOptions{
 		sessionID: s.id, cwd: s.meta.Cwd, model: s.meta.Model, turnID: s.turnID, mode: s.meta.Mode,
 		history: store.Context(s.entries), tools: s.toolsForMode(),
-		compactOnly: command == "compact",
+		compactOnly: command == "compact", jail: s.sandboxJail(),
 	}
 	opts.mcp, opts.mcpKeep = s.mcpTurnTools()
 	props := actor.PropsFromProducer(func() actor.Actor { return newTurn(s.deps, opts) },

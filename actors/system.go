@@ -19,6 +19,7 @@ import (
 	"github.com/iac-code/iac-code/protocol"
 	"github.com/iac-code/iac-code/store"
 	"github.com/iac-code/iac-code/tools"
+	"github.com/iac-code/iac-code/tools/sandbox"
 )
 
 // Config holds the server's behaviour settings.
@@ -59,6 +60,9 @@ type Config struct {
 	// MaxImageBytes caps one image of a prompt (default 5 MiB); a larger
 	// one is refused with -32602.
 	MaxImageBytes int
+	// Sandbox is the sandbox in force for the processes tools start
+	// (zero: none, as with IAC_CODE_SANDBOX=off).
+	Sandbox sandbox.Status
 }
 
 // Defaults of Config.

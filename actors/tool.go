@@ -10,6 +10,7 @@ import (
 	"github.com/iac-code/iac-code/llm"
 	"github.com/iac-code/iac-code/protocol"
 	"github.com/iac-code/iac-code/tools"
+	"github.com/iac-code/iac-code/tools/sandbox"
 )
 
 // Messages of the tool actor.
@@ -119,6 +120,8 @@ type toolActor struct {
 	subUsage   llm.Usage
 	// mcp is the session's MCP tool list, for a sub-agent's turn.
 	mcp *mcpToolSet
+	// jail is the session's sandbox, handed to a sub-agent's turn.
+	jail *sandbox.Jail
 
 	// Requests to the client (see client.go). turnID tags them so the
 	// session sends none for a turn that has ended; caps are the client's,
@@ -159,7 +162,7 @@ func (a *toolActor) startSubagent(ctx actor.Context, in tools.AgentInput) {
 		sessionID: a.sessionID, cwd: a.cwd, model: a.model, tools: reg, session: ctx.Self(),
 		mcp: a.mcp, mcpKeep: keep,
 		history:  []llm.Message{{Role: llm.RoleUser, Content: []llm.Block{{Type: llm.BlockText, Text: in.Prompt}}}},
-		subagent: in.SubagentType, maxCalls: subagentMaxCalls, turnID: a.turnID, mode: a.mode,
+		subagent: in.SubagentType, maxCalls: subagentMaxCalls, turnID: a.turnID, mode: a.mode, jail: a.jail,
 	}
 	props := actor.PropsFromProducer(func() actor.Actor { return newTurn(a.deps, opts) },
 		actor.WithReceiverMiddleware(keepStack), actor.WithSupervisor(reportAndStop{}))
@@ -314,7 +317,7 @@ func (a *toolActor) start(ctx actor.Context) {
 	// the client when needed, about what the prepared call reaches.
 	u := a.call.startUpdate()
 	u.SessionUpdate = ""
-	ctx.Send(a.session, newPermissionAsk(a.call.name, a.call.tool, a.call.call.Access(), u, ctx.Self()))
+	ctx.Send(a.session, newPermissionAsk(a.call.name, a.call.tool, a.call.call, u, ctx.Self()))
 }
 
 func (a *toolActor) run(ctx actor.Context) {

@@ -11,6 +11,7 @@ import (
 	"github.com/iac-code/iac-code/llm"
 	"github.com/iac-code/iac-code/protocol"
 	"github.com/iac-code/iac-code/tools"
+	"github.com/iac-code/iac-code/tools/sandbox"
 )
 
 // Messages of the turn actor.
@@ -65,6 +66,8 @@ type turnOptions struct {
 	// turnID is the session's number of the prompt turn (a sub-agent's is
 	// its parent's), carried by the tools' requests to the client.
 	turnID int64
+	// jail is the session's sandbox, for the processes tools start.
+	jail *sandbox.Jail
 }
 
 func (*streamEnd) IgnoreDeadLetterLogging()      {}
@@ -90,6 +93,7 @@ type turn struct {
 	deps      *Deps
 	sessionID string
 	cwd       string
+	jail      *sandbox.Jail
 	model     string
 	tools     *tools.Registry
 	log       zerolog.Logger
@@ -163,6 +167,7 @@ func newTurn(deps *Deps, o turnOptions) *turn {
 		subagent:    o.subagent,
 		maxCalls:    o.maxCalls,
 		turnID:      o.turnID,
+		jail:        o.jail,
 		mode:        o.mode,
 	}
 }
@@ -343,7 +348,7 @@ func (t *turn) onStreamEnd(ctx actor.Context, err error) {
 	// Each call is decoded and resolved once, here: what the client is
 	// shown and asked about is what runs.
 	var calls []toolCall
-	env := &tools.Env{Cwd: t.cwd, Home: t.deps.Config.Home}
+	env := &tools.Env{Cwd: t.cwd, Home: t.deps.Config.Home, Jail: t.jail}
 	for i := range msg.Content {
 		if b := &msg.Content[i]; b.Type == llm.BlockToolUse {
 			c := prepareCall(len(calls), b.ToolCallID, b.Name, b.Input, t.tools, env)
@@ -395,6 +400,7 @@ func (t *turn) runTools(ctx actor.Context, msg llm.Message, calls []toolCall) {
 		t.emit(ctx, b.Display)
 		props := actor.PropsFromProducer(func() actor.Actor {
 			a := newToolActor(t.deps, t.sessionID, t.cwd, t.model, session, call, t.ctx, t.turnID, t.mcp)
+			a.jail = t.jail
 			a.mode = t.mode
 			return a
 		}, actor.WithReceiverMiddleware(keepStack))

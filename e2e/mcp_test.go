@@ -399,7 +399,7 @@ var _ = Describe("MCP servers from session/new", Label("e2e", "mcp"), func() {
 	})
 
 	It("answers after the startup budget when a server hangs, reports the failed and the late ones, and the session works", func() {
-		pidfile := filepath.Join(GinkgoT().TempDir(), "pid")
+		pidfile := filepath.Join(cwd, "pid") // in the cwd: the sandboxed server writes it
 		fake.Script(llmtest.Reply{Text: "still here"})
 		a := start("IAC_CODE_MCP_STARTUP_TIMEOUT=1s")
 		a.result(a.request("initialize", map[string]any{"protocolVersion": 1,
@@ -452,7 +452,7 @@ var _ = Describe("MCP servers from session/new", Label("e2e", "mcp"), func() {
 
 	DescribeTable("leaves no process of a server started through sh -c",
 		func(end func(a *agent, sid string)) {
-			pidfile := filepath.Join(GinkgoT().TempDir(), "pid")
+			pidfile := filepath.Join(cwd, "pid") // in the cwd: the sandboxed server writes it
 			a := start()
 			a.initialize()
 			// sh stays the group leader (the trailing command keeps it from
@@ -521,7 +521,7 @@ var _ = Describe("MCP servers from session/new", Label("e2e", "mcp"), func() {
 
 	It("restores the tools on session/load, and reuses the servers of a live session", func() {
 		home := GinkgoT().TempDir()
-		pidfile := filepath.Join(GinkgoT().TempDir(), "pid")
+		pidfile := filepath.Join(cwd, "pid") // in the cwd: the sandboxed server writes it
 		server := testServer("t", "-pidfile", pidfile)
 		a := start("IAC_CODE_HOME=" + home)
 		a.initialize()
@@ -568,7 +568,7 @@ var _ = Describe("MCP servers from session/new", Label("e2e", "mcp"), func() {
 	})
 
 	It("closes the servers of an idle session evicted from memory and starts them again when it comes back", func() {
-		pidfile := filepath.Join(GinkgoT().TempDir(), "pid")
+		pidfile := filepath.Join(cwd, "pid") // in the cwd: the sandboxed server writes it
 		fake.Script(llmtest.Reply{Text: "one"}, llmtest.Reply{Text: "two"})
 		a := start("IAC_CODE_SESSION_IDLE=300ms")
 		a.initialize()

@@ -41,6 +41,7 @@ type InitializeResponse struct {
 	AgentCapabilities AgentCapabilities `json:"agentCapabilities"`
 	AgentInfo         Implementation    `json:"agentInfo"`
 	AuthMethods       []AuthMethod      `json:"authMethods"`
+	Meta              map[string]any    `json:"_meta,omitempty"`
 }
 
 type AgentCapabilities struct {
@@ -332,6 +333,7 @@ type ToolCallUpdate struct {
 	Locations     []ToolCallLocation `json:"locations,omitempty"`
 	RawInput      RawMessage         `json:"rawInput,omitempty"`
 	RawOutput     any                `json:"rawOutput,omitempty"`
+	Meta          map[string]any     `json:"_meta,omitempty"`
 }
 
 // Tool call statuses.

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 	"unicode/utf8"
+
+	"github.com/iac-code/iac-code/tools/sandbox"
 )
 
 // NameBash is the bash tool's name.
@@ -68,6 +70,7 @@ type bashCall struct {
 	command string
 	dir     string
 	timeout time.Duration
+	jail    *sandbox.Jail
 }
 
 func (t Bash) Prepare(env *Env, input json.RawMessage) (Call, error) {
@@ -88,7 +91,7 @@ func (t Bash) Prepare(env *Env, input json.RawMessage) (Call, error) {
 		}
 		timeout = time.Duration(secs * float64(time.Second))
 	}
-	return &bashCall{t: t, command: *in.Command, dir: envCwd(env), timeout: timeout}, nil
+	return &bashCall{t: t, command: *in.Command, dir: envCwd(env), timeout: timeout, jail: envJail(env)}, nil
 }
 
 // Title is the command itself, whole (up to titleMaxRunes), so that a
@@ -97,6 +100,15 @@ func (c *bashCall) Title() string         { return printable(c.command, titleMax
 func (c *bashCall) Locations() []Location { return nil }
 func (c *bashCall) Access() Access        { return Access{} }
 
+// Sandbox: a command run here is contained by the session's jail; one run
+// in the client's terminal is the editor's to contain.
+func (c *bashCall) Sandbox(caps ClientCaps) map[string]any {
+	if c.jail == nil || caps.Terminal || !c.jail.Status().Active() {
+		return nil // not contained (IAC_CODE_SANDBOX=on without Landlock: it will not run)
+	}
+	return c.jail.Meta()
+}
+
 func (c *bashCall) Run(ctx context.Context, progress func(string)) Result {
 	return runShell(ctx, shellRun{
 		command:  c.command,
@@ -104,6 +116,7 @@ func (c *bashCall) Run(ctx context.Context, progress func(string)) Result {
 		timeout:  c.timeout,
 		limits:   c.t.Limits.WithDefaults(),
 		progress: progress,
+		jail:     c.jail,
 	})
 }
 
@@ -113,6 +126,8 @@ type shellRun struct {
 	timeout  time.Duration
 	limits   Limits
 	progress func(string)
+	// jail, when set, contains the command (and all it starts).
+	jail *sandbox.Jail
 }
 
 // shellOutcome is what the platform runner reports.
@@ -345,4 +360,11 @@ func (s *progressStreamer) finish() {
 	}
 	close(s.stop)
 	<-s.finished
+}
+
+func envJail(env *Env) *sandbox.Jail {
+	if env == nil {
+		return nil
+	}
+	return env.Jail
 }

@@ -49,7 +49,12 @@ func runShell(ctx context.Context, r shellRun) Result {
 	cmd.Stdout = outW
 	cmd.Stderr = errW
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
+	if r.jail != nil {
+		err = r.jail.Start(cmd, nil)
+	} else {
+		err = cmd.Start()
+	}
+	if err != nil {
 		outR.Close()
 		outW.Close()
 		errR.Close()

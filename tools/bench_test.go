@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/iac-code/iac-code/tools"
+	"github.com/iac-code/iac-code/tools/sandbox"
 )
 
 // makeGrepTree writes 100,000 searchable files (1,000 directories of 100
@@ -113,4 +114,43 @@ func BenchmarkBashOutputStreaming(b *testing.B) {
 			b.Fatalf("progress got %d bytes, want %d", got.Load(), size)
 		}
 	}
+}
+
+// BenchmarkBashSandbox is the cost the Landlock sandbox adds to one bash
+// call (`true`): off is a call without a jail, on the same call in a
+// session's jail (its ruleset built once, as for every call after a
+// session's first); on-first-call is a session's first call.
+func BenchmarkBashSandbox(b *testing.B) {
+	st := sandbox.Probe(sandbox.Settings{Mode: sandbox.On, Network: true})
+	if !st.Active() {
+		b.Skip("no Landlock: " + st.Reason)
+	}
+	dir := b.TempDir()
+	jail := st.NewJail([]string{dir})
+	defer jail.Close()
+	input := json.RawMessage(`{"command":"true"}`)
+	for _, c := range []struct {
+		name string
+		env  *tools.Env
+	}{{"off", &tools.Env{Cwd: dir}}, {"on", &tools.Env{Cwd: dir, Jail: jail}}} {
+		b.Run(c.name, func(b *testing.B) {
+			for b.Loop() {
+				if res := tools.Execute(context.Background(), tools.Bash{}, c.env, input, nil); res.IsError {
+					b.Fatal(res.Output)
+				}
+			}
+		})
+	}
+	// A session's first call also makes its TMPDIR and builds the ruleset
+	// (the policy walks /etc and PATH); Close removes the TMPDIR.
+	b.Run("on-first-call", func(b *testing.B) {
+		for b.Loop() {
+			j := st.NewJail([]string{dir})
+			res := tools.Execute(context.Background(), tools.Bash{}, &tools.Env{Cwd: dir, Jail: j}, input, nil)
+			j.Close()
+			if res.IsError {
+				b.Fatal(res.Output)
+			}
+		}
+	})
 }

@@ -6,6 +6,8 @@ import (
 	"context"
 	"encoding/json"
 	"sort"
+
+	"github.com/iac-code/iac-code/tools/sandbox"
 )
 
 // Kind is the ACP ToolKind shown by clients.
@@ -137,6 +139,17 @@ type Env struct {
 	Cwd string
 	// Home is the state root (IAC_CODE_HOME), for spilled large outputs.
 	Home string
+	// Jail is the session's sandbox for the processes tools start (nil:
+	// not sandboxed).
+	Jail *sandbox.Jail
+}
+
+// Contained is a call whose process runs in the session's sandbox.
+// Sandbox is the sandbox's _meta entry when the call would run contained
+// for a client with caps (nil when not: no jail, or the command runs in the
+// client's terminal).
+type Contained interface {
+	Sandbox(caps ClientCaps) map[string]any
 }
 
 // Location is a file a tool call touches.

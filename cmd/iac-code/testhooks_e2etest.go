@@ -7,10 +7,12 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"os"
 	"strings"
 
 	"github.com/iac-code/iac-code/llm"
 	"github.com/iac-code/iac-code/tools"
+	"github.com/iac-code/iac-code/tools/sandbox"
 )
 
 // panicMarker in the last user message makes the chaos provider panic inside
@@ -30,6 +32,9 @@ func init() {
 		})
 	}
 	tools.RegisterExtra(panicTool{})
+	if os.Getenv("IAC_CODE_E2E_NO_LANDLOCK") == "1" {
+		sandbox.HideLandlock() // a kernel without Landlock, on this one
+	}
 }
 
 type chaosProvider struct{ inner llm.Provider }

@@ -21,6 +21,8 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/rs/zerolog"
+
+	"github.com/iac-code/iac-code/tools/sandbox"
 )
 
 // Transport is how a server is reached.
@@ -83,6 +85,9 @@ type Options struct {
 	// ChildEnv is the base environment of stdio servers (default: the
 	// server's environment without its secrets, tools.ChildEnv).
 	ChildEnv func() []string
+	// Jail, when set, contains a stdio server (its own directory is
+	// readable besides the session's).
+	Jail *sandbox.Jail
 }
 
 // DefaultGrace is how long a closing server gets before SIGKILL.

@@ -21,7 +21,7 @@ import (
 )
 
 // usage takes the command name three times.
-const usage = `usage: %s acp [--transport stdio|http] [--host 127.0.0.1] [--port 8765] [--allowed-hosts a,b] [--allowed-origins https://x,…]
+const usage = `usage: %s acp [--transport stdio|http] [--host 127.0.0.1] [--port 8765] [--allowed-hosts a,b] [--allowed-origins https://x,…] [--sandbox auto|on|off]
            [--cluster-listen HOST:PORT [--advertise HOST:PORT]]   (http; several pods sharing IAC_CODE_STORE_URL)
        %s prompt [--cwd DIR] [--session ID] [--mode MODE] [--yes] [--json] "text"   (text on stdin without it)
        %s --version`
@@ -63,6 +63,7 @@ func run(name, version string, args []string) error {
 		"HTTP: run as a pod of a cluster, reached by the other pods at this HOST:PORT (needs IAC_CODE_STORE_URL and IAC_CODE_CLUSTER_SECRET)")
 	advertise := fs.String("advertise", os.Getenv("IAC_CODE_CLUSTER_ADVERTISE"),
 		"cluster: the HOST:PORT other pods reach this one at (Kubernetes: the pod IP); default the --cluster-listen address")
+	sandboxMode := fs.String("sandbox", "", "auto, on or off: contain bash and stdio MCP servers with Landlock (default IAC_CODE_SANDBOX, else auto)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
@@ -82,6 +83,9 @@ func run(name, version string, args []string) error {
 	log := newLogger(level)
 	cfg, err := loadConfig(os.Getenv)
 	if err != nil {
+		return err
+	}
+	if cfg.actors.Sandbox, err = probeSandbox(os.Getenv, *sandboxMode, cfg.actors.Home, log); err != nil {
 		return err
 	}
 	cfg.actors.Version = version

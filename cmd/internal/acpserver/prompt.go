@@ -74,6 +74,10 @@ func runPrompt(name, version string, args []string) int {
 		return termclient.ExitError
 	}
 	cfg.actors.Version = version
+	if cfg.actors.Sandbox, err = probeSandbox(os.Getenv, "", cfg.actors.Home, log); err != nil {
+		fmt.Fprintln(os.Stderr, name+":", err)
+		return termclient.ExitUsage
+	}
 	checkFileLimit(log)
 	watchdog := startWatchdog(log)
 	srv, sessions, err := wire(cfg, log)

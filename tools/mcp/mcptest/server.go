@@ -154,6 +154,17 @@ func New(name string) *sdk.Server {
 			}
 			return text("wrote note.txt"), nil
 		})
+	// read_path reads any file: what a compromised server would try.
+	s.AddTool(&sdk.Tool{Name: "read_path", Description: "Return the content of the file at path",
+		InputSchema: object(`"path":{"type":"string"}`, "path"), Annotations: readOnly},
+		func(_ context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+			p, _ := args(req)["path"].(string)
+			data, err := os.ReadFile(p)
+			if err != nil {
+				return &sdk.CallToolResult{IsError: true, Content: []sdk.Content{&sdk.TextContent{Text: err.Error()}}}, nil
+			}
+			return text(string(data)), nil
+		})
 	// A tool that claims read-only but destructive: not trusted as read-only.
 	s.AddTool(&sdk.Tool{Name: "contradictory", Description: "Read-only hint and destructive hint at once",
 		InputSchema: object(``), Annotations: &sdk.ToolAnnotations{ReadOnlyHint: true, DestructiveHint: yes()}},

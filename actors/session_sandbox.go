@@ -1,0 +1,63 @@
+package actors
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+
+	"github.com/iac-code/iac-code/tools"
+	"github.com/iac-code/iac-code/tools/sandbox"
+)
+
+// The session's sandbox (tools/sandbox): one jail for the processes its
+// tools start — bash, the bash of its sub-agents, its stdio MCP servers —
+// writable in its roots, with its own TMPDIR, closed (the temporary
+// directory removed) when the session actor stops.
+
+// sandboxRoots are the directories the session's processes may write: its
+// cwd, then its additional directories when it has them.
+func (s *session) sandboxRoots() []string {
+	return []string{s.meta.Cwd}
+}
+
+// sandboxJail is the session's jail for its current roots (nil when
+// commands are not sandboxed).
+func (s *session) sandboxJail() *sandbox.Jail {
+	roots := s.sandboxRoots()
+	if s.jail != nil && slices.Equal(roots, s.jailRoots) {
+		return s.jail
+	}
+	if s.deps.Config.Sandbox.Active() {
+		if exposed := sandbox.Exposed(roots, s.deps.Config.Home, os.Getenv("HOME")); len(exposed) > 0 {
+			s.log.Warn().Strs("exposed", exposed).Msg("the session's directories contain these; the sandbox cannot hide them")
+		}
+	}
+	if s.jail == nil {
+		s.jail = s.deps.Config.Sandbox.NewJail(roots, filepath.Join(s.deps.Config.Home, tools.SpillDir))
+		s.jailRoots = roots
+		return s.jail
+	}
+	s.jail.SetRoots(roots)
+	s.jailRoots = roots
+	return s.jail
+}
+
+func (s *session) closeSandbox() {
+	s.jail.Close()
+	s.jail, s.jailRoots = nil, nil
+}
+
+// sandboxedToolCall is the permission request's tool call for a call
+// contained by the sandbox: its title says so and its _meta carries the
+// sandbox's entry, so that a client can show it.
+func sandboxedToolCall(a *permissionAsk, caps tools.ClientCaps) {
+	if a.contained == nil {
+		return
+	}
+	meta := a.contained.Sandbox(caps)
+	if meta == nil {
+		return
+	}
+	a.toolCall.Title = "Run (sandboxed): " + a.toolCall.Title
+	a.toolCall.Meta = map[string]any{sandbox.MetaKey: meta}
+}

@@ -1,0 +1,269 @@
+package sandbox
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+)
+
+// Policy is what a sandboxed process may reach. Every path is absolute,
+// clean and resolved (Landlock rules hold on the inode a path leads to);
+// paths that do not exist are left out.
+type Policy struct {
+	// ReadWrite: read, write, create, remove, rename and link beneath.
+	ReadWrite []string
+	// ReadExec: read and execute beneath (directories or single files).
+	ReadExec []string
+	// Devices: read, write and ioctl on these device files.
+	Devices []string
+	// Network: TCP connect and bind are allowed.
+	Network bool
+}
+
+// Request is what one sandboxed start needs beyond the system.
+type Request struct {
+	// Writable are the session's roots: its cwd and additional directories.
+	Writable []string
+	// TempDir is the session's own temporary directory (TMPDIR).
+	TempDir string
+	// ReadOnly are more directories to read: the tool-output spill
+	// directory, an MCP server's own directory.
+	ReadOnly []string
+}
+
+// systemDirs are read and executed by every sandboxed process: programs,
+// libraries, configuration. /etc is taken entry by entry (etcHidden), /proc
+// too (procGlobal).
+var systemDirs = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt",
+	"/nix/store", "/sys"}
+
+// etcHidden are the entries of /etc a sandboxed process does not read
+// (secrets readable by a server that runs as root).
+var etcHidden = map[string]bool{"shadow": true, "shadow-": true, "gshadow": true, "gshadow-": true,
+	"sudoers": true, "sudoers.d": true, "ssh": true, "ssl": true, "credstore": true, "credstore.encrypted": true,
+	"security": true}
+
+// procHidden: of /proc only what describes the machine is read, never a
+// process: not the /proc/<pid> directories (another process's environ is
+// readable across Landlock domains), not self, thread-self and the links
+// into them (net, mounts: the server's), not kernel memory or the keyring.
+// /dev/stdout, /dev/fd/N and `<(…)` still work: they reach pipes, which
+// Landlock does not restrict.
+func procHidden(name string) bool {
+	if name == "" || strings.Trim(name, "0123456789") == "" {
+		return true
+	}
+	switch name {
+	case "self", "thread-self", "net", "mounts", "kcore", "kmsg", "kpagecgroup", "kpagecount", "kpageflags",
+		"keys", "key-users", "sysrq-trigger", "timer_list", "vmallocinfo", "kallsyms":
+		return true
+	}
+	fi, err := os.Lstat(filepath.Join("/proc", name))
+	return err != nil || fi.Mode()&os.ModeSymlink != 0
+}
+
+// inProcess reports whether path is /proc itself or lies in a process's
+// directory of it.
+func inProcess(path string) bool {
+	rest, ok := strings.CutPrefix(path, "/proc")
+	if !ok || (rest != "" && rest[0] != '/') {
+		return false
+	}
+	if rest == "" || rest == "/" {
+		return true
+	}
+	first, _, _ := strings.Cut(rest[1:], "/")
+	return strings.Trim(first, "0123456789") == ""
+}
+
+// devices are the device files programs open as a matter of course.
+var devices = []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty"}
+
+// BuildPolicy is the policy of one start: the request's directories, the
+// system, the toolchains on PATH, the module cache, the settings'
+// widening. getenv is the environment the process will get (PATH, HOME,
+// GOPATH, GOMODCACHE). A PATH entry that is, contains or lies inside the
+// server's state (IAC_CODE_HOME), or that is $HOME or an ancestor of it,
+// is not added: a PATH entry never opens the home.
+func BuildPolicy(s Settings, req Request, getenv func(string) string) Policy {
+	var b builder
+	home := resolve(getenv("HOME"))
+	state := resolve(s.Home)
+	for _, w := range req.Writable {
+		b.rw(w)
+	}
+	b.rw(req.TempDir)
+	for _, w := range s.Write {
+		b.rw(w)
+	}
+	for _, r := range req.ReadOnly {
+		b.rx(r)
+	}
+	for _, r := range s.Read {
+		b.rx(r)
+	}
+	for _, d := range systemDirs {
+		b.rx(d)
+	}
+	b.etc()
+	b.entries("/proc", procHidden)
+	for _, entry := range filepath.SplitList(getenv("PATH")) {
+		if !filepath.IsAbs(entry) {
+			continue // "." and relative entries depend on the cwd, which is covered
+		}
+		dir := resolve(entry)
+		if dir == "" || opens(dir, home, state) {
+			continue
+		}
+		b.rx(dir)
+		// A toolchain's bin: its root holds the rest (GOROOT's src and
+		// pkg/tool, a node prefix's lib); not for a bin under $HOME, whose
+		// parent (~/.cargo, ~/.local) may hold credentials.
+		if filepath.Base(dir) == "bin" {
+			if root := filepath.Dir(dir); !opens(root, home, state) && !within(root, home) {
+				b.rx(root)
+			}
+		}
+	}
+	if mod := goModCache(getenv); mod != "" && !opens(mod, home, state) {
+		b.rx(mod) // modules already downloaded build offline; a download needs IAC_CODE_SANDBOX_WRITE
+	}
+	for _, d := range devices {
+		if p := resolve(d); p != "" {
+			b.p.Devices = append(b.p.Devices, p)
+		}
+	}
+	b.p.Network = s.Network
+	return b.p
+}
+
+// Exposed are the protected directories (the home, the server's state)
+// that a writable root contains, which the sandbox therefore cannot hide:
+// a session whose cwd is the home directory, or holds IAC_CODE_HOME.
+func Exposed(roots []string, state, home string) []string {
+	var out []string
+	for _, p := range []string{resolve(home), resolve(state)} {
+		for _, r := range roots {
+			if within(p, resolve(r)) {
+				out = append(out, p)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// Writable reports whether path (absolute) lies beneath a ReadWrite entry.
+func (p Policy) Writable(path string) bool {
+	path = filepath.Clean(path)
+	for _, w := range p.ReadWrite {
+		if within(path, w) {
+			return true
+		}
+	}
+	return false
+}
+
+type builder struct {
+	p    Policy
+	seen map[string]bool
+}
+
+func (b *builder) add(list *[]string, path string) {
+	p := resolve(path)
+	if p == "" || inProcess(p) {
+		return // also a link into a process's /proc directory (/etc/mtab)
+	}
+	if b.seen == nil {
+		b.seen = map[string]bool{}
+	}
+	if b.seen[p] {
+		return // the first grant of a path wins (write before read)
+	}
+	b.seen[p] = true
+	*list = append(*list, p)
+}
+
+func (b *builder) rw(path string) { b.add(&b.p.ReadWrite, path) }
+func (b *builder) rx(path string) { b.add(&b.p.ReadExec, path) }
+
+// etc adds the entries of /etc but the hidden ones; of /etc/ssh and
+// /etc/ssl all but the private keys (host keys, ssl/private).
+func (b *builder) etc() {
+	b.entries("/etc", func(n string) bool { return etcHidden[n] })
+	b.entries("/etc/ssh", func(n string) bool { return strings.HasPrefix(n, "ssh_host_") && strings.HasSuffix(n, "_key") })
+	b.entries("/etc/ssl", func(n string) bool { return n == "private" })
+}
+
+// entries adds dir's entries except those hidden says.
+func (b *builder) entries(dir string, hidden func(string) bool) {
+	names, err := readDirNames(dir)
+	if err != nil {
+		return
+	}
+	for _, n := range names {
+		if !hidden(n) {
+			b.rx(filepath.Join(dir, n))
+		}
+	}
+}
+
+func readDirNames(dir string) ([]string, error) {
+	d, err := os.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	names, err := d.Readdirnames(-1)
+	slices.Sort(names)
+	return names, err
+}
+
+// goModCache is where the go command keeps modules for this environment.
+func goModCache(getenv func(string) string) string {
+	if m := getenv("GOMODCACHE"); m != "" {
+		return resolve(m)
+	}
+	gopath := getenv("GOPATH")
+	if gopath == "" {
+		if h := getenv("HOME"); h != "" {
+			gopath = filepath.Join(h, "go")
+		}
+	}
+	if list := filepath.SplitList(gopath); len(list) > 0 && filepath.IsAbs(list[0]) {
+		return resolve(filepath.Join(list[0], "pkg", "mod"))
+	}
+	return ""
+}
+
+// resolve is path absolute, clean and with its symlinks resolved; "" when
+// it is empty, relative or does not exist.
+func resolve(path string) string {
+	if path == "" || !filepath.IsAbs(path) {
+		return ""
+	}
+	p, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		return ""
+	}
+	return filepath.Clean(p)
+}
+
+// within reports whether path is dir or lies beneath it.
+func within(path, dir string) bool {
+	if path == "" || dir == "" {
+		return false
+	}
+	if dir == "/" {
+		return true
+	}
+	return path == dir || strings.HasPrefix(path, dir+string(filepath.Separator))
+}
+
+// opens reports whether granting dir would open the home (dir is $HOME or
+// an ancestor of it) or the server's state (dir is it, an ancestor of it,
+// or inside it).
+func opens(dir, home, state string) bool {
+	return within(home, dir) || within(state, dir) || within(dir, state)
+}

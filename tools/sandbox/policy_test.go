@@ -1,0 +1,190 @@
+package sandbox
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// layout makes a fake machine under a temp dir: a home with a key and a
+// toolchain, the server's state inside the home, two workspaces, a
+// toolchain outside the home.
+type layout struct {
+	root, home, state, ws, sibling, goRoot, homeBin, tmp string
+}
+
+func newLayout(t *testing.T) layout {
+	root, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := layout{root: root,
+		home:    filepath.Join(root, "home"),
+		state:   filepath.Join(root, "home", ".iac-code"),
+		ws:      filepath.Join(root, "work", "ws"),
+		sibling: filepath.Join(root, "work", "other"),
+		goRoot:  filepath.Join(root, "usr-local", "go"),
+		homeBin: filepath.Join(root, "home", ".cargo", "bin"),
+		tmp:     filepath.Join(root, "sess-tmp"),
+	}
+	for _, d := range []string{l.state, l.ws, l.sibling, filepath.Join(l.goRoot, "bin"), l.homeBin, l.tmp,
+		filepath.Join(l.home, "go", "pkg", "mod")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return l
+}
+
+func (l layout) env(path string) func(string) string {
+	m := map[string]string{"HOME": l.home, "PATH": path}
+	return func(k string) string { return m[k] }
+}
+
+func TestPolicyGrantsTheSessionTheSystemAndToolchainsButNotTheHomeOrTheState(t *testing.T) {
+	l := newLayout(t)
+	path := strings.Join([]string{filepath.Join(l.goRoot, "bin"), l.homeBin, l.home, l.state,
+		filepath.Join(l.state, "bin"), l.root, "relative/bin", "/usr/bin"}, string(os.PathListSeparator))
+	p := BuildPolicy(Settings{Home: l.state}, Request{Writable: []string{l.ws}, TempDir: l.tmp,
+		ReadOnly: []string{filepath.Join(l.state, "tool-outputs-missing")}}, l.env(path))
+
+	if !slices.Contains(p.ReadWrite, l.ws) || !slices.Contains(p.ReadWrite, l.tmp) || len(p.ReadWrite) != 2 {
+		t.Errorf("read-write = %v, want exactly the cwd and the session's temp dir", p.ReadWrite)
+	}
+	for _, want := range []string{filepath.Join(l.goRoot, "bin"), l.goRoot, l.homeBin,
+		filepath.Join(l.home, "go", "pkg", "mod"), resolve("/usr/bin")} {
+		if !slices.Contains(p.ReadExec, want) {
+			t.Errorf("read-exec lacks %s: %v", want, p.ReadExec)
+		}
+	}
+	for _, path := range append(p.ReadExec, p.ReadWrite...) {
+		switch {
+		case path == l.home || path == l.root || path == filepath.Dir(l.homeBin):
+			t.Errorf("%s is granted: it opens the home (a PATH entry or a bin's parent)", path)
+		case within(path, l.state) || within(l.state, path):
+			t.Errorf("%s is granted: it opens the server's state", path)
+		case within(path, l.sibling):
+			t.Errorf("%s is granted: another workspace", path)
+		}
+	}
+	for _, path := range p.ReadExec {
+		if inProcess(path) {
+			t.Errorf("%s is granted: /proc itself or a process's directory (its environ)", path)
+		}
+		if path == "/etc" || path == "/etc/shadow" || path == "/etc/ssl" || path == "/etc/ssl/private" ||
+			(strings.HasPrefix(path, "/etc/ssh/ssh_host_") && strings.HasSuffix(path, "_key")) {
+			t.Errorf("%s is granted: /etc is taken entry by entry, without its secrets", path)
+		}
+	}
+	if p.Network {
+		t.Error("the network is granted though Settings.Network is false")
+	}
+	if !slices.Contains(p.Devices, "/dev/null") {
+		t.Errorf("devices = %v, want /dev/null", p.Devices)
+	}
+}
+
+func TestInProcess(t *testing.T) {
+	for path, want := range map[string]bool{"/proc": true, "/proc/1": true, "/proc/123/environ": true,
+		"/proc/cpuinfo": false, "/proc/sys/kernel": false, "/processes": false, "/usr/proc/1": false} {
+		if got := inProcess(path); got != want {
+			t.Errorf("inProcess(%q) = %v, want %v", path, got, want)
+		}
+	}
+}
+
+func TestExposedNamesWhatARootCannotHide(t *testing.T) {
+	l := newLayout(t)
+	if got := Exposed([]string{l.ws}, l.state, l.home); len(got) != 0 {
+		t.Errorf("a workspace exposes %v", got)
+	}
+	if got := Exposed([]string{l.ws, l.home}, l.state, l.home); !slices.Equal(got, []string{l.home, l.state}) {
+		t.Errorf("the home as a root exposes %v, want the home and the state", got)
+	}
+}
+
+func TestPolicyIsWidenedOnlyByTheSettings(t *testing.T) {
+	l := newLayout(t)
+	extraR, extraW := filepath.Join(l.home, "ro"), filepath.Join(l.home, "rw")
+	for _, d := range []string{extraR, extraW} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	getenv := func(k string) string {
+		return map[string]string{"IAC_CODE_SANDBOX_READ": extraR + string(os.PathListSeparator) + " ",
+			"IAC_CODE_SANDBOX_WRITE": extraW, "IAC_CODE_SANDBOX_NETWORK": "off", "IAC_CODE_SANDBOX": "ON"}[k]
+	}
+	s, err := SettingsFromEnv(getenv, "", l.state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Mode != On || s.Network {
+		t.Errorf("settings = %+v, want mode on and the network off", s)
+	}
+	p := BuildPolicy(s, Request{Writable: []string{l.ws}, TempDir: l.tmp}, l.env(""))
+	if !slices.Contains(p.ReadExec, extraR) || !slices.Contains(p.ReadWrite, extraW) {
+		t.Errorf("widening lost: read-exec %v, read-write %v", p.ReadExec, p.ReadWrite)
+	}
+	if !p.Writable(filepath.Join(extraW, "a", "b")) || p.Writable(filepath.Join(extraR, "a")) || p.Writable(l.home) {
+		t.Error("Writable disagrees with the read-write list")
+	}
+
+	for _, bad := range []map[string]string{{"IAC_CODE_SANDBOX": "maybe"}, {"IAC_CODE_SANDBOX_NETWORK": "no"},
+		{"IAC_CODE_SANDBOX_WRITE": "relative/dir"}} {
+		if _, err := SettingsFromEnv(func(k string) string { return bad[k] }, "", ""); err == nil {
+			t.Errorf("%v: accepted", bad)
+		}
+	}
+	if s, err := SettingsFromEnv(getenv, "off", ""); err != nil || s.Mode != Off {
+		t.Errorf("the --sandbox flag does not win over the variable: %+v %v", s, err)
+	}
+}
+
+func TestEnvMovesCachesTheSandboxCannotWriteIntoTheTempDir(t *testing.T) {
+	l := newLayout(t)
+	widened := filepath.Join(l.root, "shared-gocache")
+	p := Policy{ReadWrite: []string{l.ws, l.tmp, widened}}
+	env := Env([]string{"HOME=" + l.home, "PATH=/usr/bin", "TMPDIR=/tmp", "GOCACHE=" + widened,
+		"SSH_AUTH_SOCK=/tmp/ssh-x/agent.1"}, p, l.tmp)
+	got := lookup(env)
+	if got("SSH_AUTH_SOCK") != "" || got("PATH") != "/usr/bin" {
+		t.Errorf("SSH_AUTH_SOCK kept or PATH lost: %v", env)
+	}
+	if got("TMPDIR") != l.tmp {
+		t.Errorf("TMPDIR = %q, want %q", got("TMPDIR"), l.tmp)
+	}
+	if got("GOCACHE") != widened {
+		t.Errorf("GOCACHE = %q: a writable cache must be kept", got("GOCACHE"))
+	}
+	if got("XDG_CACHE_HOME") != filepath.Join(l.tmp, ".cache") || got("npm_config_cache") != filepath.Join(l.tmp, ".npm") {
+		t.Errorf("caches under the unreadable home not moved: %v", env)
+	}
+	if n := strings.Count(strings.Join(env, "\n"), "TMPDIR="); n != 1 {
+		t.Errorf("TMPDIR set %d times", n)
+	}
+	env = Env([]string{"HOME=" + l.home}, p, l.tmp)
+	if lookup(env)("GOCACHE") != filepath.Join(l.tmp, "go-build") {
+		t.Errorf("GOCACHE under the home not moved: %v", env)
+	}
+}
+
+func TestStatusMeta(t *testing.T) {
+	on := Status{Settings: Settings{Mode: Auto, Network: true}, ABI: 7}
+	if m := on.Meta(); m["mode"] != "landlock" || m["abi"] != 7 || m["network"] != true || m["scoped"] != true {
+		t.Errorf("meta = %v", m)
+	}
+	refused := Status{Settings: Settings{Mode: On}, Reason: "no Landlock"}
+	if m := refused.Meta(); m["mode"] != "unavailable" || refused.NewJail(nil) == nil {
+		t.Errorf("on without Landlock: meta %v; its jail must exist and refuse", m)
+	}
+	if err := refused.NewJail(nil).Start(nil, func() error { t.Fatal("started"); return nil }); err == nil ||
+		!strings.Contains(err.Error(), "no Landlock") {
+		t.Errorf("refused jail start: %v", err)
+	}
+	if (Status{Settings: Settings{Mode: Auto}}).NewJail(nil) != nil || (Status{Settings: Settings{Mode: Off}, ABI: 7}).NewJail(nil) != nil {
+		t.Error("auto without Landlock and off must not sandbox")
+	}
+}
