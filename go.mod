@@ -12,6 +12,7 @@ require (
 	github.com/fasthttp/websocket v1.5.12
 	github.com/go-analyze/charts v0.6.4
 	github.com/goccy/go-json v0.12.0
+	github.com/golang-jwt/jwt/v5 v5.3.1
 	github.com/google/uuid v1.6.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/landlock-lsm/go-landlock v0.11.2

@@ -70,8 +70,10 @@ type pendingRequest struct {
 // connection dispatches one client connection's JSON-RPC traffic and owns its
 // outbound order: every frame the client sees passes through here.
 type connection struct {
-	deps        *Deps
-	id          string
+	deps *Deps
+	id   string
+	// who opened the connection; its sessions are who.Principal's.
+	who         Identity
 	out         Outlet
 	log         zerolog.Logger
 	initialized bool
@@ -110,10 +112,11 @@ type connection struct {
 	moved map[string]bool
 }
 
-func newConnection(deps *Deps, id string, out Outlet) *connection {
+func newConnection(deps *Deps, id string, who Identity, out Outlet) *connection {
 	return &connection{
 		deps:     deps,
 		id:       id,
+		who:      who,
 		out:      out,
 		log:      deps.Log.With().Str("conn", id).Logger(),
 		sessions: map[string]*actor.PID{},
@@ -391,8 +394,9 @@ func (c *connection) newSession(ctx actor.Context, m *protocol.Message) {
 		c.fail(m.ID, protocol.ErrInvalidParams(map[string]string{"error": err.Error()}))
 		return
 	}
-	if bad := checkCwd(req.Cwd); bad != "" {
-		c.fail(m.ID, protocol.ErrInvalidParams(map[string]string{"cwd": bad}))
+	cwd, bad := c.workspaceCwd(req.Cwd)
+	if bad != nil {
+		c.fail(m.ID, bad)
 		return
 	}
 	servers, ok := c.mcpServersOf(m.ID, req.McpServers)
@@ -400,7 +404,7 @@ func (c *connection) newSession(ctx actor.Context, m *protocol.Message) {
 		return
 	}
 	// The session actor creates its store entry and answers the request.
-	c.openSession(ctx, uuid.NewString(), startNew, m.ID, req.Cwd, "", servers)
+	c.openSession(ctx, uuid.NewString(), startNew, m.ID, cwd, "", servers)
 }
 
 // mcpServersOf parses mcpServers, answering reqID with -32602 (naming the
@@ -448,7 +452,7 @@ func (c *connection) openSession(ctx actor.Context, id string, kind startKind, r
 	servers []protocol.McpServerConfig) {
 	notices := c.notices
 	props := actor.PropsFromProducer(func() actor.Actor {
-		return newSession(c.deps, id, ctx.Self(), c.caps, kind, reqID, cwd, forkSrc, servers, notices)
+		return newSession(c.deps, id, sessionWho{Identity: c.who, connID: c.id}, ctx.Self(), c.caps, kind, reqID, cwd, forkSrc, servers, notices)
 	}, actor.WithSupervisor(reportAndStop{}), actor.WithGuardian(c.deps.sessionGuardian),
 		actor.WithReceiverMiddleware(keepStack))
 	name := sessionActorName(id)
@@ -460,7 +464,8 @@ func (c *connection) openSession(ctx actor.Context, id string, kind startKind, r
 			c.attaching = map[string]attachRequest{}
 		}
 		c.attaching[pid.Id] = attachRequest{id: id, kind: kind, reqID: reqID, cwd: cwd, servers: servers}
-		ctx.Request(pid, &attach{kind: kind, reqID: reqID, cwd: cwd, conn: ctx.Self(), servers: servers, notices: notices, caps: c.caps})
+		ctx.Request(pid, &attach{kind: kind, reqID: reqID, cwd: cwd, conn: ctx.Self(), who: sessionWho{Identity: c.who, connID: c.id},
+			servers: servers, notices: notices, caps: c.caps})
 	} else if err != nil {
 		c.log.Error().Err(err).Str("session", id).Msg("spawn session")
 		c.fail(reqID, protocol.ErrInternal("could not start the session", newErrorID()))
@@ -506,10 +511,16 @@ func (c *connection) reopenSession(ctx actor.Context, m *protocol.Message, metho
 		return
 	}
 	if ref.Cwd != "" {
-		if bad := checkCwd(ref.Cwd); bad != "" {
-			c.fail(m.ID, protocol.ErrInvalidParams(map[string]string{"cwd": bad}))
+		cwd, bad := c.workspaceCwd(ref.Cwd)
+		if bad != nil {
+			c.fail(m.ID, bad)
 			return
 		}
+		ref.Cwd = cwd
+	}
+	if !c.owns(ref.SessionID) {
+		c.fail(m.ID, protocol.ErrSessionNotFound())
+		return
 	}
 	target := ref.SessionID
 	if method == protocol.MethodSessionFork {
@@ -539,9 +550,9 @@ func (c *connection) listSessions(ctx actor.Context, m *protocol.Message) {
 			return
 		}
 	}
-	self, root, st, id, log := ctx.Self(), ctx.ActorSystem().Root, c.deps.Store, m.ID, c.log
+	self, root, st, id, log, owner := ctx.Self(), ctx.ActorSystem().Root, c.deps.Store, m.ID, c.log, c.who.Principal
 	go func() {
-		metas, next, err := st.List(req.Cwd, req.Cursor, 50)
+		metas, next, err := st.ListOwned(owner, req.Cwd, req.Cursor, 50)
 		var frame []byte
 		switch {
 		case errors.Is(err, store.ErrInvalidCursor):

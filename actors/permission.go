@@ -88,21 +88,27 @@ func (a *permissionAsk) options() []protocol.PermissionOption {
 // once; bypass never asks; accept_edits lets edits inside the cwd through.
 // Everything else asks.
 func (s *session) decidePermission(ctx actor.Context, a *permissionAsk) {
-	allow := func() { ctx.Send(a.replyTo, &permissionDecision{allow: true, caps: s.caps}) }
-	deny := func(reason string) { ctx.Send(a.replyTo, &permissionDecision{reason: reason}) }
+	allow := func(why string) {
+		s.auditPermission(a, "allow", why)
+		ctx.Send(a.replyTo, &permissionDecision{allow: true, caps: s.caps})
+	}
+	deny := func(why, reason string) {
+		s.auditPermission(a, "deny", why)
+		ctx.Send(a.replyTo, &permissionDecision{reason: reason})
+	}
 	switch {
 	case s.meta.Mode == "plan" && !a.readOnly:
-		deny("Tool '" + a.toolName + "' is not available in plan mode (read-only tools only).")
+		deny("plan_mode", "Tool '"+a.toolName+"' is not available in plan mode (read-only tools only).")
 	case a.readOnly && a.local:
-		allow()
+		allow("read_only_in_cwd")
 	case s.meta.Permissions[a.key] == store.Allow:
-		allow()
+		allow("remembered")
 	case s.meta.Permissions[a.key] == store.Deny:
-		deny(permissionDenied)
+		deny("remembered", permissionDenied)
 	case s.meta.Mode == "bypass":
-		allow()
+		allow("bypass_mode")
 	case s.meta.Mode == "accept_edits" && a.kind == tools.KindEdit && a.editsInside:
-		allow()
+		allow("accept_edits_in_cwd")
 	case s.permActive != nil:
 		s.permQueue = append(s.permQueue, a)
 	default:
@@ -196,6 +202,14 @@ func (s *session) permissionAnswered(ctx actor.Context, m *clientAnswer) {
 			s.remember(a.key, store.Deny)
 		}
 	}
+	outcome := "deny"
+	switch {
+	case d.cancelled:
+		outcome = "cancelled"
+	case d.allow:
+		outcome = "allow"
+	}
+	s.auditPermission(a, outcome, "client")
 	ctx.Send(a.replyTo, &d)
 	// Queued asks may now be answered by what was just remembered.
 	queue := s.permQueue
@@ -219,4 +233,10 @@ func (s *session) remember(key string, d store.Decision) {
 func (s *session) dropPermissionAsks() {
 	s.permQueue = nil
 	s.permActive = nil
+}
+
+// auditPermission logs one permission decision (by the policy or the
+// client: why).
+func (s *session) auditPermission(a *permissionAsk, outcome, why string) {
+	s.audit(protocol.MethodRequestPermission, outcome).Str("tool", a.toolName).Str("decided_by", why).Msg("permission decision")
 }

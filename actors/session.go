@@ -3,6 +3,7 @@ package actors
 import (
 	"bytes"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -49,6 +50,7 @@ type (
 		reqID protocol.RawMessage
 		cwd   string
 		conn  *actor.PID
+		who   sessionWho
 		// servers are the MCP servers of the request; notices: the
 		// connection's client shows notices.
 		servers []protocol.McpServerConfig
@@ -100,6 +102,12 @@ type (
 type session struct {
 	deps *Deps
 	id   string
+	// owner is the principal of the connection that opened the session:
+	// the owner of a new one; load, resume and fork were checked against
+	// the stored owner by that connection (connection.owns).
+	owner string
+	// who is the connection the session serves now (audit lines).
+	who  sessionWho
 	conn *actor.PID
 	// caps are the capabilities of conn's client (set with conn).
 	caps  tools.ClientCaps
@@ -126,6 +134,8 @@ type session struct {
 	seen   int
 
 	turn *actor.PID
+	// turnCounted: the running turn holds one of its owner's slots.
+	turnCounted bool
 	// turnID numbers the turns; a tool's request to the client is sent only
 	// while its turn runs.
 	turnID   int64
@@ -169,11 +179,13 @@ type session struct {
 	jailRoots []string
 }
 
-func newSession(deps *Deps, id string, conn *actor.PID, caps tools.ClientCaps, kind startKind, reqID protocol.RawMessage, cwd, forkSrc string,
+func newSession(deps *Deps, id string, who sessionWho, conn *actor.PID, caps tools.ClientCaps, kind startKind, reqID protocol.RawMessage, cwd, forkSrc string,
 	servers []protocol.McpServerConfig, notices bool) *session {
 	s := &session{
 		deps:     deps,
 		id:       id,
+		owner:    who.Principal,
+		who:      who,
 		conn:     conn,
 		caps:     caps,
 		start:    kind,
@@ -207,6 +219,7 @@ func (s *session) receive(ctx actor.Context) {
 		s.open(ctx)
 	case *actor.Stopped:
 		s.deps.Metrics.Sessions.Add(-1)
+		s.releaseTurnCount()
 		if s.left != nil {
 			s.deps.leaving.CompareAndDelete(s.id, s.left)
 			close(s.left)
@@ -358,6 +371,7 @@ func (s *session) handle(ctx actor.Context, r *sessionRequest) {
 		s.cancelHeldPrompt(ctx)
 		s.respond(ctx, r.id, struct{}{})
 	case protocol.MethodSessionClose:
+		s.audit(r.method, "ok").Msg("session close")
 		s.cancelHeldPrompt(ctx)
 		s.answerPendingStarts(ctx)
 		s.closing = true
@@ -399,7 +413,8 @@ func (s *session) open(ctx actor.Context) {
 	)
 	switch s.start {
 	case startNew:
-		s.store, err = s.deps.Store.Create(store.Meta{ID: s.id, Cwd: s.startCwd, Mode: "default", Model: s.deps.llmConfig().Model})
+		s.store, err = s.deps.Store.Create(store.Meta{ID: s.id, Cwd: s.startCwd, Mode: "default", Model: s.deps.llmConfig().Model,
+			Owner: s.owner})
 	case startFork:
 		s.store, entries, err = s.deps.Store.Fork(s.forkSrc, s.id)
 	default:
@@ -414,6 +429,9 @@ func (s *session) open(ctx actor.Context) {
 	if err != nil {
 		s.failed = true
 		s.failErr = s.storeError(err, "cannot open the session")
+		if s.start != startRestore {
+			s.audit(startMethod(s.start), "error").Int("code", s.failErr.Code).Msg("session not opened")
+		}
 		s.respondError(ctx, s.startReq, s.failErr)
 		ctx.Send(s.conn, &retireRequest{id: s.id, pid: ctx.Self(), force: true})
 		return
@@ -446,6 +464,13 @@ func (s *session) armIdle(ctx actor.Context, d time.Duration) {
 // answerStart replays (load, fork) and answers the request that brought the
 // session to this connection.
 func (s *session) answerStart(ctx actor.Context, kind startKind, reqID protocol.RawMessage) {
+	if kind != startRestore {
+		ev := s.audit(startMethod(kind), "ok").Str("cwd", s.meta.Cwd)
+		if kind == startFork {
+			ev = ev.Str("forked_from", s.forkSrc)
+		}
+		ev.Msg("session " + strings.TrimPrefix(startMethod(kind), "session/"))
+	}
 	switch kind {
 	case startNew, startFork:
 		if kind == startFork {
@@ -495,7 +520,7 @@ func (s *session) attach(ctx actor.Context, m *attach) {
 		// What waited for MCP servers on the old connection is answered there.
 		s.cancelHeldPrompt(ctx)
 		s.answerPendingStarts(ctx)
-		s.conn = m.conn
+		s.conn, s.who = m.conn, m.who
 		s.dropPermissionAsks()
 	}
 	s.mcp.notices = m.notices

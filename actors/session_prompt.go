@@ -73,9 +73,15 @@ func (s *session) prompt(ctx actor.Context, r *sessionRequest) {
 	if command == "" && s.holdPrompt(r) {
 		return // answered once the MCP servers are up (session_mcp.go)
 	}
+	if limit := s.deps.Config.MaxTurnsPerUser; !s.deps.turns.acquire(s.owner, limit) {
+		s.respondError(ctx, r.id, errTooManyTurns(limit))
+		return
+	}
+	s.turnCounted = true
 	if command == "" {
 		s.record(ctx, user)
 		if s.fenced != nil {
+			s.releaseTurnCount()
 			s.respondError(ctx, r.id, s.fenced)
 			return
 		}
@@ -124,6 +130,7 @@ func (s *session) endTurn(ctx actor.Context, m *turnFinished) {
 		return
 	}
 	s.turn = nil
+	s.releaseTurnCount()
 	s.dropPermissionAsks()
 	var (
 		repaired, added []store.Entry
@@ -252,5 +259,14 @@ func promptUsage(u llm.Usage) *protocol.Usage {
 		ThoughtTokens:     u.ThoughtTokens,
 		CachedReadTokens:  u.CachedReadTokens,
 		CachedWriteTokens: u.CachedWriteTokens,
+	}
+}
+
+// releaseTurnCount gives the owner's running-turn slot back (see
+// MaxTurnsPerUser), once.
+func (s *session) releaseTurnCount() {
+	if s.turnCounted {
+		s.turnCounted = false
+		s.deps.turns.release(s.owner)
 	}
 }

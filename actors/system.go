@@ -60,6 +60,12 @@ type Config struct {
 	// MaxImageBytes caps one image of a prompt (default 5 MiB); a larger
 	// one is refused with -32602.
 	MaxImageBytes int
+	// WorkspaceRoot (IAC_CODE_WORKSPACE_ROOT), when set, is the directory a
+	// session's cwd must resolve into; "{user}" stands for the principal.
+	WorkspaceRoot string
+	// MaxTurnsPerUser caps the running prompt turns of one principal (0: no
+	// cap); a prompt beyond it is refused with -32011.
+	MaxTurnsPerUser int
 	// Sandbox is the sandbox in force for the processes tools start
 	// (zero: none, as with IAC_CODE_SANDBOX=off).
 	Sandbox sandbox.Status
@@ -95,6 +101,8 @@ type Deps struct {
 	// leaving are the sessions handed off to another process that are still
 	// stopping: id → channel closed once stopped (see HandOff).
 	leaving *sync.Map
+	// turns counts the running turns of each principal.
+	turns *userTurns
 	// projects are the AGENTS.md files by working directory (turn_context.go).
 	projects *sysprompt.Projects
 }
@@ -155,6 +163,7 @@ func NewServer(deps Deps) *Server {
 		deps.Metrics = &Metrics{}
 	}
 	deps.leaving = &sync.Map{}
+	deps.turns = &userTurns{}
 	deps.projects = sysprompt.NewProjects(deps.Config.Home)
 	if deps.Tools == nil {
 		deps.Tools = tools.Default()
@@ -193,14 +202,35 @@ func (s *Server) SetHandover(h Handover) { s.deps.Handover = h }
 // reachable from other processes (cluster mode). Call it before serving.
 func (s *Server) System() *actor.ActorSystem { return s.sys }
 
-// Connect spawns a connection actor writing to out.
+// Identity is who opened a connection: the principal the transport
+// authenticated (DefaultPrincipal for stdio and unauthenticated HTTP) and,
+// for the audit log, the client's address.
+type Identity struct {
+	Principal string
+	Remote    string
+}
+
+// DefaultPrincipal is the principal of stdio, of the shared HTTP token, and
+// the owner of sessions stored before sessions had owners.
+const DefaultPrincipal = store.DefaultOwner
+
+// Connect spawns a connection actor of DefaultPrincipal writing to out.
 func (s *Server) Connect(out Outlet) *Conn { return s.ConnectID(uuid.NewString(), out) }
 
 // ConnectID is Connect with the connection id chosen by the transport
 // (cluster mode: it names the pod).
 func (s *Server) ConnectID(id string, out Outlet) *Conn {
+	return s.ConnectAs(id, Identity{Principal: DefaultPrincipal}, out)
+}
+
+// ConnectAs is ConnectID for a connection of principal who.Principal: its
+// sessions are that principal's, and it sees no one else's.
+func (s *Server) ConnectAs(id string, who Identity, out Outlet) *Conn {
+	if who.Principal == "" {
+		who.Principal = DefaultPrincipal
+	}
 	log := s.deps.Log.With().Str("conn", id).Logger()
-	props := actor.PropsFromProducer(func() actor.Actor { return newConnection(s.deps, id, out) },
+	props := actor.PropsFromProducer(func() actor.Actor { return newConnection(s.deps, id, who, out) },
 		actor.WithReceiverMiddleware(survivePanics(log, out)))
 	pid := s.sys.Root.Spawn(props)
 	return &Conn{ID: id, pid: pid, root: s.sys.Root}

@@ -1,6 +1,8 @@
 package actors
 
 import (
+	"os/exec"
+
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/rs/zerolog"
 
@@ -22,6 +24,13 @@ func (t *turn) gatherContext(ctx actor.Context) {
 	self, root := ctx.Self(), ctx.ActorSystem().Root
 	proj := t.deps.projects.For(t.cwd)
 	runCtx, cwd, mode, subagent, log := t.ctx, t.cwd, t.mode, t.subagent, t.log
+	var start sysprompt.Starter
+	if jail := t.jail; jail != nil {
+		// git may run programs the repository's config names (filter
+		// drivers): it runs contained like the model's commands, reading
+		// the repository root above the cwd.
+		start = func(cmd *exec.Cmd) error { return jail.Start(cmd, nil, cmd.Dir) }
+	}
 	go func() {
 		defer func() {
 			if r := recover(); r != nil {
@@ -29,7 +38,7 @@ func (t *turn) gatherContext(ctx actor.Context) {
 			}
 		}()
 		in := refreshInstructions(proj, log)
-		env := sysprompt.Gather(runCtx, cwd, in.Root, in.Git, sysprompt.GitTimeout)
+		env := sysprompt.Gather(runCtx, cwd, in.Root, in.Git, sysprompt.GitTimeout, start)
 		root.Send(self, &contextReady{stable: sysprompt.Stable(in), turn: sysprompt.Turn(env, mode, subagent)})
 	}()
 }

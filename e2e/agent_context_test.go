@@ -131,7 +131,9 @@ var _ = Describe("what the model is told: system prompt, AGENTS.md, environment"
 		// A repository too big for git status to finish, simulated: a git
 		// first on PATH that prints the branch and then hangs in a child.
 		bin := GinkgoT().TempDir()
-		pidFile := filepath.Join(bin, "pid")
+		// In the repository: git runs in the session's sandbox, which
+		// writes only there.
+		pidFile := filepath.Join(root, ".git", "fake-git-pid")
 		writeFile(filepath.Join(bin, "git"), "#!/bin/sh\necho '## trunk'\nsleep 60 &\necho $! > "+pidFile+"\nwait\n")
 		Expect(os.Chmod(filepath.Join(bin, "git"), 0o755)).To(Succeed())
 		fake.Script(llmtest.Reply{Text: "ok"})
@@ -159,7 +161,9 @@ var _ = Describe("what the model is told: system prompt, AGENTS.md, environment"
 	It("keeps the session answering while git status hangs, and a cancel ends the turn at once", func() {
 		root := gitRepo()
 		bin := GinkgoT().TempDir()
-		pidFile := filepath.Join(bin, "pid")
+		// In the repository: git runs in the session's sandbox, which
+		// writes only there.
+		pidFile := filepath.Join(root, ".git", "fake-git-pid")
 		writeFile(filepath.Join(bin, "git"), "#!/bin/sh\nsleep 60 &\necho $! > "+pidFile+"\nwait\n")
 		Expect(os.Chmod(filepath.Join(bin, "git"), 0o755)).To(Succeed())
 		a := startAgent(agentEnv(fake, "PATH="+bin+":"+os.Getenv("PATH")))

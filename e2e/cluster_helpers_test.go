@@ -64,7 +64,14 @@ func newCluster(fake *llmtest.Server, n int, extra ...string) *cluster {
 func (c *cluster) start(secret string, extra ...string) *httpAgent {
 	env := agentEnv(c.fake, append([]string{"IAC_CODE_STORE_URL=" + c.dbURL, "IAC_CODE_CLUSTER_SECRET=" + secret,
 		"IAC_CODE_CLUSTER_LISTEN=127.0.0.1:0"}, append(c.extra, extra...)...)...)
-	a := startHTTPAgent(env, "")
+	// A pod with a shared token needs it for its health check too.
+	token := ""
+	for _, kv := range append(c.extra, extra...) {
+		if v, ok := strings.CutPrefix(kv, "IACCODE_ACP_HTTP_TOKEN="); ok {
+			token = v
+		}
+	}
+	a := startHTTPAgent(env, token)
 	Eventually(a.stderr.String, 10*time.Second, 20*time.Millisecond).Should(ContainSubstring("cluster: pod started"))
 	return a
 }

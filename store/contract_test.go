@@ -337,6 +337,53 @@ func describeStoreContract(name string, fresh func() backend) bool {
 				Expect(next).To(BeEmpty())
 			})
 
+			It("lists one owner's sessions only; an owner is kept by SaveMeta and Fork, and none means default", func() {
+				for id, owner := range map[string]string{"a1": "alice", "b1": "bob", "a2": "alice", "d1": ""} {
+					s, err := st.Create(store.Meta{ID: id, Cwd: "/p", Owner: owner})
+					Expect(err).NotTo(HaveOccurred())
+					Expect(s.Close()).To(Succeed())
+				}
+				s, _ := reopen("a1")
+				m := s.Meta()
+				Expect(m.Owner).To(Equal("alice"))
+				m.Owner = "bob" // an owner never changes
+				Expect(s.SaveMeta(m)).To(Succeed())
+				Expect(s.Meta().Owner).To(Equal("alice"))
+				Expect(s.Close()).To(Succeed())
+				f, _, err := st.Fork("a2", "a3")
+				Expect(err).NotTo(HaveOccurred())
+				Expect(f.Meta().Owner).To(Equal("alice"))
+				Expect(f.Close()).To(Succeed())
+
+				alice, _, err := st.ListOwned("alice", "", "", 10)
+				Expect(err).NotTo(HaveOccurred())
+				Expect(ids(alice)).To(ConsistOf("a1", "a2", "a3"))
+				bob, _, err := st.ListOwned("bob", "/p", "", 10)
+				Expect(err).NotTo(HaveOccurred())
+				Expect(ids(bob)).To(Equal([]string{"b1"}))
+				def, _, err := st.ListOwned(store.DefaultOwner, "", "", 10)
+				Expect(err).NotTo(HaveOccurred())
+				Expect(ids(def)).To(Equal([]string{"d1"}))
+				Expect(def[0].OwnedBy()).To(Equal(store.DefaultOwner))
+				page, next, err := st.ListOwned("alice", "", "", 2)
+				Expect(err).NotTo(HaveOccurred())
+				Expect(page).To(HaveLen(2))
+				rest, _, err := st.ListOwned("alice", "", next, 2)
+				Expect(err).NotTo(HaveOccurred())
+				Expect(append(ids(page), ids(rest)...)).To(ConsistOf("a1", "a2", "a3"))
+				all, _, err := st.List("", "", 10)
+				Expect(err).NotTo(HaveOccurred())
+				Expect(all).To(HaveLen(5))
+
+				m, err = st.Stat("b1")
+				Expect(err).NotTo(HaveOccurred())
+				Expect(m.OwnedBy()).To(Equal("bob"))
+				_, err = st.Stat("nope")
+				Expect(err).To(MatchError(store.ErrNotFound))
+				_, err = st.Stat("../x")
+				Expect(err).To(MatchError(store.ErrNotFound))
+			})
+
 			It("pages 120 sessions by 50 with a stable cursor, no duplicates and no gaps", func() {
 				clk.step = 0 // groups of sessions share an updatedAt: ties break by id
 				for i := range 120 {

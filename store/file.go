@@ -450,6 +450,11 @@ func before(au int64, aid string, bu int64, bid string) bool {
 
 // List implements Store.
 func (s *FileStore) List(cwd, cursor string, limit int) ([]Meta, string, error) {
+	return s.ListOwned("", cwd, cursor, limit)
+}
+
+// ListOwned implements Store; owner "" lists every owner's.
+func (s *FileStore) ListOwned(owner, cwd, cursor string, limit int) ([]Meta, string, error) {
 	if limit <= 0 {
 		limit = DefaultListLimit
 	}
@@ -481,7 +486,7 @@ func (s *FileStore) List(cwd, cursor string, limit int) ([]Meta, string, error) 
 			continue
 		}
 		seen[id] = true
-		if cwd != "" && filepath.Clean(m.Cwd) != cwd {
+		if (cwd != "" && filepath.Clean(m.Cwd) != cwd) || (owner != "" && m.OwnedBy() != owner) {
 			continue
 		}
 		metas = append(metas, m)
@@ -513,6 +518,18 @@ func (s *FileStore) List(cwd, cursor string, limit int) ([]Meta, string, error) 
 		next = base64.RawURLEncoding.EncodeToString(protocol.MustMarshal(listCursor{U: last.UpdatedAt.UnixNano(), ID: last.ID}))
 	}
 	return page, next, nil
+}
+
+// Stat implements Store.
+func (s *FileStore) Stat(id string) (Meta, error) {
+	if !ValidID(id) {
+		return Meta{}, fmt.Errorf("%w: %q", ErrNotFound, id)
+	}
+	m, ok := s.listMeta(id)
+	if !ok {
+		return Meta{}, fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
+	return m.clone(), nil
 }
 
 // listMeta returns the meta of session id, from the cache while meta.json

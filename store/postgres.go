@@ -222,9 +222,9 @@ func (s *PGStore) Create(meta Meta) (Session, error) {
 	ctx, cancel := opCtx()
 	defer cancel()
 	var epoch int64
-	err = s.pool.QueryRow(ctx, `INSERT INTO iac_sessions (id, cwd, updated_at, meta, lease_owner, lease_epoch, lease_expires)
-		VALUES ($1, $2, $3, $4, $5, 1, now() + $6::interval) ON CONFLICT (id) DO NOTHING RETURNING lease_epoch`,
-		meta.ID, cleanCwd(meta.Cwd), meta.UpdatedAt, data, s.self, s.ttl).Scan(&epoch)
+	err = s.pool.QueryRow(ctx, `INSERT INTO iac_sessions (id, cwd, updated_at, meta, lease_owner, lease_epoch, lease_expires, owner)
+		VALUES ($1, $2, $3, $4, $5, 1, now() + $6::interval, $7) ON CONFLICT (id) DO NOTHING RETURNING lease_epoch`,
+		meta.ID, cleanCwd(meta.Cwd), meta.UpdatedAt, data, s.self, s.ttl, meta.Owner).Scan(&epoch)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("%w: %s", ErrExists, meta.ID)
 	}
@@ -438,9 +438,9 @@ func (s *PGStore) Fork(srcID, newID string) (_ Session, _ []Entry, err error) {
 		return nil, nil, fmt.Errorf("encode meta: %w", err)
 	}
 	var epoch int64
-	err = tx.QueryRow(ctx, `INSERT INTO iac_sessions (id, cwd, updated_at, meta, lease_owner, lease_epoch, lease_expires)
-		VALUES ($1, $2, $3, $4, $5, 1, now() + $6::interval) ON CONFLICT (id) DO NOTHING RETURNING lease_epoch`,
-		newID, cleanCwd(meta.Cwd), meta.UpdatedAt, data, s.self, s.ttl).Scan(&epoch)
+	err = tx.QueryRow(ctx, `INSERT INTO iac_sessions (id, cwd, updated_at, meta, lease_owner, lease_epoch, lease_expires, owner)
+		VALUES ($1, $2, $3, $4, $5, 1, now() + $6::interval, $7) ON CONFLICT (id) DO NOTHING RETURNING lease_epoch`,
+		newID, cleanCwd(meta.Cwd), meta.UpdatedAt, data, s.self, s.ttl, meta.Owner).Scan(&epoch)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil, fmt.Errorf("%w: %s", ErrExists, newID)
 	}
@@ -492,8 +492,36 @@ func (s *PGStore) Delete(id string) error {
 	}
 }
 
+// Stat implements Store: the meta row, no lease.
+func (s *PGStore) Stat(id string) (Meta, error) {
+	if !ValidID(id) {
+		return Meta{}, fmt.Errorf("%w: %q", ErrNotFound, id)
+	}
+	ctx, cancel := opCtx()
+	defer cancel()
+	var raw []byte
+	err := s.pool.QueryRow(ctx, "SELECT meta FROM iac_sessions WHERE id = $1", id).Scan(&raw)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Meta{}, fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
+	if err != nil {
+		return Meta{}, s.dbErr("stat "+id, err)
+	}
+	var m Meta
+	if err := safeUnmarshal(raw, &m); err != nil {
+		return Meta{}, fmt.Errorf("decode meta of %s: %w", id, err)
+	}
+	m.ID = id
+	return m, nil
+}
+
 // List implements Store: one indexed query per page.
 func (s *PGStore) List(cwd, cursor string, limit int) ([]Meta, string, error) {
+	return s.ListOwned("", cwd, cursor, limit)
+}
+
+// ListOwned implements Store; owner "" lists every owner's.
+func (s *PGStore) ListOwned(owner, cwd, cursor string, limit int) ([]Meta, string, error) {
 	if limit <= 0 {
 		limit = DefaultListLimit
 	}
@@ -501,6 +529,10 @@ func (s *PGStore) List(cwd, cursor string, limit int) ([]Meta, string, error) {
 		conds []string
 		args  []any
 	)
+	if owner != "" {
+		args = append(args, owner)
+		conds = append(conds, fmt.Sprintf("owner = $%d", len(args)))
+	}
 	if cwd != "" {
 		args = append(args, filepath.Clean(cwd))
 		conds = append(conds, fmt.Sprintf("cwd = $%d", len(args)))

@@ -291,6 +291,28 @@ var _ = Describe("PGStore", func() {
 		Expect(again.text()).To(ContainSubstring(fmt.Sprintf(`"schema_version":%d`, store.SchemaVersion())))
 	})
 
+	It("gives the sessions stored before owners to default, in place, when it migrates", func() {
+		st := openPG(db.url)
+		Expect(st.Close()).To(Succeed())
+		// The schema of version 1 with a session of that time.
+		ctx := context.Background()
+		_, err := db.conn().Exec(ctx, `DELETE FROM iac_schema_migrations WHERE version = 2;
+			ALTER TABLE iac_sessions DROP COLUMN owner;
+			INSERT INTO iac_sessions (id, cwd, updated_at, meta) VALUES ('old', '/p', now(),
+				'{"version":1,"id":"old","cwd":"/p","createdAt":"2025-01-01T00:00:00Z","updatedAt":"2025-01-01T00:00:00Z","usage":{}}')`)
+		Expect(err).NotTo(HaveOccurred())
+		st = openPG(db.url)
+		defer st.Close()
+		def, _, err := st.ListOwned(store.DefaultOwner, "", "", 10)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(def).To(HaveLen(1))
+		Expect(def[0].ID).To(Equal("old"))
+		Expect(def[0].Owner).To(Equal(store.DefaultOwner), "meta migrated in place")
+		other, _, err := st.ListOwned("alice", "", "", 10)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(other).To(BeEmpty())
+	})
+
 	It("stores every entry and the meta as the exact bytes it encoded", func() {
 		st := openPG(db.url)
 		s, err := st.Create(store.Meta{ID: "s1", Cwd: "/p", Title: "t"})

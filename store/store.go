@@ -119,6 +119,11 @@ type Store interface {
 	// previous call; nextCursor is "" on the last page. limit <= 0 means
 	// DefaultListLimit. Reads meta files only.
 	List(cwd, cursor string, limit int) (metas []Meta, nextCursor string, err error)
+	// Stat reads a session's stored meta without opening it (no lock, no
+	// lease): ErrNotFound for an unknown or invalid id.
+	Stat(id string) (Meta, error)
+	// ListOwned is List of the sessions of owner only (Meta.OwnedBy).
+	ListOwned(owner, cwd, cursor string, limit int) (metas []Meta, nextCursor string, err error)
 	// Delete removes a session. ErrNotFound, ErrInUse.
 	Delete(id string) error
 }
@@ -254,6 +259,22 @@ type Meta struct {
 	Usage       Usage               `json:"usage"`
 	// ForkedFrom is the id of the session this one was forked from.
 	ForkedFrom string `json:"forkedFrom,omitempty"`
+	// Owner is the principal the session belongs to; "" in sessions stored
+	// before sessions had owners, which are DefaultOwner's (see OwnedBy).
+	// It never changes after Create (Fork: the source's owner).
+	Owner string `json:"owner,omitempty"`
+}
+
+// DefaultOwner owns the sessions stored before sessions had owners; it is
+// the principal of stdio and of the shared HTTP token.
+const DefaultOwner = "default"
+
+// OwnedBy is the session's owner, DefaultOwner when none is stored.
+func (m Meta) OwnedBy() string {
+	if m.Owner == "" {
+		return DefaultOwner
+	}
+	return m.Owner
 }
 
 // FormatVersion is the version written into meta.json.
@@ -266,6 +287,7 @@ func (m Meta) born(id, forkedFrom string, now time.Time) Meta {
 	m.Version = FormatVersion
 	m.ID = id
 	m.ForkedFrom = forkedFrom
+	m.Owner = m.OwnedBy()
 	m.CreatedAt = now
 	m.UpdatedAt = now
 	return m
@@ -279,6 +301,7 @@ func (m Meta) replacing(stored Meta, now time.Time) Meta {
 	m.ID = stored.ID
 	m.CreatedAt = stored.CreatedAt
 	m.ForkedFrom = stored.ForkedFrom
+	m.Owner = stored.OwnedBy() // an old meta gets its owner written in place
 	m.UpdatedAt = now
 	return m
 }

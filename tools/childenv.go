@@ -16,6 +16,9 @@ var serverSecretEnv = []string{
 	"IACCODE_ACP_HTTP_TOKEN",  // the HTTP edge's bearer token
 	"IAC_CODE_STORE_URL",      // a database URL may carry a password
 	"IAC_CODE_CLUSTER_SECRET", // the cluster's shared secret
+	// the tokens file: every user's token hash (not a secret itself, but no
+	// tool needs to find it)
+	"IAC_CODE_AUTH_TOKENS_FILE",
 }
 
 // SecretEnv lists the environment variables that never reach a process the

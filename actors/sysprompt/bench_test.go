@@ -39,7 +39,7 @@ func BenchmarkGatherSmallRepo(b *testing.B) {
 	write(b, filepath.Join(root, "x.go"), "package x\n")
 	b.ReportAllocs()
 	for b.Loop() {
-		if env := Gather(context.Background(), root, root, true, GitTimeout); env.Git.Problem != "" {
+		if env := Gather(context.Background(), root, root, true, GitTimeout, nil); env.Git.Problem != "" {
 			b.Fatal(env.Git.Problem)
 		}
 	}

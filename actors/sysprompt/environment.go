@@ -3,6 +3,7 @@ package sysprompt
 import (
 	"bytes"
 	"context"
+	"os/exec"
 	"runtime"
 	"strings"
 	"time"
@@ -41,13 +42,19 @@ type GitState struct {
 	Problem string
 }
 
+// Starter starts a command the environment needs (git status): the
+// session's sandbox when it has one, since repository config can name
+// programs git runs (filter drivers). nil starts it as is.
+type Starter func(cmd *exec.Cmd) error
+
 // Gather takes the environment of cwd now; the git status is bounded by
-// timeout. root and git are the Instructions' (one walk finds both).
-func Gather(ctx context.Context, cwd, root string, git bool, timeout time.Duration) Environment {
+// timeout and started by start. root and git are the Instructions' (one
+// walk finds both).
+func Gather(ctx context.Context, cwd, root string, git bool, timeout time.Duration, start Starter) Environment {
 	env := Environment{OS: runtime.GOOS, Arch: runtime.GOARCH, Shell: "bash (the bash tool runs bash -c)",
 		Date: time.Now().Format("2006-01-02"), Cwd: cwd}
 	if git {
-		env.Git = gitStatus(ctx, root, timeout)
+		env.Git = gitStatus(ctx, root, timeout, start)
 	}
 	return env
 }
@@ -55,11 +62,11 @@ func Gather(ctx context.Context, cwd, root string, git bool, timeout time.Durati
 // gitStatus runs git status in root. Repository config can name commands
 // git runs (core.fsmonitor); those that status would start are switched
 // off, and git never prompts or takes locks.
-func gitStatus(ctx context.Context, root string, timeout time.Duration) *GitState {
+func gitStatus(ctx context.Context, root string, timeout time.Duration, start Starter) *GitState {
 	st := &GitState{Root: root}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	out, full, err := runGit(ctx, root, maxGitOutput,
+	out, full, err := runGit(ctx, root, maxGitOutput, start,
 		"--no-optional-locks", "-c", "core.fsmonitor=false", "-c", "core.untrackedCache=false",
 		"status", "--porcelain=v1", "-b")
 	switch {

@@ -36,7 +36,7 @@ func TestGatherGitStatus(t *testing.T) {
 	write(t, filepath.Join(root, "a.txt"), "two\n")
 	write(t, filepath.Join(root, "new.txt"), "new\n")
 
-	env := Gather(context.Background(), filepath.Join(root, "sub"), root, true, GitTimeout)
+	env := Gather(context.Background(), filepath.Join(root, "sub"), root, true, GitTimeout, nil)
 	g := env.Git
 	if g == nil || g.Problem != "" || g.Branch != "trunk" || strings.Join(g.Changes, "|") != " M a.txt|?? new.txt" || g.More {
 		t.Fatalf("git = %+v", g)
@@ -49,7 +49,7 @@ func TestGatherGitStatus(t *testing.T) {
 			t.Errorf("turn text lacks %q:\n%s", want, text)
 		}
 	}
-	if env := Gather(context.Background(), root, root, false, GitTimeout); env.Git != nil ||
+	if env := Gather(context.Background(), root, root, false, GitTimeout, nil); env.Git != nil ||
 		!strings.Contains(Turn(env, "", ""), "- Git repository: no") {
 		t.Errorf("not a repository: %+v", env.Git)
 	}
@@ -71,7 +71,7 @@ func TestGatherSlowGitIsBoundedAndKilled(t *testing.T) {
 	// git prints a little, then hangs in a child (sleep) of its group.
 	fakeGit(t, "echo '## main'\necho ' M x'\necho '?? half'\nprintf '?? cut-sho'\nsleep 30 &\necho $! > "+pidFile+"\nwait\n")
 	start := time.Now()
-	env := Gather(context.Background(), "/", "/", true, 300*time.Millisecond)
+	env := Gather(context.Background(), "/", "/", true, 300*time.Millisecond, nil)
 	took := time.Since(start)
 	if took > 3*time.Second {
 		t.Errorf("Gather took %v with a 300ms limit", took)
@@ -97,7 +97,7 @@ func TestGatherSlowGitIsBoundedAndKilled(t *testing.T) {
 
 func TestGatherHugeStatusIsCapped(t *testing.T) {
 	fakeGit(t, "echo '## main'\necho \"?? long-$(printf %0500d 0)\"\ni=0\nwhile [ $i -lt 100000 ]; do echo \"?? file-$i-$(printf %0100d 0)\"; i=$((i+1)); done\n")
-	env := Gather(context.Background(), "/", "/", true, GitTimeout)
+	env := Gather(context.Background(), "/", "/", true, GitTimeout, nil)
 	g := env.Git
 	if g == nil || len(g.Changes) != maxGitLines || !g.More || g.Problem != "" {
 		t.Fatalf("git = %+v", g)
@@ -117,7 +117,7 @@ func TestGatherHugeStatusIsCapped(t *testing.T) {
 
 func TestGatherGitFailure(t *testing.T) {
 	fakeGit(t, "echo 'fatal: not a git repository' >&2\nexit 128\n")
-	g := Gather(context.Background(), "/", "/", true, GitTimeout).Git
+	g := Gather(context.Background(), "/", "/", true, GitTimeout, nil).Git
 	if g == nil || g.Problem != "git status failed: fatal: not a git repository" {
 		t.Fatalf("git = %+v", g)
 	}
@@ -164,7 +164,7 @@ func TestGatherRealHugeRepoIsCapped(t *testing.T) {
 		t.Fatalf("fast-import: %v\n%s", err, out)
 	}
 	start := time.Now()
-	g := Gather(context.Background(), root, root, true, GitTimeout).Git
+	g := Gather(context.Background(), root, root, true, GitTimeout, nil).Git
 	took := time.Since(start)
 	if g.Problem != "" || !strings.HasPrefix(g.Branch, "trunk") || len(g.Changes) != maxGitLines || !g.More {
 		t.Fatalf("git = %+v", g)

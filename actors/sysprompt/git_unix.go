@@ -22,7 +22,7 @@ const gitKillGrace = 200 * time.Millisecond
 // runGit runs git in dir in its own process group, reading at most limit
 // bytes of its stdout; full reports that git ended and all its output
 // fitted. ctx ending kills the group (git may start helpers).
-func runGit(ctx context.Context, dir string, limit int, args ...string) (out []byte, full bool, err error) {
+func runGit(ctx context.Context, dir string, limit int, start Starter, args ...string) (out []byte, full bool, err error) {
 	r, w, err := os.Pipe()
 	if err != nil {
 		return nil, false, err
@@ -35,7 +35,10 @@ func runGit(ctx context.Context, dir string, limit int, args ...string) (out []b
 	cmd.Stdout, cmd.Stderr = w, &limitedBuffer{b: &stderr, n: 1 << 10}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.WaitDelay = time.Second // a helper that left the group and kept stderr
-	if err := cmd.Start(); err != nil {
+	if start == nil {
+		start = (*exec.Cmd).Start
+	}
+	if err := start(cmd); err != nil {
 		w.Close()
 		return nil, false, err
 	}

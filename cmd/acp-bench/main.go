@@ -80,16 +80,16 @@ flags:
 `
 
 type config struct {
-	server, jsonPath, htmlPath, home, logLevel, cpuProfile string
-	selfProfile, compareRef, beforeServer                  string
-	noProgress, debug, baseline, modelFlush, valgrind      bool
-	chunks, streams, clients, runs, maxCycles, setupWidth  int
-	rounds                                                 int
-	conns                                                  string
-	rate                                                   float64
-	duration, dropEvery, reconnectMax, timeout, hold, ramp time.Duration
-	pods                                                   int
-	ws                                                     bool
+	server, jsonPath, htmlPath, home, logLevel, cpuProfile, authToken string
+	selfProfile, compareRef, beforeServer                             string
+	noProgress, debug, baseline, modelFlush, valgrind                 bool
+	chunks, streams, clients, runs, maxCycles, setupWidth             int
+	rounds                                                            int
+	conns                                                             string
+	rate                                                              float64
+	duration, dropEvery, reconnectMax, timeout, hold, ramp            time.Duration
+	pods                                                              int
+	ws                                                                bool
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -107,6 +107,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&c.htmlPath, "html", "", "write a self-contained HTML report (charts) to this file")
 	fs.StringVar(&c.home, "home", "", "IAC_CODE_HOME of the server (default: a fresh directory on /dev/shm)")
 	fs.StringVar(&c.logLevel, "log-level", "warn", "IAC_CODE_LOG_LEVEL of the server")
+	fs.StringVar(&c.authToken, "auth-token", "", "HTTP: require identities (a tokens file of 100 users, this token the last) and send this token on every request")
 	fs.BoolVar(&c.noProgress, "no-progress", false, "no progress bar")
 	fs.BoolVar(&c.valgrind, "valgrind", false, "run the server under valgrind's cachegrind and report the instructions it executed (robust to other load; ~50× slower: use small sizes)")
 	fs.BoolVar(&c.debug, "debug", false, "read allocation counts from a profiling build of the server (bin/iac-code-prof, task bench:profserver)")
@@ -161,7 +162,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "acp-bench: warning: the open-file limit is %d, the run needs about %d (raise ulimit -n)\n", lim, need)
 	}
 	o := &bench.Options{
-		Bin: c.server, Home: c.home, LogLevel: c.logLevel, Debug: c.debug || c.cpuProfile != "",
+		Bin: c.server, Home: c.home, LogLevel: c.logLevel, AuthToken: c.authToken, Debug: c.debug || c.cpuProfile != "",
 		CPUProfile: c.cpuProfile, Progress: !c.noProgress, ProgressOut: stderr, Log: stderr, Valgrind: c.valgrind,
 	}
 	if err := o.Prepare(); err != nil {

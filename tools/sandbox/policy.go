@@ -77,6 +77,12 @@ func inProcess(path string) bool {
 	return strings.Trim(first, "0123456789") == ""
 }
 
+// gitConfig are the user's git configuration files, read by every git
+// command: an unreadable one (EACCES, unlike a missing one) makes git stop
+// with "unknown error occurred while reading the configuration files".
+// Credentials stay out: ~/.git-credentials is not among them.
+var gitConfig = []string{".gitconfig", ".config/git/config", ".config/git/ignore", ".config/git/attributes"}
+
 // devices are the device files programs open as a matter of course.
 var devices = []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty"}
 
@@ -128,6 +134,13 @@ func BuildPolicy(s Settings, req Request, getenv func(string) string) Policy {
 	}
 	if mod := goModCache(getenv); mod != "" && !opens(mod, home, state) {
 		b.rx(mod) // modules already downloaded build offline; a download needs IAC_CODE_SANDBOX_WRITE
+	}
+	if home != "" {
+		for _, f := range gitConfig {
+			if p := resolve(filepath.Join(home, f)); p != "" && !within(p, state) {
+				b.rx(p)
+			}
+		}
 	}
 	for _, d := range devices {
 		if p := resolve(d); p != "" {

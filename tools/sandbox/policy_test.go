@@ -86,6 +86,33 @@ func TestPolicyGrantsTheSessionTheSystemAndToolchainsButNotTheHomeOrTheState(t *
 	}
 }
 
+// git stops when the user's config is there but unreadable: those files
+// (and no other file of the home, nor the credentials store) are read.
+func TestPolicyReadsTheUsersGitConfigOnly(t *testing.T) {
+	l := newLayout(t)
+	for _, f := range []string{".gitconfig", ".git-credentials", ".config/git/config", ".config/git/credentials"} {
+		path := filepath.Join(l.home, f)
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := BuildPolicy(Settings{Home: l.state}, Request{Writable: []string{l.ws}, TempDir: l.tmp}, l.env("/usr/bin"))
+	for _, want := range []string{".gitconfig", ".config/git/config"} {
+		if !slices.Contains(p.ReadExec, filepath.Join(l.home, want)) {
+			t.Errorf("read lacks ~/%s: %v", want, p.ReadExec)
+		}
+	}
+	for _, path := range append(p.ReadExec, p.ReadWrite...) {
+		if path == l.home || path == filepath.Join(l.home, ".config") || path == filepath.Join(l.home, ".config", "git") ||
+			strings.HasSuffix(path, "credentials") {
+			t.Errorf("%s is granted: only the git config files of the home are", path)
+		}
+	}
+}
+
 func TestInProcess(t *testing.T) {
 	for path, want := range map[string]bool{"/proc": true, "/proc/1": true, "/proc/123/environ": true,
 		"/proc/cpuinfo": false, "/proc/sys/kernel": false, "/processes": false, "/usr/proc/1": false} {

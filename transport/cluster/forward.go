@@ -47,14 +47,14 @@ func (n *Node) failed(p *peer, err error, what string) httpsse.Reply {
 }
 
 // Post implements httpsse.Cluster.
-func (n *Node) Post(owner, connID, sessionID string, body []byte) httpsse.Reply {
+func (n *Node) Post(owner, connID, sessionID, who string, body []byte) httpsse.Reply {
 	p, bad := n.ownerPeer(owner)
 	if bad != nil {
 		return *bad
 	}
 	n.met.forwarded.WithLabelValues("post").Inc()
 	start := time.Now()
-	res, err := n.request(p, &clusterpb.Post{ConnId: connID, SessionId: sessionID, Body: body}, forwardTimeout)
+	res, err := n.request(p, &clusterpb.Post{ConnId: connID, SessionId: sessionID, Body: body, Principal: who}, forwardTimeout)
 	n.met.hop.WithLabelValues("post").Observe(time.Since(start).Seconds())
 	r, ok := res.(*clusterpb.Reply)
 	if err != nil || !ok {
@@ -65,14 +65,14 @@ func (n *Node) Post(owner, connID, sessionID string, body []byte) httpsse.Reply 
 
 // Delete implements httpsse.Cluster. A connection of a dead pod is closed
 // already: 200, as for any unknown id.
-func (n *Node) Delete(owner, connID string) httpsse.Reply {
+func (n *Node) Delete(owner, connID, who string) httpsse.Reply {
 	p, bad := n.ownerPeer(owner)
 	if bad != nil {
 		return httpsse.Reply{Status: fasthttp.StatusOK}
 	}
 	n.met.forwarded.WithLabelValues("delete").Inc()
 	start := time.Now()
-	res, err := n.request(p, &clusterpb.Delete{ConnId: connID}, forwardTimeout)
+	res, err := n.request(p, &clusterpb.Delete{ConnId: connID, Principal: who}, forwardTimeout)
 	n.met.hop.WithLabelValues("delete").Observe(time.Since(start).Seconds())
 	r, ok := res.(*clusterpb.Reply)
 	if err != nil || !ok {
@@ -86,14 +86,15 @@ func (n *Node) Delete(owner, connID string) httpsse.Reply {
 
 // Attach implements httpsse.Cluster: a stream actor here, watched by the
 // owner and watching it, receives Ready; the writer takes the events.
-func (n *Node) Attach(owner, connID, sessionID string, last *uint64) (httpsse.RemoteSource, httpsse.Reply, []byte, bool) {
+func (n *Node) Attach(owner, connID, sessionID, who string, last *uint64) (httpsse.RemoteSource, httpsse.Reply, []byte, bool) {
 	p, bad := n.ownerPeer(owner)
 	if bad != nil {
 		return nil, *bad, nil, false
 	}
 	src := &source{n: n, p: p, connID: connID, ready: make(chan struct{}, 1), gone: make(chan struct{})}
 	src.pid = n.sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return &streamActor{src: src} }))
-	msg := &clusterpb.Attach{ConnId: connID, SessionId: sessionID, StreamAddress: src.pid.Address, StreamId: src.pid.Id}
+	msg := &clusterpb.Attach{ConnId: connID, SessionId: sessionID, StreamAddress: src.pid.Address, StreamId: src.pid.Id,
+		Principal: who}
 	if last != nil {
 		msg.HasLastEventId, msg.LastEventId = true, *last
 	}

@@ -46,7 +46,7 @@ func (s *service) Receive(ctx actor.Context) {
 			ctx.Respond(unavailable)
 			return
 		}
-		r := o.ServePost(m.ConnId, m.SessionId, m.Body)
+		r := o.ServePost(m.ConnId, m.SessionId, m.Principal, m.Body)
 		ctx.Respond(&clusterpb.Reply{Status: int32(r.Status), Error: r.Error})
 	case *clusterpb.Delete:
 		o := s.n.owner.get()
@@ -55,7 +55,7 @@ func (s *service) Receive(ctx actor.Context) {
 			return
 		}
 		s.async(ctx, func() any {
-			r := o.ServeDelete(m.ConnId)
+			r := o.ServeDelete(m.ConnId, m.Principal)
 			return &clusterpb.Reply{Status: int32(r.Status), Error: r.Error}
 		})
 	case *clusterpb.Attach:
@@ -117,7 +117,7 @@ func (s *service) attach(ctx actor.Context, m *clusterpb.Attach) {
 	target := actor.NewPID(m.StreamAddress, m.StreamId)
 	root := ctx.ActorSystem().Root
 	ready := func() { root.Send(target, &clusterpb.Ready{}) }
-	h, reject, replaced, r := o.AttachRemote(m.ConnId, m.SessionId, last, ready)
+	h, reject, replaced, r := o.AttachRemote(m.ConnId, m.SessionId, m.Principal, last, ready)
 	if r.Status == fasthttp.StatusOK && reject == nil {
 		key := pidKey(target)
 		if len(s.streams[key]) == 0 {

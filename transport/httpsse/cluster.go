@@ -20,15 +20,16 @@ type Cluster interface {
 	Incarnation() string
 	// Bind hands the mesh the edge that serves this pod's connections.
 	Bind(o Owner)
-	// Post forwards a POST /acp (not initialize) to the pod owner.
-	Post(owner, connID, sessionID string, body []byte) Reply
+	// Post forwards a POST /acp (not initialize) of principal who to the
+	// pod owner.
+	Post(owner, connID, sessionID, who string, body []byte) Reply
 	// Delete forwards a DELETE /acp to the pod owner.
-	Delete(owner, connID string) Reply
+	Delete(owner, connID, who string) Reply
 	// Attach makes a GET on this pod the stream of a connection of the pod
 	// owner. On success (Reply.Status 200) the source delivers the stream's
 	// events, unless reject (an SSE error body for a Last-Event-ID that
 	// cannot be honoured) is set.
-	Attach(owner, connID, sessionID string, last *uint64) (src RemoteSource, r Reply, reject []byte, replaced bool)
+	Attach(owner, connID, sessionID, who string, last *uint64) (src RemoteSource, r Reply, reject []byte, replaced bool)
 	// Collectors are the mesh's metrics, exported on /metrics.
 	Collectors() []prometheus.Collector
 }
@@ -61,10 +62,11 @@ type Event struct {
 
 // Owner is the side of the edge that serves, for other pods, the
 // connections of this one. *Edge implements it.
+// The principal who is the one the forwarding pod decided for the request.
 type Owner interface {
-	ServePost(connID, sessionID string, body []byte) Reply
-	ServeDelete(connID string) Reply
-	AttachRemote(connID, sessionID string, last *uint64, ready func()) (handle uint64, reject []byte, replaced bool, r Reply)
+	ServePost(connID, sessionID, who string, body []byte) Reply
+	ServeDelete(connID, who string) Reply
+	AttachRemote(connID, sessionID, who string, last *uint64, ready func()) (handle uint64, reject []byte, replaced bool, r Reply)
 	Take(connID string, handle uint64, dst []Event) (batch []Event, final []byte, end bool)
 	Detach(connID string, handle uint64)
 	// RemoteStreams counts the streams of this pod's connections whose GET
@@ -97,8 +99,8 @@ func (e *Edge) replyError(ctx *fasthttp.RequestCtx, r Reply) {
 }
 
 // forwardPost sends a POST for a connection of another pod there.
-func (e *Edge) forwardPost(ctx *fasthttp.RequestCtx, owner string, id []byte, body []byte) {
-	r := e.cluster.Post(owner, string(id), string(ctx.Request.Header.Peek(HeaderSessionID)), body)
+func (e *Edge) forwardPost(ctx *fasthttp.RequestCtx, owner string, id []byte, who string, body []byte) {
+	r := e.cluster.Post(owner, string(id), string(ctx.Request.Header.Peek(HeaderSessionID)), who, body)
 	if r.Status == fasthttp.StatusAccepted {
 		ctx.SetStatusCode(fasthttp.StatusAccepted)
 		return
@@ -108,7 +110,7 @@ func (e *Edge) forwardPost(ctx *fasthttp.RequestCtx, owner string, id []byte, bo
 
 // ServePost serves a POST forwarded by another pod: what post does once
 // the connection is known.
-func (e *Edge) ServePost(connID, sessionID string, body []byte) Reply {
+func (e *Edge) ServePost(connID, sessionID, who string, body []byte) Reply {
 	msg, perr := protocol.Decode(body)
 	if perr != nil {
 		return Reply{fasthttp.StatusBadRequest, "Invalid JSON-RPC message: " + detail(perr)}
@@ -117,12 +119,15 @@ func (e *Edge) ServePost(connID, sessionID string, body []byte) Reply {
 	if c == nil {
 		return Reply{fasthttp.StatusBadRequest, e.notFound([]byte(connID), msgConnNotFoundPost)}
 	}
-	return e.postTo(c, []byte(sessionID), msg)
+	return e.postTo(c, who, []byte(sessionID), msg)
 }
 
 // ServeDelete serves a DELETE forwarded by another pod.
-func (e *Edge) ServeDelete(connID string) Reply {
+func (e *Edge) ServeDelete(connID, who string) Reply {
 	if c := e.lookup([]byte(connID)); c != nil {
+		if r, ok := e.owns(c, who, "delete", ""); !ok {
+			return r
+		}
 		e.closeConn(c, reasonDelete, true, e.cfg.CloseTimeout)
 	}
 	return Reply{Status: fasthttp.StatusOK}
@@ -131,10 +136,13 @@ func (e *Edge) ServeDelete(connID string) Reply {
 // AttachRemote attaches a stream of another pod to a connection of this
 // one. ready is called (never under a lock of the edge's callers) when the
 // stream has events or ended; the other pod then calls Take.
-func (e *Edge) AttachRemote(connID, sessionID string, last *uint64, ready func()) (uint64, []byte, bool, Reply) {
+func (e *Edge) AttachRemote(connID, sessionID, who string, last *uint64, ready func()) (uint64, []byte, bool, Reply) {
 	c := e.lookup([]byte(connID))
 	if c == nil {
 		return 0, nil, false, Reply{fasthttp.StatusBadRequest, e.notFound([]byte(connID), msgConnNotFound)}
+	}
+	if r, ok := e.owns(c, who, "get", ""); !ok {
+		return 0, nil, false, r
 	}
 	if e.closing.Load() {
 		return 0, nil, false, Reply{fasthttp.StatusServiceUnavailable, msgShuttingDown}
@@ -208,8 +216,8 @@ func (e *Edge) Detach(connID string, handle uint64) {
 // remoteGet serves a GET whose connection lives on another pod: a local
 // writer fed by the owner's outbox (see RemoteSource). The stream is
 // counted in e.streams already.
-func (e *Edge) remoteGet(ctx *fasthttp.RequestCtx, owner string, id, sid []byte, last *uint64) (stream func()) {
-	src, r, reject, _ := e.cluster.Attach(owner, string(id), string(sid), last)
+func (e *Edge) remoteGet(ctx *fasthttp.RequestCtx, owner string, id, sid []byte, who string, last *uint64) (stream func()) {
+	src, r, reject, _ := e.cluster.Attach(owner, string(id), string(sid), who, last)
 	if r.Status != fasthttp.StatusOK {
 		e.streams.Add(-1)
 		e.replyError(ctx, r)
@@ -231,7 +239,8 @@ func (e *Edge) remoteGet(ctx *fasthttp.RequestCtx, owner string, id, sid []byte,
 		// At shutdown this pod's streams of other pods' connections just
 		// end: their events stay with the connection's pod, and the client
 		// resumes on another pod with Last-Event-ID.
-		quit: e.quit,
+		quit:    e.quit,
+		allowed: e.stillAllowed(ctx, who),
 		take: func(dst []event) handout {
 			var final []byte
 			var end bool

@@ -3,6 +3,8 @@ package httpsse
 import (
 	"math"
 	"time"
+
+	"github.com/iac-code/iac-code/transport/auth"
 )
 
 // Defaults of Config. They follow the specification (port 8765, 30 s
@@ -42,8 +44,16 @@ type Config struct {
 	Host string
 	Port int
 	// Token, when set, is required on every route as "Authorization:
-	// Bearer <token>" (IACCODE_ACP_HTTP_TOKEN). It is never logged.
+	// Bearer <token>" (IACCODE_ACP_HTTP_TOKEN), principal "default". It is
+	// never logged. Ignored when Auth is set (which then holds it).
 	Token string
+	// Auth, when set, decides the principal of every request from its
+	// Authorization header (transport/auth); nil: Token, or no
+	// authentication (every request is principal "default").
+	Auth auth.Authenticator
+	// MaxConnectionsPerUser caps the open ACP connections of one principal
+	// (0: no cap); an initialize beyond it gets 429 with Retry-After.
+	MaxConnectionsPerUser int
 	// AllowedHosts are Host names accepted besides loopback ones ("*": any);
 	// AllowedOrigins are the browser origins (scheme://host[:port], "*":
 	// any) allowed to send requests. See edgeGuard.

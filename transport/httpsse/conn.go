@@ -109,6 +109,8 @@ type conn struct {
 	// while they ran (detach.go). c.mu.
 	prompts  map[string]struct{}
 	detached bool
+	// principal initialized the connection; only it may use it.
+	principal string
 
 	mu    sync.Mutex
 	state connState

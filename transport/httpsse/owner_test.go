@@ -25,7 +25,7 @@ type remoteReader struct {
 
 func attachRemote(e *env, conn string, last *uint64) *remoteReader {
 	r := &remoteReader{e: e.edge, conn: conn, ready: make(chan struct{}, 1)}
-	h, reject, _, rep := e.edge.AttachRemote(conn, "", last, func() {
+	h, reject, _, rep := e.edge.AttachRemote(conn, "", "", last, func() {
 		select {
 		case r.ready <- struct{}{}:
 		default:
@@ -89,11 +89,11 @@ var _ = Describe("serving another pod's stream (Owner)", func() {
 		Expect(e.edge.RemoteStreams()).To(Equal(0))
 
 		By("a POST served for another pod is delivered as a local one")
-		Expect(e.edge.ServePost(conn, "", []byte(`{"jsonrpc":"2.0","id":4,"method":"session/list","params":{}}`)).Status).
+		Expect(e.edge.ServePost(conn, "", "", []byte(`{"jsonrpc":"2.0","id":4,"method":"session/list","params":{}}`)).Status).
 			To(Equal(http.StatusAccepted))
-		Expect(e.edge.ServePost("nope", "", []byte(`{"jsonrpc":"2.0","id":4,"method":"session/list","params":{}}`)).Error).
+		Expect(e.edge.ServePost("nope", "", "", []byte(`{"jsonrpc":"2.0","id":4,"method":"session/list","params":{}}`)).Error).
 			To(ContainSubstring("Connection not found"))
-		Expect(e.edge.ServeDelete(conn).Status).To(Equal(http.StatusOK))
+		Expect(e.edge.ServeDelete(conn, "").Status).To(Equal(http.StatusOK))
 		Expect(e.post(rpc(5, "session/list", map[string]any{}), "Acp-Connection-Id", conn).status).To(Equal(http.StatusBadRequest))
 	})
 

@@ -1,6 +1,8 @@
 package httpsse_test
 
 import (
+	"bufio"
+	"io"
 	"net"
 	"net/http"
 	"time"
@@ -76,21 +78,59 @@ var _ = Describe("abandoned connections", func() {
 })
 
 var _ = Describe("connection cap", func() {
-	It("answers 503 at once above MaxConnections and serves again when connections leave", func() {
-		e := startEnv(httpsse.Config{MaxConnections: 4})
+	It("at MaxConnections closes the oldest connection that sent no request to serve a new one, and answers 503 at once when all have", func() {
+		e := startEnv(httpsse.Config{MaxConnections: 4}) // 3 handed out, 1 spare worker
 		var silent []net.Conn
-		for range 4 {
+		DeferCleanup(func() {
+			for _, c := range silent {
+				c.Close()
+			}
+		})
+		for range 3 {
 			c, err := net.Dial("tcp", e.addr)
 			Expect(err).NotTo(HaveOccurred())
 			silent = append(silent, c)
 		}
-		// one accept loop hands them to the four workers in order: the next
-		// connection finds none free
+		// Each client keeps its connection (keep-alive), so each needs room.
+		var busy []net.Conn
+		keepAlive := func() int {
+			c, err := net.Dial("tcp", e.addr)
+			Expect(err).NotTo(HaveOccurred())
+			_, err = c.Write([]byte("GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"))
+			Expect(err).NotTo(HaveOccurred())
+			_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			r, err := http.ReadResponse(bufio.NewReader(c), nil)
+			Expect(err).NotTo(HaveOccurred())
+			_ = c.SetReadDeadline(time.Time{})
+			if r.StatusCode != http.StatusOK {
+				c.Close()
+			} else {
+				busy = append(busy, c)
+			}
+			return r.StatusCode
+		}
+		DeferCleanup(func() {
+			for _, c := range busy {
+				c.Close()
+			}
+		})
+		for range 3 { // a flood of silent sockets does not keep a client out
+			Expect(keepAlive()).To(Equal(http.StatusOK))
+		}
+		for _, c := range silent {
+			_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			_, err := c.Read(make([]byte, 1))
+			Expect(err).To(MatchError(io.EOF), "the silent ones were closed, oldest first")
+		}
+		// connections that sent a request are never closed for room: the
+		// spare worker takes one more (once the evicted ones' workers are
+		// back), then 503
+		Eventually(keepAlive, 5*time.Second, 20*time.Millisecond).Should(Equal(http.StatusOK))
 		start := time.Now()
 		r, _ := e.rawRequest("GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
 		Expect(r.StatusCode).To(Equal(http.StatusServiceUnavailable))
 		Expect(time.Since(start)).To(BeNumerically("<", time.Second))
-		for _, c := range silent {
+		for _, c := range busy {
 			c.Close()
 		}
 		Eventually(func() int {

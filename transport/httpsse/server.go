@@ -12,13 +12,10 @@ package httpsse
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
 	"errors"
 	"fmt"
 	"net"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -30,6 +27,7 @@ import (
 
 	"github.com/iac-code/iac-code/actors"
 	"github.com/iac-code/iac-code/protocol"
+	"github.com/iac-code/iac-code/transport/auth"
 )
 
 // Header names.
@@ -46,6 +44,8 @@ const (
 	msgMissingConnID    = "Missing Acp-Connection-Id header."
 	msgInvalidJSON      = "Invalid JSON"
 	msgUnauthorized     = "Unauthorized"
+	msgForbiddenConn    = "Forbidden: this connection belongs to another user"
+	msgTooManyConns     = "Too many connections for this user"
 	msgTooLarge         = "Request body too large"
 	msgContentType      = "Content-Type must be application/json"
 	msgInitTimeout      = "Initialize timeout"
@@ -64,19 +64,21 @@ const (
 
 // Edge is the HTTP+SSE transport of one actors.Server.
 type Edge struct {
-	srv   *actors.Server
-	cfg   Config
-	log   zerolog.Logger
-	hs    *fasthttp.Server
-	met   *metrics
-	auth  bool
-	token [sha256.Size]byte
+	srv *actors.Server
+	cfg Config
+	log zerolog.Logger
+	hs  *fasthttp.Server
+	met *metrics
+	// authn decides the principal of each request; nil: no authentication.
+	authn auth.Authenticator
 	guard *edgeGuard
 	// upgrader answers WebSocket upgrades of GET /acp (ws.go).
 	upgrader *websocket.FastHTTPUpgrader
 
 	mu    sync.RWMutex
 	conns map[string]*conn
+	// perUser counts the open connections of each principal (e.mu).
+	perUser map[string]int
 	// tombs remembers why recently closed connections ended (overflow,
 	// idle), so their next request gets a clear 400; bounded FIFO.
 	tombs     map[string]string
@@ -103,6 +105,8 @@ type Edge struct {
 	// which fasthttp's graceful shutdown does not wait for; lateRuns holds
 	// their writers by net.Conn until the hijack handler or the close of
 	// the connection (connState) starts them.
+	// fresh is Serve's listener, which evicts silent connections at the cap.
+	fresh    *freshListener
 	late     sync.WaitGroup
 	lateRuns sync.Map
 	closing  atomic.Bool
@@ -115,23 +119,25 @@ type Edge struct {
 func New(srv *actors.Server, cfg Config, log zerolog.Logger) *Edge {
 	cfg = cfg.withDefaults()
 	e := &Edge{
-		srv:    srv,
-		cfg:    cfg,
-		log:    log.With().Str("transport", "http").Logger(),
-		conns:  map[string]*conn{},
-		tombs:  map[string]string{},
-		quit:   make(chan struct{}),
-		reaped: make(chan struct{}),
-		guard:  newEdgeGuard(cfg),
+		srv:   srv,
+		cfg:   cfg,
+		log:   log.With().Str("transport", "http").Logger(),
+		conns: map[string]*conn{},
+		authn: cfg.Auth,
+
+		perUser: map[string]int{},
+		tombs:   map[string]string{},
+		quit:    make(chan struct{}),
+		reaped:  make(chan struct{}),
+		guard:   newEdgeGuard(cfg),
 
 		upgrader: newUpgrader(cfg),
 
 		cluster: cfg.Cluster,
 		remotes: map[uint64]*stream{},
 	}
-	if cfg.Token != "" {
-		e.auth = true
-		e.token = sha256.Sum256([]byte(cfg.Token))
+	if e.authn == nil && cfg.Token != "" {
+		e.authn = &auth.Chain{Static: auth.NewStatic(cfg.Token)}
 	}
 	e.met = newMetrics(e)
 	e.hs = &fasthttp.Server{
@@ -162,7 +168,8 @@ func New(srv *actors.Server, cfg Config, log zerolog.Logger) *Edge {
 // resilientListener).
 func (e *Edge) Serve(ln net.Listener) error {
 	go e.reaper()
-	return e.hs.Serve(newResilientListener(ln, e.log))
+	e.fresh = newFreshListener(newResilientListener(ln, e.log), e.cfg.MaxConnections, e.log)
+	return e.hs.Serve(e.fresh)
 }
 
 // Serve runs the edge on cfg.Host:cfg.Port until ctx is cancelled, then shuts
@@ -176,14 +183,14 @@ func Serve(ctx context.Context, srv *actors.Server, cfg Config, log zerolog.Logg
 		return err
 	}
 	e := New(srv, cfg, log)
-	if cfg.Token == "" && !isLoopback(cfg.Host) {
+	if e.authn == nil && !isLoopback(cfg.Host) {
 		e.log.Warn().Str("host", cfg.Host).
 			Msg("HTTP transport bound to a non-loopback address without authentication; set IACCODE_ACP_HTTP_TOKEN")
 	}
 	if !isLoopback(cfg.Host) && len(cfg.AllowedHosts) == 0 {
 		e.log.Info().Msg("Host header not checked on a non-loopback address; --allowed-hosts restricts it")
 	}
-	e.log.Info().Str("addr", ln.Addr().String()).Bool("auth", e.auth).Int("max_connections", cfg.MaxConnections).
+	e.log.Info().Str("addr", ln.Addr().String()).Bool("auth", e.authn != nil).Int("max_connections", cfg.MaxConnections).
 		Int("max_streams", cfg.MaxStreams).Uint64("descriptor_limit", fileLimit()).Msg("listening")
 	served := make(chan error, 1)
 	go func() { served <- e.Serve(ln) }()
@@ -251,6 +258,12 @@ func (e *Edge) Shutdown(ctx context.Context) error {
 // connState starts the writer of a late stream whose hijack handler will
 // not run: fasthttp closed its connection instead (see route).
 func (e *Edge) connState(nc net.Conn, state fasthttp.ConnState) {
+	if state == fasthttp.StateActive {
+		if e.fresh != nil {
+			e.fresh.served(nc)
+		}
+		return
+	}
 	if state != fasthttp.StateClosed {
 		return
 	}
@@ -366,20 +379,19 @@ func (e *Edge) serve(ctx *fasthttp.RequestCtx) (stream func()) {
 	if !e.guard.admit(ctx) {
 		return nil
 	}
-	if e.auth && !e.authorized(ctx) {
-		ctx.Response.Header.Set("WWW-Authenticate", `Bearer realm="iac-code"`)
-		jsonError(ctx, fasthttp.StatusUnauthorized, msgUnauthorized)
+	who, ok := e.identify(ctx)
+	if !ok {
 		return nil
 	}
 	switch string(path) {
 	case "/acp":
 		switch route {
 		case routePost:
-			e.post(ctx)
+			e.post(ctx, who)
 		case routeGet:
-			return e.get(ctx)
+			return e.get(ctx, who)
 		case routeDelete:
-			e.delete(ctx)
+			e.delete(ctx, who)
 		default:
 			ctx.Response.Header.Set("Allow", "GET, POST, DELETE")
 			jsonError(ctx, fasthttp.StatusMethodNotAllowed, "Method not allowed")
@@ -405,20 +417,8 @@ func (e *Edge) serve(ctx *fasthttp.RequestCtx) (stream func()) {
 	return nil
 }
 
-// authorized compares the bearer token in constant time (over SHA-256
-// digests, so not even the length leaks).
-func (e *Edge) authorized(ctx *fasthttp.RequestCtx) bool {
-	h := authorization(ctx)
-	const scheme = "bearer "
-	if len(h) < len(scheme) || !strings.EqualFold(string(h[:len(scheme)]), scheme) {
-		return false
-	}
-	got := sha256.Sum256(bytes.TrimSpace(h[len(scheme):]))
-	return subtle.ConstantTimeCompare(got[:], e.token[:]) == 1
-}
-
 // post handles POST /acp: initialize synchronously, everything else 202.
-func (e *Edge) post(ctx *fasthttp.RequestCtx) {
+func (e *Edge) post(ctx *fasthttp.RequestCtx, who string) {
 	if !isJSON(ctx.Request.Header.ContentType()) {
 		jsonError(ctx, fasthttp.StatusUnsupportedMediaType, msgContentType)
 		return
@@ -445,20 +445,20 @@ func (e *Edge) post(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	if protocol.CanonicalMethod(msg.Method) == protocol.MethodInitialize {
-		e.initialize(ctx, msg)
+		e.initialize(ctx, msg, who)
 		return
 	}
 	id := ctx.Request.Header.Peek(HeaderConnectionID)
 	c := e.lookup(id)
 	if c == nil {
 		if owner := e.ownerOf(id); owner != "" {
-			e.forwardPost(ctx, owner, id, body)
+			e.forwardPost(ctx, owner, id, who, body)
 			return
 		}
 		jsonError(ctx, fasthttp.StatusBadRequest, e.notFound(id, msgConnNotFoundPost))
 		return
 	}
-	r := e.postTo(c, ctx.Request.Header.Peek(HeaderSessionID), msg)
+	r := e.postTo(c, who, ctx.Request.Header.Peek(HeaderSessionID), msg)
 	if r.Status != fasthttp.StatusAccepted {
 		e.replyError(ctx, r)
 		return
@@ -467,8 +467,12 @@ func (e *Edge) post(ctx *fasthttp.RequestCtx) {
 }
 
 // postTo delivers a POSTed message to its connection (of this pod, the
-// POST possibly forwarded by another pod): 202 or an error.
-func (e *Edge) postTo(c *conn, sid []byte, msg *protocol.Message) Reply {
+// POST possibly forwarded by another pod): 202 or an error. A principal
+// other than the connection's gets 403 and nothing is delivered.
+func (e *Edge) postTo(c *conn, who string, sid []byte, msg *protocol.Message) Reply {
+	if r, ok := e.owns(c, who, "post", msg.Method); !ok {
+		return r
+	}
 	c.touch()
 	e.settle(c)
 	if len(sid) > 0 {
@@ -515,8 +519,9 @@ func paramsSessionID(m *protocol.Message) string {
 	return p.SessionID
 }
 
-// initialize creates a connection and answers in the POST body.
-func (e *Edge) initialize(ctx *fasthttp.RequestCtx, msg *protocol.Message) {
+// initialize creates a connection of principal who and answers in the
+// POST body.
+func (e *Edge) initialize(ctx *fasthttp.RequestCtx, msg *protocol.Message, who string) {
 	if msg.ID == nil {
 		jsonError(ctx, fasthttp.StatusBadRequest, "initialize must be a request (with an id)")
 		return
@@ -525,8 +530,13 @@ func (e *Edge) initialize(ctx *fasthttp.RequestCtx, msg *protocol.Message) {
 		jsonError(ctx, fasthttp.StatusServiceUnavailable, msgShuttingDown)
 		return
 	}
+	if !e.admitUser(who) {
+		e.auditRefusal(ctx, who, "", "initialize", "too_many_connections")
+		tooManyConns(ctx, e.cfg.MaxConnectionsPerUser)
+		return
+	}
 	w := &initWait{id: msg.ID, ch: make(chan []byte, 1)}
-	c := e.openConn(e.newConnID(), w, false)
+	c := e.openConn(e.newConnID(), w, false, actors.Identity{Principal: who, Remote: ctx.RemoteAddr().String()})
 	c.log.Debug().Str("remote", ctx.RemoteAddr().String()).Msg("connection open")
 	if !e.holdInit {
 		c.actor.Deliver(msg)
@@ -564,6 +574,12 @@ func (e *Edge) initialize(ctx *fasthttp.RequestCtx, msg *protocol.Message) {
 	ctx.SetBody(body)
 }
 
+// tooManyConns answers 429 to a principal at its connection limit.
+func tooManyConns(ctx *fasthttp.RequestCtx, limit int) {
+	ctx.Response.Header.Set(fasthttp.HeaderRetryAfter, "5")
+	jsonError(ctx, fasthttp.StatusTooManyRequests, fmt.Sprintf("%s (limit %d); close one with DELETE /acp", msgTooManyConns, limit))
+}
+
 // newConnID is the id of a new connection; in cluster mode it names this
 // pod, so that any pod finds the connection.
 func (e *Edge) newConnID() string {
@@ -573,13 +589,14 @@ func (e *Edge) newConnID() string {
 	return uuid.NewString()
 }
 
-// openConn starts the connection actor of a new connection and registers
-// it, unused until its first stream or request after initialize (w, for
-// the synchronous initialize POST) or first frame (a WebSocket, ws).
-func (e *Edge) openConn(id string, w *initWait, ws bool) *conn {
-	c := &conn{e: e, main: &slot{}, init: w, ws: ws}
+// openConn starts the connection actor of a new connection of who
+// (admitted by admitUser already) and registers it, unused until its first
+// stream or request after initialize (w, for the synchronous initialize
+// POST) or first frame (a WebSocket, ws).
+func (e *Edge) openConn(id string, w *initWait, ws bool, who actors.Identity) *conn {
+	c := &conn{e: e, main: &slot{}, init: w, ws: ws, principal: who.Principal}
 	c.touch()
-	c.actor = e.srv.ConnectID(id, c)
+	c.actor = e.srv.ConnectAs(id, who, c)
 	c.id = c.actor.ID
 	c.log = e.log.With().Str("conn", c.id).Logger()
 	e.mu.Lock()
@@ -594,10 +611,10 @@ func (e *Edge) openConn(id string, w *initWait, ws bool) *conn {
 
 // get handles GET /acp: the connection stream, or a session stream with
 // Acp-Session-Id.
-func (e *Edge) get(ctx *fasthttp.RequestCtx) (stream func()) {
+func (e *Edge) get(ctx *fasthttp.RequestCtx, who string) (stream func()) {
 	h := &ctx.Request.Header
 	if isWebSocketUpgrade(h) {
-		e.upgrade(ctx)
+		e.upgrade(ctx, who)
 		return nil
 	}
 	id := h.Peek(HeaderConnectionID)
@@ -613,6 +630,10 @@ func (e *Edge) get(ctx *fasthttp.RequestCtx) (stream func()) {
 			return nil
 		}
 	} else {
+		if r, ok := e.owns(c, who, "get", ""); !ok {
+			e.replyError(ctx, r)
+			return nil
+		}
 		c.touch()
 	}
 	if !acceptsEventStream(h.Peek(fasthttp.HeaderAccept)) {
@@ -639,7 +660,7 @@ func (e *Edge) get(ctx *fasthttp.RequestCtx) (stream func()) {
 		return nil
 	}
 	if owner != "" {
-		return e.remoteGet(ctx, owner, id, sid, last)
+		return e.remoteGet(ctx, owner, id, sid, who, last)
 	}
 	e.settle(c)
 	st, reject, replaced, err := c.attach(string(sid), last, ctx.Conn())
@@ -658,6 +679,7 @@ func (e *Edge) get(ctx *fasthttp.RequestCtx) (stream func()) {
 	if last != nil || replaced {
 		e.met.reconnects.Inc()
 	}
+	st.allowed = e.stillAllowed(ctx, who)
 	head := e.takeOver(ctx)
 	return func() { st.run(head) }
 }
@@ -692,16 +714,20 @@ func (e *Edge) takeOver(ctx *fasthttp.RequestCtx) (head []byte) {
 
 // delete handles DELETE /acp. Closing an unknown connection succeeds
 // (idempotent), as in the original.
-func (e *Edge) delete(ctx *fasthttp.RequestCtx) {
+func (e *Edge) delete(ctx *fasthttp.RequestCtx, who string) {
 	id := ctx.Request.Header.Peek(HeaderConnectionID)
 	if len(id) == 0 {
 		jsonError(ctx, fasthttp.StatusBadRequest, msgMissingConnID)
 		return
 	}
 	if c := e.lookup(id); c != nil {
+		if r, ok := e.owns(c, who, "delete", ""); !ok {
+			e.replyError(ctx, r)
+			return
+		}
 		e.closeConn(c, reasonDelete, true, e.cfg.CloseTimeout)
 	} else if owner := e.ownerOf(id); owner != "" {
-		if r := e.cluster.Delete(owner, string(id)); r.Status != fasthttp.StatusOK {
+		if r := e.cluster.Delete(owner, string(id), who); r.Status != fasthttp.StatusOK {
 			e.replyError(ctx, r)
 			return
 		}
@@ -717,6 +743,7 @@ func (e *Edge) closeConn(c *conn, reason string, drain bool, timeout time.Durati
 	c.closeOnce.Do(func() {
 		e.mu.Lock()
 		delete(e.conns, c.id)
+		e.leaveUserLocked(c.principal)
 		if why, ok := tombText[reason]; ok {
 			if len(e.tombOrder) >= maxTombs {
 				delete(e.tombs, e.tombOrder[0])

@@ -53,6 +53,9 @@ type stream struct {
 	// directs and partials count direct writes and those the socket did not
 	// take whole (tests).
 	directs, partials int
+	// allowed re-checks, at every keep-alive, the credential the GET was
+	// opened with (nil: no authentication); a revoked one ends the stream.
+	allowed func() bool
 }
 
 func newStream(c *conn, sl *slot, nc net.Conn) *stream {
@@ -146,7 +149,7 @@ func (st *stream) end(final []byte, drain bool) {
 
 // run is the writer of a local GET.
 func (st *stream) run(head []byte) {
-	p := pump{e: st.c.e, nc: st.nc, wake: st.wakeCh, done: st.done,
+	p := pump{e: st.c.e, nc: st.nc, wake: st.wakeCh, done: st.done, allowed: st.allowed,
 		take:    func(dst []event) handout { return st.c.take(st, dst) },
 		claim:   func() bool { return st.c.claim(st) },
 		release: func() bool { return st.c.release(st) },
@@ -174,6 +177,9 @@ type pump struct {
 	release func() bool
 	// probe replaces peerOpen (tests).
 	probe func(net.Conn) bool
+	// allowed, when set, is asked at every keep-alive whether the stream's
+	// credential still holds (see Edge.stillAllowed).
+	allowed func() bool
 }
 
 func (p *pump) peerOpen() bool {
@@ -229,6 +235,9 @@ func (p *pump) run(head []byte) {
 			case <-p.quit:
 				return
 			case <-beat.C:
+				if p.allowed != nil && !p.allowed() {
+					return // revoked: the client's reconnect gets 401
+				}
 				if p.claim != nil && !p.claim() {
 					continue // a direct write is under way
 				}

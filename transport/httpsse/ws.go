@@ -11,6 +11,7 @@ import (
 	"github.com/fasthttp/websocket"
 	"github.com/valyala/fasthttp"
 
+	"github.com/iac-code/iac-code/actors"
 	"github.com/iac-code/iac-code/protocol"
 )
 
@@ -86,32 +87,50 @@ func newUpgrader(cfg Config) *websocket.FastHTTPUpgrader {
 	}
 }
 
-// upgrade answers GET /acp with Upgrade: websocket (admitted and authorized
-// already). The connection actor starts once the 101 is on the wire.
-func (e *Edge) upgrade(ctx *fasthttp.RequestCtx) {
+// upgrade answers GET /acp with Upgrade: websocket, admitted and
+// authenticated already (who): the connection limits are decided before the
+// 101 too. The connection actor starts once the 101 is on the wire.
+func (e *Edge) upgrade(ctx *fasthttp.RequestCtx, who string) {
 	if e.closing.Load() {
 		jsonError(ctx, fasthttp.StatusServiceUnavailable, msgShuttingDown)
 		return
 	}
+	if !e.admitUser(who) {
+		e.auditRefusal(ctx, who, "", "websocket upgrade", "too_many_connections")
+		tooManyConns(ctx, e.cfg.MaxConnectionsPerUser)
+		return
+	}
 	if e.streams.Add(1) > int64(e.cfg.MaxStreams) {
 		e.streams.Add(-1)
+		e.leaveUser(who)
 		jsonError(ctx, fasthttp.StatusServiceUnavailable, "Too many open streams")
 		return
 	}
 	id := e.newConnID()
+	ident := actors.Identity{Principal: who, Remote: ctx.RemoteAddr().String()}
 	ctx.Response.Header.Set(HeaderConnectionID, id)
 	// fasthttp skips the hijack handler when writing the 101 fails, and
-	// closes the connection instead (see connState): the stream count
-	// must still be given back.
+	// closes the connection instead (see connState): the stream count and
+	// the principal's connection must still be given back.
 	nc := ctx.Conn()
 	var once sync.Once
-	release := func() { once.Do(func() { e.streams.Add(-1); e.late.Done() }) }
+	opened := false
+	release := func() {
+		once.Do(func() {
+			if !opened {
+				e.leaveUser(who)
+			}
+			e.streams.Add(-1)
+			e.late.Done()
+		})
+	}
 	e.late.Add(1)
 	e.lateRuns.Store(nc, release)
 	err := e.upgrader.Upgrade(ctx, func(ws *websocket.Conn) {
 		e.lateRuns.Delete(nc)
 		defer release()
-		e.serveWebSocket(id, ws)
+		opened = true // closeConn gives the principal's connection back
+		e.serveWebSocket(id, ident, ws)
 	})
 	if err != nil {
 		e.lateRuns.Delete(nc)
@@ -122,8 +141,8 @@ func (e *Edge) upgrade(ctx *fasthttp.RequestCtx) {
 // serveWebSocket runs one WebSocket connection until the socket ends, then
 // closes the ACP connection, unless its running turns go on detached
 // (detach.go).
-func (e *Edge) serveWebSocket(id string, ws *websocket.Conn) {
-	c := e.openConn(id, nil, true)
+func (e *Edge) serveWebSocket(id string, who actors.Identity, ws *websocket.Conn) {
+	c := e.openConn(id, nil, true, who)
 	c.log.Debug().Str("remote", ws.RemoteAddr().String()).Msg("websocket open")
 	nc := ws.NetConn()
 	if u, ok := nc.(interface{ UnsafeConn() net.Conn }); ok {

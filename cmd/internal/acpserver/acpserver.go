@@ -15,6 +15,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/iac-code/iac-code/transport/auth"
 	"github.com/iac-code/iac-code/transport/cluster"
 	"github.com/iac-code/iac-code/transport/httpsse"
 	"github.com/iac-code/iac-code/transport/stdio"
@@ -89,6 +90,19 @@ func run(name, version string, args []string) error {
 		return err
 	}
 	cfg.actors.Version = version
+	if *transport == "http" {
+		// Identities (issue 20): a bad tokens file or JWKS stops the server
+		// here, naming the file and line or the variable.
+		authCtx, stopAuth := context.WithCancel(context.Background())
+		defer stopAuth()
+		chain, err := auth.FromEnv(authCtx, os.Getenv, log)
+		if err != nil {
+			return err
+		}
+		if chain != nil {
+			cfg.http.Auth = chain
+		}
+	}
 	cfg.http.Host, cfg.http.Port = *host, *port
 	cfg.http.AllowedHosts, cfg.http.AllowedOrigins = splitList(*allowedHosts), splitList(*allowedOrigins)
 	checkFileLimit(log)

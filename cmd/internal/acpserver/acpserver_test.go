@@ -58,6 +58,10 @@ func TestConfigFromEnvironment(t *testing.T) {
 		"IAC_CODE_MAX_IMAGE_BYTES":      "1000",
 		"IAC_CODE_WS_PING_INTERVAL":     "3s",
 		"IAC_CODE_DETACHED_TURN_MAX":    "5m",
+
+		"IAC_CODE_WORKSPACE_ROOT":           "/srv/ws/{user}",
+		"IAC_CODE_MAX_TURNS_PER_USER":       "3",
+		"IAC_CODE_MAX_CONNECTIONS_PER_USER": "4",
 	}
 	s, err := loadConfig(func(k string) string { return env[k] })
 	if err != nil {
@@ -66,11 +70,12 @@ func TestConfigFromEnvironment(t *testing.T) {
 	a, h := s.actors, s.http
 	if a.Home != "/tmp/h" || a.SessionRelease != 5*time.Second || a.MaxSessions != 7 || a.SessionIdle != time.Hour ||
 		a.MCPStartupTimeout != 2*time.Second || a.MCPToolTimeout != 90*time.Second ||
-		a.ClientTimeout != 9*time.Second || a.MaxImageBytes != 1000 {
+		a.ClientTimeout != 9*time.Second || a.MaxImageBytes != 1000 ||
+		a.WorkspaceRoot != "/srv/ws/{user}" || a.MaxTurnsPerUser != 3 {
 		t.Errorf("actors config %+v", a)
 	}
 	if h.IdleTimeout != 2*time.Minute || h.UnusedTimeout != 10*time.Second || h.MaxUnused != 99 ||
-		h.ReplayMaxAge != 3*time.Second || h.MaxConnections != 500 || h.WSPingInterval != 3*time.Second ||
+		h.ReplayMaxAge != 3*time.Second || h.MaxConnections != 500 || h.MaxConnectionsPerUser != 4 || h.WSPingInterval != 3*time.Second ||
 		h.DetachedTurnMax != 5*time.Minute {
 		t.Errorf("http config %+v", h)
 	}
@@ -82,9 +87,11 @@ func TestConfigFromEnvironment(t *testing.T) {
 		}
 	}
 
-	env = map[string]string{"IAC_CODE_HOME": "/h", "IAC_CODE_MAX_SESSIONS": "-1", "IAC_CODE_HTTP_UNUSED_TIMEOUT": "soon"}
+	env = map[string]string{"IAC_CODE_HOME": "/h", "IAC_CODE_MAX_SESSIONS": "-1", "IAC_CODE_HTTP_UNUSED_TIMEOUT": "soon",
+		"IAC_CODE_WORKSPACE_ROOT": "ws/{user}"}
 	_, err = loadConfig(func(k string) string { return env[k] })
-	if err == nil || !strings.Contains(err.Error(), "IAC_CODE_MAX_SESSIONS") || !strings.Contains(err.Error(), "IAC_CODE_HTTP_UNUSED_TIMEOUT") {
-		t.Fatalf("want both variables named, got %v", err)
+	if err == nil || !strings.Contains(err.Error(), "IAC_CODE_MAX_SESSIONS") || !strings.Contains(err.Error(), "IAC_CODE_HTTP_UNUSED_TIMEOUT") ||
+		!strings.Contains(err.Error(), "IAC_CODE_WORKSPACE_ROOT") {
+		t.Fatalf("want the three variables named, got %v", err)
 	}
 }

@@ -53,6 +53,14 @@ func loadConfig(getenv func(string) string) (settings, error) {
 	if getenv("IAC_CODE_DETACHED_TURN_MAX") != "" && s.http.DetachedTurnMax == 0 {
 		s.http.DetachedTurnMax = -1 // 0: turns end with their client, as before
 	}
+	e.positive("IAC_CODE_MAX_CONNECTIONS_PER_USER", &s.http.MaxConnectionsPerUser)
+	e.positive("IAC_CODE_MAX_TURNS_PER_USER", &s.actors.MaxTurnsPerUser)
+	if root := getenv("IAC_CODE_WORKSPACE_ROOT"); root != "" {
+		if !filepath.IsAbs(root) {
+			e.errs = append(e.errs, fmt.Errorf("IAC_CODE_WORKSPACE_ROOT: want an absolute path (with {user} for the principal), got %q", root))
+		}
+		s.actors.WorkspaceRoot = root
+	}
 	return s, errors.Join(e.errs...)
 }
 

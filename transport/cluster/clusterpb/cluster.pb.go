@@ -31,8 +31,12 @@ type Post struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	ConnId string                 `protobuf:"bytes,1,opt,name=conn_id,json=connId,proto3" json:"conn_id,omitempty"`
 	// session_id is the Acp-Session-Id header ("" when absent).
-	SessionId     string `protobuf:"bytes,2,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
-	Body          []byte `protobuf:"bytes,3,opt,name=body,proto3" json:"body,omitempty"`
+	SessionId string `protobuf:"bytes,2,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Body      []byte `protobuf:"bytes,3,opt,name=body,proto3" json:"body,omitempty"`
+	// principal is who sent the request (decided from its Authorization
+	// header by the receiving pod); the owner pod refuses it unless it is the
+	// connection's principal.
+	Principal     string `protobuf:"bytes,4,opt,name=principal,proto3" json:"principal,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -88,10 +92,18 @@ func (x *Post) GetBody() []byte {
 	return nil
 }
 
+func (x *Post) GetPrincipal() string {
+	if x != nil {
+		return x.Principal
+	}
+	return ""
+}
+
 // Delete is a DELETE /acp for a connection of the receiving pod.
 type Delete struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	ConnId        string                 `protobuf:"bytes,1,opt,name=conn_id,json=connId,proto3" json:"conn_id,omitempty"`
+	Principal     string                 `protobuf:"bytes,2,opt,name=principal,proto3" json:"principal,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -129,6 +141,13 @@ func (*Delete) Descriptor() ([]byte, []int) {
 func (x *Delete) GetConnId() string {
 	if x != nil {
 		return x.ConnId
+	}
+	return ""
+}
+
+func (x *Delete) GetPrincipal() string {
+	if x != nil {
+		return x.Principal
 	}
 	return ""
 }
@@ -198,6 +217,7 @@ type Attach struct {
 	// The stream actor (address, id): it is sent Ready and watched.
 	StreamAddress string `protobuf:"bytes,5,opt,name=stream_address,json=streamAddress,proto3" json:"stream_address,omitempty"`
 	StreamId      string `protobuf:"bytes,6,opt,name=stream_id,json=streamId,proto3" json:"stream_id,omitempty"`
+	Principal     string `protobuf:"bytes,7,opt,name=principal,proto3" json:"principal,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -270,6 +290,13 @@ func (x *Attach) GetStreamAddress() string {
 func (x *Attach) GetStreamId() string {
 	if x != nil {
 		return x.StreamId
+	}
+	return ""
+}
+
+func (x *Attach) GetPrincipal() string {
+	if x != nil {
+		return x.Principal
 	}
 	return ""
 }
@@ -792,17 +819,19 @@ var File_cluster_proto protoreflect.FileDescriptor
 
 const file_cluster_proto_rawDesc = "" +
 	"\n" +
-	"\rcluster.proto\x12\x12iaccode.cluster.v1\"R\n" +
+	"\rcluster.proto\x12\x12iaccode.cluster.v1\"p\n" +
 	"\x04Post\x12\x17\n" +
 	"\aconn_id\x18\x01 \x01(\tR\x06connId\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x02 \x01(\tR\tsessionId\x12\x12\n" +
-	"\x04body\x18\x03 \x01(\fR\x04body\"!\n" +
+	"\x04body\x18\x03 \x01(\fR\x04body\x12\x1c\n" +
+	"\tprincipal\x18\x04 \x01(\tR\tprincipal\"?\n" +
 	"\x06Delete\x12\x17\n" +
-	"\aconn_id\x18\x01 \x01(\tR\x06connId\"5\n" +
+	"\aconn_id\x18\x01 \x01(\tR\x06connId\x12\x1c\n" +
+	"\tprincipal\x18\x02 \x01(\tR\tprincipal\"5\n" +
 	"\x05Reply\x12\x16\n" +
 	"\x06status\x18\x01 \x01(\x05R\x06status\x12\x14\n" +
-	"\x05error\x18\x02 \x01(\tR\x05error\"\xd3\x01\n" +
+	"\x05error\x18\x02 \x01(\tR\x05error\"\xf1\x01\n" +
 	"\x06Attach\x12\x17\n" +
 	"\aconn_id\x18\x01 \x01(\tR\x06connId\x12\x1d\n" +
 	"\n" +
@@ -810,7 +839,8 @@ const file_cluster_proto_rawDesc = "" +
 	"\x11has_last_event_id\x18\x03 \x01(\bR\x0ehasLastEventId\x12\"\n" +
 	"\rlast_event_id\x18\x04 \x01(\x04R\vlastEventId\x12%\n" +
 	"\x0estream_address\x18\x05 \x01(\tR\rstreamAddress\x12\x1b\n" +
-	"\tstream_id\x18\x06 \x01(\tR\bstreamId\"\x87\x01\n" +
+	"\tstream_id\x18\x06 \x01(\tR\bstreamId\x12\x1c\n" +
+	"\tprincipal\x18\a \x01(\tR\tprincipal\"\x87\x01\n" +
 	"\vAttachReply\x12\x16\n" +
 	"\x06status\x18\x01 \x01(\x05R\x06status\x12\x14\n" +
 	"\x05error\x18\x02 \x01(\tR\x05error\x12\x16\n" +

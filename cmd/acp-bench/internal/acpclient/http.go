@@ -20,8 +20,11 @@ import (
 // its own.
 type HTTP struct {
 	Addr string // host:port
-	base string
-	hc   *http.Client
+	// Token, when set, is sent as "Authorization: Bearer <Token>" on every
+	// request.
+	Token string
+	base  string
+	hc    *http.Client
 }
 
 // NewHTTP returns a client of the server at addr (a loopback host:port)
@@ -67,6 +70,9 @@ func (h *HTTP) do(ctx context.Context, method, path, conn string, body []byte) (
 	}
 	if conn != "" {
 		req.Header.Set("Acp-Connection-Id", conn)
+	}
+	if h.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+h.Token)
 	}
 	resp, err := h.hc.Do(req)
 	if err != nil {
@@ -233,6 +239,9 @@ func (h *HTTP) OpenStream(ctx context.Context, conn, sessionID string, lastEvent
 	req.WriteString("\r\n")
 	if sessionID != "" {
 		req.WriteString("Acp-Session-Id: " + sessionID + "\r\n")
+	}
+	if h.Token != "" {
+		req.WriteString("Authorization: Bearer " + h.Token + "\r\n")
 	}
 	if lastEventID != nil {
 		req.WriteString("Last-Event-ID: " + strconv.FormatUint(*lastEventID, 10) + "\r\n")

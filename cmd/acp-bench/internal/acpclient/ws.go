@@ -23,10 +23,15 @@ type WS struct {
 	Bytes int64
 }
 
-// DialWS upgrades GET /acp on addr (host:port) to a WebSocket.
-func DialWS(ctx context.Context, addr string) (*WS, error) {
+// DialWS upgrades GET /acp on addr (host:port) to a WebSocket, with
+// "Authorization: Bearer <token>" when token is set.
+func DialWS(ctx context.Context, addr, token string) (*WS, error) {
 	d := websocket.Dialer{HandshakeTimeout: 10 * time.Second, ReadBufferSize: 8192, WriteBufferSize: 4096}
-	c, resp, err := d.DialContext(ctx, "ws://"+addr+"/acp", nil)
+	var hdr http.Header
+	if token != "" {
+		hdr = http.Header{"Authorization": {"Bearer " + token}}
+	}
+	c, resp, err := d.DialContext(ctx, "ws://"+addr+"/acp", hdr)
 	if err != nil {
 		if resp != nil {
 			b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))

@@ -6,6 +6,7 @@ package bench
 
 import (
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"io"
 	"os"
@@ -50,6 +51,11 @@ type Options struct {
 	ProgressOut io.Writer
 	// Log receives one-line notes (nil: discarded).
 	Log io.Writer
+	// AuthToken, when set, makes the HTTP server require identities: a
+	// tokens file of 100 users (IAC_CODE_AUTH_TOKENS_FILE) of which this
+	// token is one, sent by every client request.
+	AuthToken  string
+	tokensFile string
 
 	cleanup []func()
 }
@@ -82,6 +88,22 @@ func (o *Options) Prepare() error {
 		}
 		o.Home = d
 		o.cleanup = append(o.cleanup, func() { _ = os.RemoveAll(d) })
+	}
+	if o.AuthToken != "" {
+		o.tokensFile = filepath.Join(o.Home, "acp-bench-users.yaml")
+		var b strings.Builder
+		b.WriteString("users:\n")
+		for i := range 100 {
+			tok := fmt.Sprintf("acp-bench-user-%d", i)
+			if i == 99 {
+				tok = o.AuthToken // the last one: the whole list is compared
+			}
+			sum := sha256.Sum256([]byte(tok))
+			fmt.Fprintf(&b, "  - name: bench-%d\n    token_sha256: \"%x\"\n", i, sum)
+		}
+		if err := os.WriteFile(o.tokensFile, []byte(b.String()), 0o600); err != nil {
+			return err
+		}
 	}
 	if o.Workdir == "" {
 		d, err := os.MkdirTemp("", "acp-bench-cwd-")

@@ -186,7 +186,7 @@ func Fanout(ctx context.Context, o *Options, p FanoutParams) (*Result, error) {
 		defer srv.Stop()
 		addr = srv.Addr
 	}
-	h := acpclient.NewHTTP(addr, max(256, p.Conns))
+	h := o.newHTTP(addr, max(256, p.Conns))
 	defer h.Close()
 	deadline := time.Now().Add(p.Timeout)
 	var errs stats.Counter
@@ -340,7 +340,7 @@ func Idle(ctx context.Context, o *Options, p IdleParams) (*Result, error) {
 		return nil, err
 	}
 	defer srv.Stop()
-	h := acpclient.NewHTTP(srv.Addr, 64)
+	h := o.newHTTP(srv.Addr, 64)
 	defer h.Close()
 	var errs stats.Counter
 	time.Sleep(300 * time.Millisecond)
@@ -422,7 +422,7 @@ func Churn(ctx context.Context, o *Options, p ChurnParams) (*Result, error) {
 		return nil, err
 	}
 	defer srv.Stop()
-	h := acpclient.NewHTTP(srv.Addr, max(p.Clients*2, 16))
+	h := o.newHTTP(srv.Addr, max(p.Clients*2, 16))
 	defer h.Close()
 	var errs stats.Counter
 	cycles := stats.NewHistogram()

@@ -78,7 +78,7 @@ func dialConn(ctx context.Context, h *acpclient.HTTP, deadline time.Time) (*hcon
 func dialWSConn(ctx context.Context, h *acpclient.HTTP, deadline time.Time) (*hconn, error) {
 	dctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
-	ws, err := acpclient.DialWS(dctx, h.Addr)
+	ws, err := acpclient.DialWS(dctx, h.Addr, h.Token)
 	if err != nil {
 		return nil, err
 	}

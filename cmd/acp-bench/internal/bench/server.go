@@ -40,7 +40,9 @@ type Server struct {
 
 	stderr *tailBuffer
 	exited chan struct{}
-	err    error
+	// token authenticates the health check (Options.AuthToken).
+	token string
+	err   error
 	// cachegrind is valgrind's output file (Options.Valgrind).
 	cachegrind string
 }
@@ -64,6 +66,9 @@ func (o *Options) serverEnv(fakeURL string, extra ...string) []string {
 		"IAC_CODE_MODEL=acp-bench",
 		"IAC_CODE_LOG_LEVEL="+o.LogLevel,
 	)
+	if o.tokensFile != "" {
+		env = append(env, "IAC_CODE_AUTH_TOKENS_FILE="+o.tokensFile)
+	}
 	return append(env, extra...)
 }
 
@@ -86,7 +91,7 @@ func StartServer(ctx context.Context, o *Options, transport, fakeURL string) (*S
 // startServer is StartServer with more environment (cluster pods).
 func startServer(ctx context.Context, o *Options, transport, fakeURL string, env []string) (*Server, error) {
 	args := []string{"acp", "--transport", transport}
-	s := &Server{Transport: transport, stderr: &tailBuffer{max: 64 << 10}, exited: make(chan struct{})}
+	s := &Server{Transport: transport, stderr: &tailBuffer{max: 64 << 10}, exited: make(chan struct{}), token: o.AuthToken}
 	var extra []string
 	if o.Debug {
 		port, err := FreePort()
@@ -192,6 +197,7 @@ func (s *Server) Usage() proc.Usage {
 
 func (s *Server) waitHealthy(ctx context.Context, timeout time.Duration) error {
 	hc := acpclient.NewHTTP(s.Addr, 1)
+	hc.Token = s.token
 	defer hc.Close()
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
@@ -388,4 +394,11 @@ func (t *tailBuffer) String() string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return string(bytes.TrimSpace(t.buf))
+}
+
+// newHTTP is a client of the server at addr, with the run's token.
+func (o *Options) newHTTP(addr string, maxConns int) *acpclient.HTTP {
+	h := acpclient.NewHTTP(addr, maxConns)
+	h.Token = o.AuthToken
+	return h
 }

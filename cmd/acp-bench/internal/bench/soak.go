@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/iac-code/iac-code/cmd/acp-bench/internal/acpclient"
 	"github.com/iac-code/iac-code/cmd/acp-bench/internal/marker"
 	"github.com/iac-code/iac-code/cmd/acp-bench/internal/proc"
 	"github.com/iac-code/iac-code/cmd/acp-bench/internal/stats"
@@ -52,7 +51,7 @@ func Soak(ctx context.Context, o *Options, p SoakParams) (*Result, error) {
 		return nil, err
 	}
 	defer srv.Stop()
-	h := acpclient.NewHTTP(srv.Addr, 256)
+	h := o.newHTTP(srv.Addr, 256)
 	defer h.Close()
 	turnTime := time.Duration(float64(p.Chunks) / max(p.Rate, 1) * float64(time.Second))
 	deadline := time.Now().Add(p.Duration + 3*turnTime + 2*time.Minute + time.Duration(p.Conns)*20*time.Millisecond)

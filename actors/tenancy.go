@@ -1,0 +1,138 @@
+package actors
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"github.com/rs/zerolog"
+
+	"github.com/iac-code/iac-code/protocol"
+	"github.com/iac-code/iac-code/store"
+)
+
+// owns reports whether the connection's principal owns stored session id.
+// A session of someone else is, to the caller, one that does not exist:
+// the caller answers protocol.ErrSessionNotFound either way. It reads the
+// stored meta only (no lock, no lease), so a refused load never disturbs
+// the owner's session, on this process or on another pod.
+func (c *connection) owns(id string) bool {
+	meta, err := c.deps.Store.Stat(id)
+	if err != nil {
+		if !errors.Is(err, store.ErrNotFound) {
+			c.log.Warn().Err(err).Str("session", id).Msg("cannot read the session's owner")
+		}
+		return false
+	}
+	if meta.OwnedBy() != c.who.Principal {
+		c.log.Info().Bool("audit", true).Str("principal", c.who.Principal).Str("remote", c.who.Remote).
+			Str("session", id).Str("outcome", "not_owner").Msg("another user's session refused as not found")
+		return false
+	}
+	return true
+}
+
+// workspaceCwd checks a session's cwd: an absolute existing directory and,
+// with a workspace root (IAC_CODE_WORKSPACE_ROOT, "{user}" replaced by the
+// principal), inside that root once symlinks and ".." are resolved. It
+// returns the directory the session will use: the resolved one under a
+// workspace root (the decision is made on the value used), cwd as given
+// otherwise.
+func (c *connection) workspaceCwd(cwd string) (string, *protocol.Error) {
+	if bad := checkCwd(cwd); bad != "" {
+		return "", protocol.ErrInvalidParams(map[string]string{"cwd": bad})
+	}
+	pattern := c.deps.Config.WorkspaceRoot
+	if pattern == "" {
+		return cwd, nil
+	}
+	root := strings.ReplaceAll(pattern, "{user}", c.who.Principal)
+	outside := func() *protocol.Error {
+		return protocol.NewError(protocol.CodeInvalidParams,
+			"cwd must be inside your workspace root "+root+" (IAC_CODE_WORKSPACE_ROOT)",
+			map[string]string{"cwd": "outside the workspace root", "workspaceRoot": root})
+	}
+	realRoot, err := filepath.EvalSymlinks(root)
+	if err != nil {
+		return "", outside()
+	}
+	real, err := filepath.EvalSymlinks(cwd)
+	if err != nil {
+		return "", outside()
+	}
+	rel, err := filepath.Rel(realRoot, real)
+	if err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) || filepath.IsAbs(rel) {
+		return "", outside()
+	}
+	return real, nil
+}
+
+// userTurns counts the running turns of each principal, over all its
+// connections and sessions of this process (MaxTurnsPerUser).
+type userTurns struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+// acquire counts a turn of user unless it runs limit already (limit <= 0:
+// no limit).
+func (u *userTurns) acquire(user string, limit int) bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if limit > 0 && u.n[user] >= limit {
+		return false
+	}
+	if u.n == nil {
+		u.n = map[string]int{}
+	}
+	u.n[user]++
+	return true
+}
+
+func (u *userTurns) release(user string) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.n[user] <= 1 {
+		delete(u.n, user)
+	} else {
+		u.n[user]--
+	}
+}
+
+// errTooManyTurns answers a prompt beyond MaxTurnsPerUser.
+func errTooManyTurns(limit int) *protocol.Error {
+	return protocol.ErrLimit(fmt.Sprintf(
+		"Too many running prompts for this user (limit %d, IAC_CODE_MAX_TURNS_PER_USER); wait for one to finish or cancel it", limit),
+		"too_many_turns", limit)
+}
+
+// audit starts an audit line (one per session lifecycle event and
+// permission decision): who, from where, on which connection and session.
+// It never carries a credential: the actors never see one.
+func (s *session) audit(method, outcome string) *zerolog.Event {
+	return s.log.Info().Bool("audit", true).Str("principal", s.owner).Str("conn", s.who.connID).
+		Str("remote", s.who.Remote).Str("method", method).Str("outcome", outcome)
+}
+
+// sessionWho is the connection a session serves now, for its audit lines.
+type sessionWho struct {
+	Identity
+	connID string
+}
+
+// startMethod names the request of a start kind in audit lines.
+func startMethod(k startKind) string {
+	switch k {
+	case startNew:
+		return protocol.MethodSessionNew
+	case startLoad:
+		return protocol.MethodSessionLoad
+	case startResume:
+		return protocol.MethodSessionResume
+	case startFork:
+		return protocol.MethodSessionFork
+	}
+	return "restore"
+}

@@ -1,0 +1,93 @@
+package actors
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+
+	"github.com/iac-code/iac-code/llm"
+)
+
+// as is another connection of the harness's server, of principal user.
+func (h *harness) as(user string) *harness {
+	out := &recorder{}
+	o := &harness{srv: h.srv, out: out, provider: h.provider,
+		conn: h.srv.ConnectAs(user+"-conn", Identity{Principal: user, Remote: "127.0.0.1:1"}, out)}
+	o.result(o.call("initialize", map[string]any{"protocolVersion": 1}))
+	return o
+}
+
+var _ = Describe("sessions of several principals", func() {
+	It("lists the caller's only, answers another's as not found, keeps each cwd in its workspace root", func() {
+		root := GinkgoT().TempDir()
+		for _, u := range []string{"alice", "bob"} {
+			Expect(os.MkdirAll(filepath.Join(root, u), 0o755)).To(Succeed())
+		}
+		h := newHarnessWith(Config{WorkspaceRoot: filepath.Join(root, "{user}"), MaxTurnsPerUser: 1}, &scriptedProvider{})
+		defer h.close()
+		alice, bob := h.as("alice"), h.as("bob")
+		defer alice.conn.Close(time.Second)
+		defer bob.conn.Close(time.Second)
+
+		sid := alice.result(alice.call("session/new", map[string]any{"cwd": filepath.Join(root, "alice"), "mcpServers": []any{}}))["sessionId"].(string)
+		Expect(alice.result(alice.call("session/list", map[string]any{}))["sessions"]).To(HaveLen(1))
+		Expect(bob.result(bob.call("session/list", map[string]any{}))["sessions"]).To(BeEmpty())
+
+		for _, m := range []string{"session/load", "session/resume", "session/fork", "session/prompt", "session/set_mode"} {
+			params := map[string]any{"sessionId": sid, "cwd": filepath.Join(root, "bob"), "mcpServers": []any{}, "modeId": "plan",
+				"prompt": []any{map[string]any{"type": "text", "text": "hi"}}}
+			theirs := bob.errorOf(bob.call(m, params))
+			params["sessionId"] = "no-such-session"
+			none := bob.errorOf(bob.call(m, params))
+			Expect(theirs).To(Equal(none), m)
+		}
+		// the owner's session was not disturbed: it takes a prompt
+		Expect(alice.result(alice.call("session/prompt", map[string]any{"sessionId": sid,
+			"prompt": []any{map[string]any{"type": "text", "text": "hi"}}}))).To(HaveKeyWithValue("stopReason", "end_turn"))
+
+		bad := bob.errorOf(bob.call("session/new", map[string]any{"cwd": filepath.Join(root, "alice"), "mcpServers": []any{}}))
+		Expect(bad["code"]).To(BeEquivalentTo(-32602))
+		Expect(bad["message"]).To(ContainSubstring("workspace root " + filepath.Join(root, "bob")))
+		link := filepath.Join(root, "bob", "escape")
+		Expect(os.Symlink(filepath.Join(root, "alice"), link)).To(Succeed())
+		Expect(bob.errorOf(bob.call("session/new", map[string]any{"cwd": link, "mcpServers": []any{}}))["code"]).To(BeEquivalentTo(-32602))
+	})
+
+	It("counts running prompts per principal over its connections", func() {
+		release := make(chan struct{})
+		p := (&scriptedProvider{}).then(func(ctx context.Context, emit func(llm.Event)) error {
+			emit(llm.Event{Type: llm.EventTextDelta, Text: "slow"})
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+			emit(llm.Event{Type: llm.EventStop, StopReason: llm.StopEndTurn})
+			return nil
+		})
+		h := newHarnessWith(Config{MaxTurnsPerUser: 1}, p)
+		defer h.close()
+		a1, a2, b := h.as("alice"), h.as("alice"), h.as("bob")
+		cwd := GinkgoT().TempDir()
+		newIn := func(x *harness) string {
+			return x.result(x.call("session/new", map[string]any{"cwd": cwd, "mcpServers": []any{}}))["sessionId"].(string)
+		}
+		s1, s2, sb := newIn(a1), newIn(a2), newIn(b)
+		prompt := func(x *harness, sid string) float64 {
+			return x.call("session/prompt", map[string]any{"sessionId": sid, "prompt": []any{map[string]any{"type": "text", "text": "go"}}})
+		}
+		running := prompt(a1, s1)
+		Eventually(func() []map[string]any { return a1.out.updates() }, 5*time.Second).
+			Should(ContainElement(HaveKeyWithValue("sessionUpdate", "agent_message_chunk")), "the turn runs")
+		e := a2.errorOf(prompt(a2, s2))
+		Expect(e["code"]).To(BeEquivalentTo(-32011))
+		Expect(e["message"]).To(ContainSubstring("limit 1"))
+		Expect(b.result(prompt(b, sb))).To(HaveKeyWithValue("stopReason", "end_turn"), "another principal is not held")
+		close(release)
+		Expect(a1.result(running)).To(HaveKeyWithValue("stopReason", "end_turn"))
+		Expect(a2.result(prompt(a2, s2))).To(HaveKeyWithValue("stopReason", "end_turn"), "the slot came back")
+	})
+})
