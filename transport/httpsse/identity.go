@@ -85,8 +85,8 @@ func (e *Edge) leaveUserLocked(who string) {
 	}
 }
 
-// stillAllowed is, for a stream opened by who with the request's
-// Authorization header, the re-check of that credential its writer makes at
+// stillAllowed is, for a stream (or WebSocket) opened by who with the
+// request's credential (authorization), the re-check of that credential its writer makes at
 // every keep-alive: a token removed from the tokens file (or a JWT past its
 // exp) ends the open stream too, not only the next request. nil without
 // authentication. The header is copied: fasthttp reuses the request.
@@ -94,7 +94,7 @@ func (e *Edge) stillAllowed(ctx *fasthttp.RequestCtx, who string) func() bool {
 	if e.authn == nil {
 		return nil
 	}
-	h := append([]byte(nil), ctx.Request.Header.Peek(fasthttp.HeaderAuthorization)...)
+	h := append([]byte(nil), authorization(ctx)...)
 	return func() bool {
 		p, err := e.authn.Authenticate(h)
 		return err == nil && p == who

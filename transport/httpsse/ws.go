@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fasthttp/websocket"
@@ -108,6 +109,7 @@ func (e *Edge) upgrade(ctx *fasthttp.RequestCtx, who string) {
 	}
 	id := e.newConnID()
 	ident := actors.Identity{Principal: who, Remote: ctx.RemoteAddr().String()}
+	allowed := e.stillAllowed(ctx, who)
 	ctx.Response.Header.Set(HeaderConnectionID, id)
 	// fasthttp skips the hijack handler when writing the 101 fails, and
 	// closes the connection instead (see connState): the stream count and
@@ -130,7 +132,7 @@ func (e *Edge) upgrade(ctx *fasthttp.RequestCtx, who string) {
 		e.lateRuns.Delete(nc)
 		defer release()
 		opened = true // closeConn gives the principal's connection back
-		e.serveWebSocket(id, ident, ws)
+		e.serveWebSocket(id, ident, allowed, ws)
 	})
 	if err != nil {
 		e.lateRuns.Delete(nc)
@@ -141,7 +143,7 @@ func (e *Edge) upgrade(ctx *fasthttp.RequestCtx, who string) {
 // serveWebSocket runs one WebSocket connection until the socket ends, then
 // closes the ACP connection, unless its running turns go on detached
 // (detach.go).
-func (e *Edge) serveWebSocket(id string, who actors.Identity, ws *websocket.Conn) {
+func (e *Edge) serveWebSocket(id string, who actors.Identity, allowed func() bool, ws *websocket.Conn) {
 	c := e.openConn(id, nil, true, who)
 	c.log.Debug().Str("remote", ws.RemoteAddr().String()).Msg("websocket open")
 	nc := ws.NetConn()
@@ -155,14 +157,17 @@ func (e *Edge) serveWebSocket(id string, who actors.Identity, ws *websocket.Conn
 	defer e.met.websockets.Add(-1)
 	written := make(chan struct{})
 	stop := make(chan struct{})
+	var revoked atomic.Bool
 	go func() {
 		defer close(written)
-		e.writeWebSocket(st, ws, stop)
+		if !e.writeWebSocket(st, ws, stop, allowed) {
+			revoked.Store(true)
+		}
 		// The reader must not wait for a peer the writer gave up on.
 		_ = nc.Close()
 	}()
 	e.readWebSocket(c, ws)
-	if !e.detachSocket(c) {
+	if revoked.Load() || !e.detachSocket(c) {
 		e.closeConn(c, reasonWebSocket, false, e.cfg.CloseTimeout)
 	}
 	close(stop)
@@ -246,9 +251,12 @@ func (c *conn) attachSocket(nc net.Conn) *stream {
 }
 
 // writeWebSocket is the socket's writer: every event its slot receives
-// becomes one text frame; a ping goes out every WSPingInterval. When the
-// server ends the stream it sends a close frame saying why.
-func (e *Edge) writeWebSocket(st *stream, ws *websocket.Conn, stop <-chan struct{}) {
+// becomes one text frame; a ping goes out every WSPingInterval, after
+// allowed (nil: no authentication) confirmed the credential the socket was
+// opened with. When the server ends the stream it sends a close frame
+// saying why. It returns false when the credential was revoked (the socket
+// is then closed with 1008, and its turns are not kept).
+func (e *Edge) writeWebSocket(st *stream, ws *websocket.Conn, stop <-chan struct{}, allowed func() bool) (ok bool) {
 	c := st.c
 	defer func() {
 		c.detach(st)
@@ -256,8 +264,16 @@ func (e *Edge) writeWebSocket(st *stream, ws *websocket.Conn, stop <-chan struct
 	ping := time.NewTicker(e.cfg.WSPingInterval)
 	defer ping.Stop()
 	sendPing := func() bool {
+		if allowed != nil && !allowed() {
+			c.log.Info().Msg("websocket credential no longer valid: closed")
+			_ = ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.ClosePolicyViolation, "credential no longer valid"),
+				time.Now().Add(wsWriteWait))
+			ok = false
+			return false
+		}
 		return ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(wsWriteWait)) == nil
 	}
+	ok = true
 	var batch []event
 	for {
 		select {
