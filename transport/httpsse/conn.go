@@ -221,8 +221,14 @@ func answers(frame []byte, id protocol.RawMessage) bool {
 func (c *conn) trim() bool {
 	cfg := &c.e.cfg
 	expired := time.Now().Add(-cfg.ReplayMaxAge).UnixNano()
-	if c.ws {
+	switch {
+	case c.ws:
 		expired = math.MaxInt64 // a WebSocket cannot resume: no replay
+	case c.open == 0 && cfg.detachEnabled():
+		// Nobody reads: what the last stream was handed just before its
+		// client vanished stays replayable for the client coming back while
+		// its turns run detached, within the caps.
+		expired = math.MinInt64
 	}
 	for {
 		victim := c.oldestWritten()
