@@ -16,6 +16,7 @@ import (
 	"github.com/iac-code/iac-code/store"
 	"github.com/iac-code/iac-code/tools"
 	"github.com/iac-code/iac-code/tools/sandbox"
+	"github.com/iac-code/iac-code/transport/cluster/clusterpb"
 )
 
 // Messages of the connection actor.
@@ -110,6 +111,9 @@ type connection struct {
 	// their requests are answered as for a session moved to another
 	// connection, until this connection loads them again.
 	moved map[string]bool
+	// stub: this connection is the proxy of a session actor of another pod
+	// (session_remote.go).
+	stub *actor.PID
 }
 
 func newConnection(deps *Deps, id string, who Identity, out Outlet) *connection {
@@ -151,6 +155,12 @@ func (c *connection) Receive(ctx actor.Context) {
 		c.send(protocol.EncodeRequest(c.nextID, m.method, m.params), m.sessionID)
 	case *drain:
 		c.startDrain(ctx)
+	case *withdrawRequest:
+		c.withdraw(m)
+	case *shareStart:
+		c.startShare(ctx, m)
+	case *clusterpb.Relay:
+		c.relayed(ctx, m)
 	case *cancelTurns:
 		for _, pid := range c.sessions {
 			ctx.Send(pid, &cancelTurns{conn: ctx.Self(), requestID: m.requestID})
@@ -161,6 +171,10 @@ func (c *connection) Receive(ctx actor.Context) {
 	case *retireRequest:
 		c.retire(ctx, m)
 	case *actor.Terminated:
+		if c.stub != nil && m.Who.Equal(c.stub) {
+			ctx.Stop(ctx.Self()) // a proxy whose stub went away (session_remote.go)
+			return
+		}
 		// A session that stopped (closed, evicted, crashed) is forgotten.
 		for id, pid := range c.sessions {
 			if pid.Equal(m.Who) {

@@ -11,7 +11,10 @@ import (
 )
 
 // Permission decisions belong to the session actor: it knows the mode and
-// the remembered decisions, and asks the client one request at a time.
+// the remembered decisions, and asks the client one request at a time. A
+// session several clients share asks every one of them; the first answer
+// wins and the others are withdrawn ($/cancel_request) at once. An error
+// answer (a client that cannot answer) waits for the others.
 
 // Messages of the session actor about permissions.
 type (
@@ -90,7 +93,7 @@ func (a *permissionAsk) options() []protocol.PermissionOption {
 func (s *session) decidePermission(ctx actor.Context, a *permissionAsk) {
 	allow := func(why string) {
 		s.auditPermission(a, "allow", why)
-		ctx.Send(a.replyTo, &permissionDecision{allow: true, caps: s.caps})
+		ctx.Send(a.replyTo, &permissionDecision{allow: true, caps: s.promptCaps()})
 	}
 	deny := func(why, reason string) {
 		s.auditPermission(a, "deny", why)
@@ -116,10 +119,26 @@ func (s *session) decidePermission(ctx actor.Context, a *permissionAsk) {
 	}
 }
 
+// permissionTag tags the request of ask sent to the client of conn.
+type permissionTag struct {
+	ask  *permissionAsk
+	conn *actor.PID
+}
+
 func (s *session) askClient(ctx actor.Context, a *permissionAsk) {
 	s.permActive = a
-	sandboxedToolCall(a, s.caps)
-	ctx.Send(s.conn, &outboundRequest{
+	sandboxedToolCall(a, s.promptCaps())
+	s.permAsked = nil
+	for _, c := range s.clients.list {
+		s.askOne(ctx, a, c.pid)
+	}
+}
+
+// askOne sends the request of a to the client of conn.
+func (s *session) askOne(ctx actor.Context, a *permissionAsk, conn *actor.PID) {
+	tag := &permissionTag{ask: a, conn: conn}
+	s.permAsked = append(s.permAsked, tag)
+	ctx.Send(conn, &outboundRequest{
 		sessionID: s.id,
 		method:    protocol.MethodRequestPermission,
 		params: protocol.RequestPermissionRequest{
@@ -128,8 +147,38 @@ func (s *session) askClient(ctx actor.Context, a *permissionAsk) {
 			Options:   a.options(),
 		},
 		replyTo: ctx.Self(),
-		tag:     a,
+		tag:     tag,
 	})
+}
+
+// unasked drops tag from the clients still asked.
+func (s *session) unasked(tag *permissionTag) {
+	for i, t := range s.permAsked {
+		if t == tag {
+			s.permAsked = append(s.permAsked[:i], s.permAsked[i+1:]...)
+			return
+		}
+	}
+}
+
+// withdrawAsked withdraws the request from every client still asked.
+func (s *session) withdrawAsked(ctx actor.Context) {
+	for _, t := range s.permAsked {
+		withdraw(ctx, t.conn, t)
+	}
+	s.permAsked = nil
+}
+
+// forgetAsked: conn left while the turn goes on; its answer is not waited
+// for. When it was the last one asked, the request is answered as rejected
+// (as an error answer is).
+func (s *session) forgetAsked(ctx actor.Context, conn *actor.PID) {
+	for _, t := range s.permAsked {
+		if t.conn.Equal(conn) {
+			s.permissionAnswered(ctx, &clientAnswer{tag: t, err: protocol.NewError(protocol.CodeRequestCancelled, "the client left", nil)})
+			return
+		}
+	}
 }
 
 // permissionOutcome reads both the schema answer
@@ -183,12 +232,19 @@ func optionKind(optionID string) string {
 }
 
 func (s *session) permissionAnswered(ctx actor.Context, m *clientAnswer) {
-	a, ok := m.tag.(*permissionAsk)
-	if !ok || a != s.permActive {
+	tag, ok := m.tag.(*permissionTag)
+	if !ok || tag.ask != s.permActive {
 		return // an answer for a turn that has ended
 	}
+	a := tag.ask
+	s.unasked(tag)
+	if m.err != nil && len(s.permAsked) > 0 {
+		s.log.Info().Int("code", m.err.Code).Str("message", m.err.Message).Msg("a client did not answer a permission request; waiting for the others")
+		return
+	}
+	s.withdrawAsked(ctx) // the first answer wins
 	s.permActive = nil
-	d := permissionDecision{reason: permissionDenied, caps: s.caps}
+	d := permissionDecision{reason: permissionDenied, caps: s.promptCaps()}
 	if m.err != nil {
 		s.log.Warn().Int("code", m.err.Code).Str("message", m.err.Message).Msg("permission request failed; treating as reject")
 	} else {
@@ -230,7 +286,14 @@ func (s *session) remember(key string, d store.Decision) {
 	s.changeMeta()
 }
 
-func (s *session) dropPermissionAsks() {
+// dropPermissionAsks forgets the pending requests (the turn ended). Clients
+// of a shared session are told that theirs is moot; a single client, which
+// cancelled or was moved away, answers (or forgets) its own.
+func (s *session) dropPermissionAsks(ctx actor.Context) {
+	if len(s.permAsked) > 1 || s.clients.len() > 1 {
+		s.withdrawAsked(ctx)
+	}
+	s.permAsked = nil
 	s.permQueue = nil
 	s.permActive = nil
 }

@@ -44,7 +44,8 @@ type (
 		params protocol.RawMessage
 		conn   *actor.PID
 	}
-	// attach moves a live session to another connection (load/resume there).
+	// attach attaches a live session to another connection too (load/resume
+	// there; see session_attach.go).
 	attach struct {
 		kind  startKind
 		reqID protocol.RawMessage
@@ -57,7 +58,8 @@ type (
 		notices bool
 		caps    tools.ClientCaps
 	}
-	// detach: the connection is going away; its sessions stop (they are on disk).
+	// detach: the connection is going away; a session it was the last one
+	// attached to stops (it is on disk).
 	detach struct{ conn *actor.PID }
 	// retireRequest asks the connection to forget a session (idle eviction,
 	// failed start); seen counts the requests the session got from it, so
@@ -70,7 +72,8 @@ type (
 	}
 	retireAnswer struct{ ok bool }
 	// sessionMoved tells a connection that the session it addressed now
-	// belongs to another connection (see connection.stopping).
+	// belongs to another connection, or that its session/close detached it
+	// from a session other connections keep (see connection.stopping).
 	sessionMoved struct {
 		id  string
 		pid *actor.PID
@@ -107,11 +110,13 @@ type session struct {
 	// the stored owner by that connection (connection.owns).
 	owner string
 	// who is the connection the session serves now (audit lines).
-	who  sessionWho
+	who sessionWho
+	// conn is the connection whose request the session serves now (the
+	// last one that sent it a request or attached); respond answers there.
 	conn *actor.PID
-	// caps are the capabilities of conn's client (set with conn).
-	caps  tools.ClientCaps
-	start startKind
+	// clients are the attached connections (session_attach.go).
+	clients clients
+	start   startKind
 	// startReq is the JSON-RPC id answered once the session is up.
 	startReq protocol.RawMessage
 	startCwd string
@@ -131,7 +136,6 @@ type session struct {
 	// (shared store, ErrFenced); the answer to what needed that write. The
 	// session writes nothing more until stopWriting has let go of it.
 	fenced *protocol.Error
-	seen   int
 
 	turn *actor.PID
 	// turnCounted: the running turn holds one of its owner's slots.
@@ -146,10 +150,14 @@ type session struct {
 	closeConn  *actor.PID
 	turnUsage  llm.Usage
 	// closeID is the pending session/close answered once the turn ends.
-	closeID  protocol.RawMessage
-	closing  bool
-	draining bool
+	closeID protocol.RawMessage
+	closing bool
+	// drainers are closing connections waiting for the end of the turn of
+	// their prompt (drainFor).
+	drainers []*actor.PID
 	retiring bool
+	// queue: prompts waiting for the running turn (session_queue.go).
+	queue promptQueue
 
 	// lastActive is when the session last got a message other than a
 	// timer tick; idleTimer sends the next idleTick.
@@ -170,9 +178,14 @@ type session struct {
 	// Permission requests are asked one at a time.
 	permQueue  []*permissionAsk
 	permActive *permissionAsk
+	// permAsked are the clients asked permActive that have not answered.
+	permAsked []*permissionTag
 
 	// mcp: the session's MCP servers (session_mcp.go).
 	mcp sessionMCP
+	// remote: this actor is the stub of a session another pod holds, and
+	// remote the proxy connection there (session_remote.go).
+	remote *actor.PID
 	// jail contains what the session's tools start, for jailRoots
 	// (session_sandbox.go); nil until first needed.
 	jail      *sandbox.Jail
@@ -187,14 +200,14 @@ func newSession(deps *Deps, id string, who sessionWho, conn *actor.PID, caps too
 		owner:    who.Principal,
 		who:      who,
 		conn:     conn,
-		caps:     caps,
 		start:    kind,
 		startReq: reqID,
 		startCwd: cwd,
 		forkSrc:  forkSrc,
 		log:      deps.Log.With().Str("session", id).Logger(),
 	}
-	s.mcp.start, s.mcp.notices, s.mcp.set = servers, notices, &mcpToolSet{}
+	s.mcp.start, s.mcp.set = servers, &mcpToolSet{}
+	s.clients.add(client{pid: conn, who: who, caps: caps, notices: notices})
 	return s
 }
 
@@ -203,6 +216,7 @@ func (s *session) Receive(ctx actor.Context) {
 	if s.fenced != nil {
 		s.stopWriting(ctx)
 	}
+	s.releaseBetweenTurns()
 }
 
 func (s *session) receive(ctx actor.Context) {
@@ -211,9 +225,13 @@ func (s *session) receive(ctx actor.Context) {
 	default:
 		s.lastActive = time.Now()
 	}
+	if s.remote != nil {
+		s.receiveRemote(ctx)
+		return
+	}
 	switch m := ctx.Message().(type) {
 	case *outbound:
-		ctx.Send(s.conn, m)
+		s.broadcast(ctx, m)
 	case *actor.Started:
 		s.deps.Metrics.Sessions.Add(1)
 		s.open(ctx)
@@ -234,6 +252,7 @@ func (s *session) receive(ctx actor.Context) {
 			s.closeStore()
 			s.store, s.fenced = nil, nil
 		}
+		s.cancelQueued(ctx, nil, nil)
 		s.closeSandbox()
 	case *idleTick:
 		idle := s.deps.Config.SessionIdle
@@ -244,9 +263,11 @@ func (s *session) receive(ctx actor.Context) {
 		// Checked again later if the session stays: busy with a turn, or the
 		// connection refused the retire.
 		s.armIdle(ctx, idle)
-		if s.turn == nil && !s.retiring && !s.failed && !s.mcpWaiting() {
+		// A session several connections share stays in memory until they
+		// leave: each would have to agree (see retireRequest).
+		if c := s.clients.only(); c != nil && s.turn == nil && !s.retiring && !s.failed && !s.mcpWaiting() && s.queue.empty() {
 			s.retiring = true
-			ctx.Send(s.conn, &retireRequest{id: s.id, pid: ctx.Self(), seen: s.seen})
+			ctx.Send(c.pid, &retireRequest{id: s.id, pid: ctx.Self(), seen: c.seen})
 		}
 	case *releaseTick:
 		s.releaseArmed = false
@@ -260,6 +281,8 @@ func (s *session) receive(ctx actor.Context) {
 			(m.requestID == nil || bytes.Equal(m.requestID, protocol.CanonicalID(h.id))) {
 			s.cancelHeldPrompt(ctx)
 		}
+		s.cancelQueued(ctx, m.conn, m.requestID)
+		s.startQueued(ctx)
 	case *retireAnswer:
 		s.retiring = false
 		if m.ok {
@@ -269,12 +292,16 @@ func (s *session) receive(ctx actor.Context) {
 			ctx.Stop(ctx.Self())
 		}
 	case *sessionRequest:
-		if m.conn != nil && !m.conn.Equal(s.conn) {
+		c := s.clients.find(m.conn)
+		if m.conn != nil && c == nil {
 			s.respondTo(ctx, m.conn, m.id, nil, errSessionMoved())
 			ctx.Send(m.conn, &sessionMoved{id: s.id, pid: ctx.Self()})
 			return
 		}
-		s.seen++
+		if c != nil {
+			c.seen++
+			s.conn, s.who = m.conn, c.who
+		}
 		if s.failed {
 			// e.g. a prompt that brought an evicted session back
 			s.respondError(ctx, m.id, s.failErr)
@@ -287,6 +314,7 @@ func (s *session) receive(ctx actor.Context) {
 			return
 		}
 		s.cancelHeldPrompt(ctx)
+		s.cancelQueued(ctx, nil, nil)
 		s.answerPendingStarts(ctx)
 		if s.turn != nil {
 			ctx.Send(s.turn, &cancelTurn{})
@@ -299,16 +327,7 @@ func (s *session) receive(ctx actor.Context) {
 		}
 		s.attach(ctx, m)
 	case *detach:
-		if m.conn.Equal(s.conn) {
-			s.cancelHeldPrompt(ctx)
-			if s.turn != nil {
-				ctx.Send(s.turn, &cancelTurn{})
-			}
-			s.closing = true
-			if s.turn == nil {
-				ctx.Stop(ctx.Self())
-			}
-		}
+		s.detachClient(ctx, m.conn)
 	case *messageDone:
 		s.record(ctx, m.msg)
 	case *compacted:
@@ -337,18 +356,7 @@ func (s *session) receive(ctx actor.Context) {
 	case *clientAnswer:
 		s.permissionAnswered(ctx, m)
 	case *drain:
-		if m.from != nil && !m.from.Equal(s.conn) {
-			// Moved to another connection: nothing of it is that one's to wait for.
-			ctx.Send(m.from, &sessionIdle{sessionID: s.id})
-			return
-		}
-		s.draining = true
-		s.cancelHeldPrompt(ctx)
-		if s.turn == nil {
-			ctx.Send(s.conn, &sessionIdle{sessionID: s.id})
-			return
-		}
-		ctx.Send(s.turn, &cancelTurn{})
+		s.drainFor(ctx, m.from)
 	}
 }
 
@@ -369,10 +377,15 @@ func (s *session) handle(ctx actor.Context, r *sessionRequest) {
 			ctx.Send(s.turn, &cancelTurn{})
 		}
 		s.cancelHeldPrompt(ctx)
+		s.cancelQueued(ctx, nil, nil)
 		s.respond(ctx, r.id, struct{}{})
 	case protocol.MethodSessionClose:
 		s.audit(r.method, "ok").Msg("session close")
+		if s.closeShared(ctx, r) {
+			return
+		}
 		s.cancelHeldPrompt(ctx)
+		s.cancelQueued(ctx, nil, nil)
 		s.answerPendingStarts(ctx)
 		s.closing = true
 		if s.turn == nil {
@@ -400,7 +413,8 @@ func (s *session) handle(ctx actor.Context, r *sessionRequest) {
 		var p protocol.SessionRef
 		_ = protocol.Unmarshal(r.params, &p)
 		servers, _, _ := protocol.ParseMcpServers(p.McpServers)
-		s.attach(ctx, &attach{kind: kind, reqID: r.id, cwd: p.Cwd, conn: s.conn, servers: servers, notices: s.mcp.notices, caps: s.caps})
+		c := s.clients.find(r.conn)
+		s.attach(ctx, &attach{kind: kind, reqID: r.id, cwd: p.Cwd, conn: r.conn, who: c.who, servers: servers, notices: c.notices, caps: c.caps})
 	}
 }
 
@@ -419,6 +433,9 @@ func (s *session) open(ctx actor.Context) {
 		s.store, entries, err = s.deps.Store.Fork(s.forkSrc, s.id)
 	default:
 		s.store, entries, err = s.deps.Store.Open(s.id)
+		if s.shareRemote(ctx, err) {
+			return // a stub of the session another pod holds
+		}
 		for try := 0; try < 2 && s.takeOver(err); try++ {
 			s.store, entries, err = s.deps.Store.Open(s.id)
 		}
@@ -444,7 +461,7 @@ func (s *session) open(ctx actor.Context) {
 	}
 	s.configureMCP(ctx, s.mcp.start, s.meta.Cwd)
 	s.prefetchInstructions()
-	s.answerWhenReady(ctx, s.start, s.startReq)
+	s.answerWhenReady(ctx, s.start, s.startReq, s.conn)
 	s.armIdle(ctx, s.deps.Config.SessionIdle)
 	s.armRelease(ctx, s.deps.Config.SessionRelease)
 }
@@ -462,8 +479,11 @@ func (s *session) armIdle(ctx actor.Context, d time.Duration) {
 }
 
 // answerStart replays (load, fork) and answers the request that brought the
-// session to this connection.
-func (s *session) answerStart(ctx actor.Context, kind startKind, reqID protocol.RawMessage) {
+// session to connection conn; the replay is for conn only.
+func (s *session) answerStart(ctx actor.Context, kind startKind, reqID protocol.RawMessage, conn *actor.PID) {
+	if c := s.clients.find(conn); c != nil {
+		s.who = c.who // the audit line names the connection answered
+	}
 	if kind != startRestore {
 		ev := s.audit(startMethod(kind), "ok").Str("cwd", s.meta.Cwd)
 		if kind == startFork {
@@ -474,30 +494,30 @@ func (s *session) answerStart(ctx actor.Context, kind startKind, reqID protocol.
 	switch kind {
 	case startNew, startFork:
 		if kind == startFork {
-			s.replay(ctx)
+			s.replay(ctx, conn)
 		}
-		s.respond(ctx, reqID, protocol.NewSessionResponse{
+		s.respondTo(ctx, conn, reqID, protocol.NewSessionResponse{
 			SessionID:     s.id,
 			Modes:         modeState(s.meta.Mode),
 			Models:        s.modelState(),
 			ConfigOptions: s.configOptions(),
 			Meta:          s.mcpMeta(),
-		})
+		}, nil)
 	case startLoad, startResume:
 		if kind == startLoad {
-			s.replay(ctx)
+			s.replay(ctx, conn)
 		}
-		s.respond(ctx, reqID, protocol.SessionStateResponse{
+		s.respondTo(ctx, conn, reqID, protocol.SessionStateResponse{
 			Modes:         modeState(s.meta.Mode),
 			Models:        s.modelState(),
 			ConfigOptions: s.configOptions(),
 			Meta:          s.mcpMeta(),
-		})
+		}, nil)
 	default:
 		return
 	}
 	if kind != startResume {
-		s.emit(ctx, protocol.AvailableCommandsUpdate{SessionUpdate: protocol.UpdateAvailableCommands, AvailableCommands: slashCommands})
+		s.emitTo(ctx, conn, protocol.AvailableCommandsUpdate{SessionUpdate: protocol.UpdateAvailableCommands, AvailableCommands: slashCommands})
 	}
 }
 
@@ -506,30 +526,11 @@ func (s *session) attach(ctx actor.Context, m *attach) {
 		s.respondTo(ctx, m.conn, m.reqID, nil, s.failErr)
 		return
 	}
-	if !m.conn.Equal(s.conn) {
-		// The old connection keeps nothing of this session any more: its
-		// running prompt ends cancelled (answered to it, see promptConn; its
-		// pending permission request is moot) and a drain of it is over.
-		if s.turn != nil {
-			ctx.Send(s.turn, &cancelTurn{})
-		}
-		if s.draining {
-			s.draining = false
-			ctx.Send(s.conn, &sessionIdle{sessionID: s.id})
-		}
-		// What waited for MCP servers on the old connection is answered there.
-		s.cancelHeldPrompt(ctx)
-		s.answerPendingStarts(ctx)
-		s.conn, s.who = m.conn, m.who
-		s.dropPermissionAsks()
-	}
-	s.mcp.notices = m.notices
-	s.caps = m.caps
 	// The connection counts its requests to this session afresh from the
 	// attach on (openSession resets its count), also when it is the same
 	// connection: without this an idle session loaded again is never
 	// retired (seen and sent would never match).
-	s.seen = 0
+	s.attachClient(ctx, m)
 	if m.cwd != "" && m.cwd != s.meta.Cwd {
 		s.meta.Cwd = m.cwd
 		s.changeMeta()
@@ -539,25 +540,27 @@ func (s *session) attach(ctx actor.Context, m *attach) {
 		}
 	}
 	s.configureMCP(ctx, m.servers, s.meta.Cwd)
-	s.answerWhenReady(ctx, m.kind, m.reqID)
+	s.answerWhenReady(ctx, m.kind, m.reqID, m.conn)
 }
 
-// forwardRequest sends a tool's request to the connection that owns the
-// session now, if the tool's turn still runs: after a prompt's answer no
-// request of its turn reaches the client. A refused request is answered at
-// once, so the tool does not wait for nothing.
+// forwardRequest sends a tool's request to the connection whose prompt
+// runs (its editor's buffers and terminals), if the tool's turn still runs:
+// after a prompt's answer no request of its turn reaches the client. A
+// refused request is answered at once, so the tool does not wait for
+// nothing; so is one whose connection left (its turn is being cancelled).
 func (s *session) forwardRequest(ctx actor.Context, m *outboundRequest) {
-	if s.turn == nil || m.turn != s.turnID {
+	if s.turn == nil || m.turn != s.turnID || s.clients.find(s.promptConn) == nil {
 		ctx.Send(m.replyTo, &clientAnswer{tag: m.tag, err: protocol.NewError(protocol.CodeRequestCancelled, "the turn has ended", nil)})
 		return
 	}
-	ctx.Send(s.conn, m)
+	ctx.Send(s.promptConn, m)
 }
 
+// emit sends an update to every attached connection.
 func (s *session) emit(ctx actor.Context, update any) {
 	data := protocol.EncodeNotification(protocol.MethodSessionUpdate,
 		protocol.SessionNotification{SessionID: s.id, Update: update})
-	ctx.Send(s.conn, &outbound{frame: Frame{Data: data, SessionID: s.id}})
+	s.broadcast(ctx, &outbound{frame: Frame{Data: data, SessionID: s.id}})
 }
 
 func (s *session) respond(ctx actor.Context, id protocol.RawMessage, result any) {

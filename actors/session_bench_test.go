@@ -182,3 +182,45 @@ func BenchmarkLoadReplay5000(b *testing.B) {
 	b.ReportMetric(float64(frames)/float64(b.N), "frames/op")
 	b.ReportMetric(float64(sent)/float64(b.N)/(1<<20), "MiB/op")
 }
+
+// heldStore hides store.TurnMarker from the file store's sessions: they keep
+// their lock between turns, as before sessions let go of it when idle.
+type heldStore struct{ store.Store }
+
+type heldSession struct{ store.Session }
+
+func (h heldStore) Create(m store.Meta) (store.Session, error) {
+	s, err := h.Store.Create(m)
+	if err != nil {
+		return nil, err
+	}
+	return heldSession{s}, nil
+}
+
+// BenchmarkPromptCycle measures one session/prompt round trip (a one-chunk
+// answer, no tool) on a file store session: "between-turns" lets go of the
+// session's lock after every turn and takes it back at the next prompt (what
+// the session actor does, see releaseBetweenTurns), "held" keeps it.
+func BenchmarkPromptCycle(b *testing.B) {
+	for _, mode := range []string{"between-turns", "held"} {
+		b.Run(mode, func(b *testing.B) {
+			st, err := store.New(b.TempDir())
+			if err != nil {
+				b.Fatal(err)
+			}
+			var s store.Store = st
+			if mode == "held" {
+				s = heldStore{st}
+			}
+			c := newBenchClient(b, s)
+			c.call("initialize", map[string]any{"protocolVersion": 1})
+			sid := c.call("session/new", map[string]any{"cwd": b.TempDir(), "mcpServers": []any{}})["sessionId"]
+			prompt := map[string]any{"sessionId": sid, "prompt": []any{map[string]any{"type": "text", "text": "hi"}}}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				c.call("session/prompt", prompt)
+			}
+		})
+	}
+}

@@ -44,13 +44,12 @@ type sessionMCP struct {
 	// already told as notices.
 	reported []mcpServerStatus
 	noticed  map[string]bool
-	// notices: the client advertised clientCapabilities.session.notices.
-	notices bool
 }
 
 type pendingStart struct {
 	kind  startKind
 	reqID protocol.RawMessage
+	conn  *actor.PID
 }
 
 // mcpBudget is the startup budget of configuration gen running out.
@@ -100,12 +99,12 @@ func (s *session) mcpStarting() bool {
 
 // answerWhenReady answers a start request now, or once the servers settle
 // or their budget runs out.
-func (s *session) answerWhenReady(ctx actor.Context, kind startKind, reqID protocol.RawMessage) {
+func (s *session) answerWhenReady(ctx actor.Context, kind startKind, reqID protocol.RawMessage, conn *actor.PID) {
 	if reqID != nil && s.mcpStarting() {
-		s.mcp.pending = append(s.mcp.pending, pendingStart{kind: kind, reqID: reqID})
+		s.mcp.pending = append(s.mcp.pending, pendingStart{kind: kind, reqID: reqID, conn: conn})
 		return
 	}
-	s.answerStart(ctx, kind, reqID)
+	s.answerStart(ctx, kind, reqID, conn)
 	s.reportMCP(ctx, reqID != nil)
 }
 
@@ -120,7 +119,7 @@ func (s *session) flushMCPWaits(ctx actor.Context) {
 	pending := s.mcp.pending
 	s.mcp.pending = nil
 	for _, p := range pending {
-		s.answerStart(ctx, p.kind, p.reqID)
+		s.answerStart(ctx, p.kind, p.reqID, p.conn)
 	}
 	s.reportMCP(ctx, len(pending) > 0)
 	if held := s.mcp.held; held != nil {
@@ -135,7 +134,7 @@ func (s *session) answerPendingStarts(ctx actor.Context) {
 	pending := s.mcp.pending
 	s.mcp.pending = nil
 	for _, p := range pending {
-		s.answerStart(ctx, p.kind, p.reqID)
+		s.answerStart(ctx, p.kind, p.reqID, p.conn)
 	}
 	if len(pending) > 0 {
 		s.mcp.reported = s.mcp.status
@@ -196,8 +195,8 @@ func (s *session) reportMCP(ctx actor.Context, answered bool) {
 	}
 	for _, st := range m.status {
 		failed := st.Status == "failed"
-		if failed && !m.noticed[st.Name] && m.notices {
-			s.emit(ctx, protocol.NoticeUpdate{SessionUpdate: protocol.UpdateNotice, Severity: "warning",
+		if failed && !m.noticed[st.Name] {
+			s.emitNotice(ctx, protocol.NoticeUpdate{SessionUpdate: protocol.UpdateNotice, Severity: "warning",
 				Title: "MCP server '" + st.Name + "' failed", Description: st.Error})
 		}
 		m.noticed[st.Name] = failed

@@ -34,6 +34,9 @@ var slashCommands = []protocol.AvailableCommand{
 }
 
 func (s *session) prompt(ctx actor.Context, r *sessionRequest) {
+	if c := s.clients.find(r.conn); c != nil {
+		s.conn, s.who = c.pid, c.who // a queued or held prompt is answered to its sender
+	}
 	var p protocol.PromptRequest
 	if err := protocol.Unmarshal(r.params, &p); err != nil {
 		s.respondError(ctx, r.id, protocol.ErrInvalidParams(map[string]string{"error": err.Error()}))
@@ -44,8 +47,7 @@ func (s *session) prompt(ctx actor.Context, r *sessionRequest) {
 		return
 	}
 	if s.turn != nil || s.mcp.held != nil {
-		s.respondError(ctx, r.id, protocol.ErrInvalidParams(map[string]string{
-			"prompt": "a prompt is already running in this session; cancel it or wait for its response"}))
+		s.enqueuePrompt(ctx, r) // session_queue.go
 		return
 	}
 	if !s.deps.hasCredentials() {
@@ -60,6 +62,7 @@ func (s *session) prompt(ctx actor.Context, r *sessionRequest) {
 	user := llm.Message{Role: llm.RoleUser, Content: blocks}
 	command := slashCommand(&user)
 	if command == "clear" {
+		s.echoPrompt(ctx, &user)
 		s.append(store.CompactionEntry("(The user cleared the conversation; nothing before this point is relevant.)", s.store.LastSeq()))
 		if s.fenced != nil {
 			s.respondError(ctx, r.id, s.fenced)
@@ -78,6 +81,7 @@ func (s *session) prompt(ctx actor.Context, r *sessionRequest) {
 		return
 	}
 	s.turnCounted = true
+	s.echoPrompt(ctx, &user)
 	if command == "" {
 		s.record(ctx, user)
 		if s.fenced != nil {
@@ -98,6 +102,7 @@ func (s *session) prompt(ctx actor.Context, r *sessionRequest) {
 	props := actor.PropsFromProducer(func() actor.Actor { return newTurn(s.deps, opts) },
 		actor.WithReceiverMiddleware(keepStack), actor.WithSupervisor(reportAndStop{}))
 	s.turn = ctx.Spawn(props)
+	s.markTurn(true)
 }
 
 // slashCommand recognises /compact and /clear typed as the whole prompt.
@@ -130,8 +135,9 @@ func (s *session) endTurn(ctx actor.Context, m *turnFinished) {
 		return
 	}
 	s.turn = nil
+	s.markTurn(false)
 	s.releaseTurnCount()
-	s.dropPermissionAsks()
+	s.dropPermissionAsks(ctx)
 	var (
 		repaired, added []store.Entry
 		err             error
@@ -179,9 +185,8 @@ func (s *session) endTurn(ctx actor.Context, m *turnFinished) {
 		s.respondTo(ctx, s.closeConn, s.closeID, struct{}{}, nil)
 		ctx.Stop(ctx.Self())
 	}
-	if s.draining {
-		ctx.Send(s.conn, &sessionIdle{sessionID: s.id})
-	}
+	s.answerDrainers(ctx)
+	s.startQueued(ctx)
 }
 
 // promptBlocks turns ACP prompt content into model input. Images go to the

@@ -11,17 +11,17 @@ import (
 
 // Replay: a session's history sent to a client as the updates it saw live.
 
-// replay sends the whole history as session/update notifications through
-// the same mapping as live updates, before the load/fork response.
-func (s *session) replay(ctx actor.Context) {
+// replay sends the whole history to conn as session/update notifications
+// through the same mapping as live updates, before the load/fork response.
+func (s *session) replay(ctx actor.Context, conn *actor.PID) {
 	for i := range s.entries {
 		e := &s.entries[i]
 		if e.Kind == store.KindCompaction {
-			s.emit(ctx, protocol.ChunkUpdate{SessionUpdate: protocol.UpdateAgentMessageChunk, Content: protocol.Text("[Context compacted]")})
+			s.emitTo(ctx, conn, protocol.ChunkUpdate{SessionUpdate: protocol.UpdateAgentMessageChunk, Content: protocol.Text("[Context compacted]")})
 			continue
 		}
 		for _, u := range replayUpdates(&e.Message) {
-			s.emit(ctx, u)
+			s.emitTo(ctx, conn, u)
 		}
 	}
 }

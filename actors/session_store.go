@@ -58,7 +58,10 @@ func (s *session) leave(ctx actor.Context) {
 	if s.store != nil {
 		s.closeStore()
 	}
-	ctx.Send(s.conn, &sessionLeft{id: s.id, pid: ctx.Self()})
+	s.cancelQueued(ctx, nil, nil)
+	for _, c := range s.clients.list {
+		ctx.Send(c.pid, &sessionLeft{id: s.id, pid: ctx.Self()})
+	}
 	for _, p := range s.handingOff {
 		if p != nil {
 			ctx.Send(p, &handedOff{})
@@ -85,7 +88,10 @@ func (s *session) storeError(err error, what string) *protocol.Error {
 		s.log.Warn().Err(err).Msg(what + ": taken over by another process")
 		return protocol.ErrSessionTakenOver(s.id, inUse.PID, inUse.Owner)
 	case errors.Is(err, store.ErrInUse):
-		s.log.Info().Int("holder_pid", inUse.PID).Str("holder", inUse.Owner).Msg("session is open in another process")
+		s.log.Info().Int("holder_pid", inUse.PID).Str("holder", inUse.Owner).Bool("turn", inUse.Turn).Msg("session is open in another process")
+		if inUse.Turn {
+			return protocol.ErrSessionTurnElsewhere(s.id, inUse.PID)
+		}
 		return protocol.ErrSessionInUse(s.id, inUse.PID, inUse.Owner)
 	case errors.Is(err, store.ErrNotFound), errors.Is(err, store.ErrInvalidID):
 		return protocol.ErrSessionNotFound()
@@ -134,6 +140,36 @@ func (s *session) releaseIfIdle(ctx actor.Context) {
 		s.log.Error().Err(err).Msg("release session store")
 	}
 	s.released = true
+}
+
+// releaseBetweenTurns lets go of a file store's lock as soon as the session
+// is idle (store.TurnMarker): another process on the same home that asks
+// for the session gets it at once, and the next request here takes it
+// back, reloading what that process wrote (acquire). No turn, held or
+// queued prompt, or start waiting for MCP servers may be in progress.
+func (s *session) releaseBetweenTurns() {
+	if s.released || s.failed || s.store == nil || s.closing || s.turn != nil || s.mcpWaiting() || !s.queue.empty() {
+		return
+	}
+	if _, ok := s.store.(store.TurnMarker); !ok {
+		return
+	}
+	s.flushMeta()
+	if err := s.store.Release(); err != nil {
+		s.log.Error().Err(err).Msg("release session store")
+	}
+	s.released = true
+}
+
+// markTurn tells other processes on the same home whether a turn runs here
+// (store.TurnMarker): one asking for the session then fails at once,
+// naming this process, instead of waiting for it to let go.
+func (s *session) markTurn(running bool) {
+	if m, ok := s.store.(store.TurnMarker); ok && s.fenced == nil {
+		if err := m.MarkTurn(running); err != nil {
+			s.log.Warn().Err(err).Msg("mark the session's lock")
+		}
+	}
 }
 
 // acquire takes the store handle back before the session serves a request

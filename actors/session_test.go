@@ -165,7 +165,7 @@ var _ = Describe("session persistence in the actor tree", func() {
 		Expect(msgs[len(msgs)-2].Content[0].Text).To(Equal(store.InterruptedText))
 	})
 
-	It("moves a session with a running turn to the resuming connection: the old prompt ends cancelled where it was asked", func() {
+	It("moves (IAC_CODE_SESSION_ATTACH=move) a session with a running turn to the resuming connection: the old prompt ends cancelled where it was asked", func() {
 		started := make(chan struct{})
 		p.then(func(ctx context.Context, emit func(llm.Event)) error {
 			emit(llm.Event{Type: llm.EventTextDelta, Text: "partial"})
@@ -173,7 +173,7 @@ var _ = Describe("session persistence in the actor tree", func() {
 			<-ctx.Done()
 			return ctx.Err()
 		})
-		s = newSessionHarness(p, root, nil)
+		s = newSessionHarness(p, root, func(c *Config) { c.SessionAttach = AttachMove })
 		a := s.connect()
 		sid := a.result(a.call("session/new", map[string]any{"cwd": cwd}))["sessionId"].(string)
 		pid := a.call("session/prompt", textPrompt(sid, "long"))

@@ -60,6 +60,13 @@ type Config struct {
 	// MaxImageBytes caps one image of a prompt (default 5 MiB); a larger
 	// one is refused with -32602.
 	MaxImageBytes int
+	// SessionAttach is what a session/load or session/resume of a session
+	// live on another connection does: AttachShare (default) attaches that
+	// connection too, AttachMove moves the session to it.
+	SessionAttach string
+	// PromptQueue caps the prompts that wait for a session's running turn
+	// (default 8); more are refused.
+	PromptQueue int
 	// WorkspaceRoot (IAC_CODE_WORKSPACE_ROOT), when set, is the directory a
 	// session's cwd must resolve into; "{user}" stands for the principal.
 	WorkspaceRoot string
@@ -114,6 +121,14 @@ type Handover interface {
 	// go of the session (its running prompt ends cancelled). nil once it
 	// did, or once owner is known dead (its lease can be taken at once).
 	TakeOver(sessionID, owner string) error
+	// Share asks owner, holding sessionID, to attach a proxy connection to
+	// it for stub, a session actor of this process (see session_remote.go):
+	// the proxy is sent init (initialize) and open (the client's load or
+	// resume), and every frame it writes goes to stub as a
+	// *clusterpb.Relay. The proxy's pid, or an error (then the session is
+	// taken over instead).
+	// principal is the identity of the stub's connection, and the proxy's.
+	Share(sessionID, owner, principal string, stub *actor.PID, init, open []byte) (*actor.PID, error)
 }
 
 // Frame is one encoded outbound JSON-RPC message. SessionID names the
@@ -158,6 +173,12 @@ func NewServer(deps Deps) *Server {
 	}
 	if deps.Config.ClientTimeout <= 0 {
 		deps.Config.ClientTimeout = DefaultClientTimeout
+	}
+	if deps.Config.SessionAttach != AttachMove {
+		deps.Config.SessionAttach = AttachShare
+	}
+	if deps.Config.PromptQueue <= 0 {
+		deps.Config.PromptQueue = DefaultPromptQueue
 	}
 	if deps.Metrics == nil {
 		deps.Metrics = &Metrics{}

@@ -12,6 +12,7 @@ import (
 	. "github.com/onsi/gomega"
 
 	"github.com/iac-code/iac-code/llm"
+	"github.com/iac-code/iac-code/protocol"
 	"github.com/iac-code/iac-code/tools"
 )
 
@@ -197,18 +198,60 @@ var _ = Describe("a prompt turn", func() {
 		Expect(p.requests()[1].Messages[1].TextOf()).To(Equal("partial"))
 	})
 
-	It("rejects a second prompt while one runs and leaves the first untouched", func() {
+	It("queues prompts while one runs, runs them in order, and refuses one beyond the queue's limit", func() {
 		release := make(chan struct{})
 		p.then(func(ctx context.Context, emit func(llm.Event)) error {
 			<-release
 			return say("done")(ctx, emit)
 		})
-		start()
+		h = newHarnessWith(Config{PromptQueue: 2}, p)
+		sid = h.newSession(GinkgoT().TempDir())
 		first := prompt("one")
 		second := prompt("two")
-		Expect(h.errorOf(second)["code"]).To(Equal(-32602.0))
+		third := prompt("three")
+		full := h.errorOf(prompt("four"))
+		Expect(full["code"]).To(Equal(float64(protocol.CodeLimit)))
+		Expect(full["message"]).To(ContainSubstring("prompt queue of this session is full"))
+		Expect(full["data"]).To(HaveKeyWithValue("reason", "prompt_queue_full"))
 		close(release)
-		Expect(h.result(first)["stopReason"]).To(Equal("end_turn"))
+		for _, id := range []float64{first, second, third} {
+			Expect(h.result(id)["stopReason"]).To(Equal("end_turn"))
+		}
+		reqs := p.requests()
+		Expect(reqs).To(HaveLen(3))
+		last := reqs[2].Messages
+		var seen []string
+		for _, m := range last {
+			seen = append(seen, m.TextOf())
+		}
+		Expect(seen).To(Equal([]string{"one", "done", "two", "ok", "three"}))
+		// a queued prompt's text is shown when it starts
+		var echoed []string
+		for _, u := range h.out.allUpdates() {
+			if u["sessionUpdate"] == "user_message_chunk" {
+				echoed = append(echoed, u["content"].(map[string]any)["text"].(string))
+			}
+		}
+		Expect(echoed).To(Equal([]string{"two", "three"}))
+	})
+
+	It("answers every queued prompt cancelled on session/cancel", func() {
+		started := make(chan struct{})
+		p.then(func(ctx context.Context, emit func(llm.Event)) error {
+			close(started)
+			<-ctx.Done()
+			return ctx.Err()
+		})
+		start()
+		first := prompt("one")
+		Eventually(started).Should(BeClosed())
+		second, third := prompt("two"), prompt("three")
+		h.notify("session/cancel", map[string]any{"sessionId": sid})
+		for _, id := range []float64{first, second, third} {
+			Expect(h.result(id)["stopReason"]).To(Equal("cancelled"))
+		}
+		Expect(p.requests()).To(HaveLen(1))
+		Expect(h.result(prompt("again"))["stopReason"]).To(Equal("end_turn"))
 	})
 
 	It("turns a panic in the turn into -32603 with an error id and keeps the session", func() {

@@ -159,10 +159,10 @@ var _ = Describe("cluster mode: pods behind a round-robin load balancer", Label(
 		Expect(attaches).To(BeNumerically(">", 0), "some streams were served by another pod")
 	})
 
-	It("moves sessions between pods: list everywhere, load elsewhere hands over, racing loads end with one owner", func() {
+	It("moves sessions between pods (IAC_CODE_SESSION_ATTACH=move): list everywhere, load elsewhere hands over, racing loads end with one owner", func() {
 		fake.Script(llmtest.Reply{Text: "Noted: 42."}, llmtest.Reply{Text: "a b c d e f", Hang: true, AfterChunks: 3},
 			llmtest.Reply{Text: "It was 42."})
-		cl := newCluster(fake, 3)
+		cl := newCluster(fake, 3, "IAC_CODE_SESSION_ATTACH=move")
 		a, b, c := openConn(cl.pods[0]), openConn(cl.pods[1]), openConn(cl.pods[2])
 		sid := a.newSession(cwd)
 		Expect(a.wait(a.prompt(sid, "Remember 42"))["result"]).To(HaveKeyWithValue("stopReason", "end_turn"))

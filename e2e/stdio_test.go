@@ -137,17 +137,21 @@ func stdioSpecs(format string) {
 		a.finish()
 	})
 
-	It("rejects a second concurrent prompt and leaves the first running", func() {
-		fake.Script(llmtest.Reply{Text: "slow answer here", Delay: 100 * time.Millisecond})
+	It("queues a second concurrent prompt behind the first, shows it when it starts, and runs it after", func() {
+		fake.Script(llmtest.Reply{Text: "slow answer here", Delay: 100 * time.Millisecond}, llmtest.Reply{Text: "second answer"})
 		start()
 		a.initialize()
 		sid := a.newSession(cwd)
 		first := a.prompt(sid, "one")
 		second := a.prompt(sid, "two")
-		e := a.errorOf(second)
-		Expect(e["code"]).To(Equal(-32602.0))
-		Expect(e["data"]).To(HaveKey("prompt"))
 		Expect(a.result(first)["stopReason"]).To(Equal("end_turn"))
+		Expect(a.result(second)["stopReason"]).To(Equal("end_turn"))
+		after := a.updatesBefore(second)[len(a.updatesBefore(first)):]
+		Expect(after).NotTo(BeEmpty())
+		Expect(after[0]).To(Equal(userChunk("two")), "the queued prompt is shown when it starts")
+		body := string(lastRequest(fake).Body)
+		Expect(strings.Index(body, "slow answer here")).To(BeNumerically("<", strings.LastIndex(body, `"two"`)),
+			"the second turn's request has the first turn's answer before its prompt")
 		a.finish()
 	})
 

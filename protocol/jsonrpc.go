@@ -71,6 +71,15 @@ func ErrSessionInUse(sessionID string, pid int, incarnation string) *Error {
 	return NewError(CodeSessionInUse, msg+"; close it there (or wait until it is idle) and try again", data)
 }
 
+// ErrSessionTurnElsewhere: another iac-code process on the same home holds
+// the session because a turn is running there (between turns it lets go at
+// once). Nothing was changed.
+func ErrSessionTurnElsewhere(sessionID string, pid int) *Error {
+	data := map[string]any{"reason": "session_turn_running", "sessionId": sessionID}
+	msg := "Session is open in another iac-code process" + holder(data, pid, "") + " and a turn is running there"
+	return NewError(CodeSessionInUse, msg+"; wait for that turn to end (or cancel it there) and try again", data)
+}
+
 // ErrSessionTakenOver: while this process had the session open, the shared
 // store handed it to another process (this one stopped renewing its hold in
 // time: a network partition, a stall). Nothing of the request was saved

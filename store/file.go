@@ -37,6 +37,8 @@ type FileStore struct {
 	dirFile *os.File
 	log     zerolog.Logger
 	now     func() time.Time
+	// lockWait: see WithLockWait.
+	lockWait time.Duration
 
 	mu   sync.Mutex
 	open map[string]bool // ids with a live Session handle (or being deleted)
@@ -62,7 +64,7 @@ var _ Store = (*FileStore)(nil)
 // Options about leases are ignored.
 func New(root string, opts ...Option) (*FileStore, error) {
 	o := newOptions(opts)
-	s := &FileStore{dir: filepath.Join(root, "sessions"), log: o.log, now: o.now,
+	s := &FileStore{dir: filepath.Join(root, "sessions"), log: o.log, now: o.now, lockWait: o.lockWait,
 		open: map[string]bool{}, metas: map[string]cachedMeta{}}
 	if err := os.MkdirAll(s.dir, dirPerm); err != nil {
 		return nil, fmt.Errorf("store: %w", err)
@@ -238,7 +240,7 @@ func (s *FileStore) build(meta Meta, history []byte, lastSeq int64) (_ *fileSess
 	}
 	// Locked before it becomes visible: the lock is on the inode, which the
 	// rename keeps.
-	lock, err := lockSession(tmp, meta.ID)
+	lock, err := lockSession(tmp, meta.ID, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -278,7 +280,7 @@ func openHistory(dir string) (*os.File, error) {
 // ErrNotFound.
 func (s *FileStore) lock(id string) (*sessionLock, error) {
 	dir := filepath.Join(s.dir, id)
-	l, err := lockSession(dir, id)
+	l, err := lockSession(dir, id, s.lockWait)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
 	}
@@ -746,6 +748,16 @@ func (s *fileSession) Rewrite(entries []Entry) error {
 		s.lastSeq = entries[n-1].Seq
 	}
 	return nil
+}
+
+// MarkTurn implements TurnMarker.
+func (s *fileSession) MarkTurn(running bool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || s.released {
+		return nil
+	}
+	return s.lock.markTurn(running)
 }
 
 func (s *fileSession) Release() error {

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // lockFile is the name of a session's lock file. It is never replaced
@@ -26,58 +27,93 @@ type sessionLock struct {
 	closeLost runtime.Cleanup
 }
 
-// lockSession takes the lock of the session directory dir without waiting.
-// When another open file description holds it (another process, or another
-// Store value in this one), it returns an *InUseError naming the holder's
-// pid as written in the file.
-func lockSession(dir, id string) (*sessionLock, error) {
+// lockSession takes the lock of the session directory dir. When another open
+// file description holds it (another process, or another Store value in this
+// one), it waits up to wait for the holder to let go, unless the holder is
+// running a turn (markTurn): then, or once wait is over, it returns an
+// *InUseError naming the holder's pid as written in the file. The wait is
+// for holders that let go of idle sessions at once (the session actors do,
+// see store.TurnMarker): they hold the lock only for the few milliseconds
+// of a request between turns.
+func lockSession(dir, id string, wait time.Duration) (*sessionLock, error) {
 	fd, err := openFD(dir+"/"+lockFile, os.O_RDWR|os.O_CREATE, filePerm)
 	if err != nil {
 		return nil, err
 	}
+	deadline := time.Now().Add(wait)
 	for {
 		err = syscall.Flock(fd, syscall.LOCK_EX|syscall.LOCK_NB)
-		if !errors.Is(err, syscall.EINTR) {
+		if errors.Is(err, syscall.EINTR) {
+			continue
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) {
 			break
 		}
+		pid, turn := readHolder(fd)
+		if turn || !time.Now().Before(deadline) {
+			_ = syscall.Close(fd)
+			return nil, &InUseError{ID: id, PID: pid, Turn: turn}
+		}
+		time.Sleep(lockPoll)
 	}
 	if err != nil {
 		defer syscall.Close(fd)
-		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, &InUseError{ID: id, PID: readPID(fd)}
-		}
 		return nil, &os.PathError{Op: "flock", Path: dir + "/" + lockFile, Err: err}
 	}
 	// Who holds it, for the error another process reports. Best effort: the
-	// lock, not the content, is what excludes. Always pidWidth bytes, so
-	// each holder overwrites the last one's pid without a truncate.
-	_, _ = syscall.Pwrite(fd, pidLine, 0)
+	// lock, not the content, is what excludes. Always holderWidth bytes, so
+	// each holder overwrites the last one's line without a truncate.
+	_, _ = syscall.Pwrite(fd, holderLine(false), 0)
 	l := &sessionLock{fd: fd}
 	l.closeLost = runtime.AddCleanup(l, func(fd int) { _ = syscall.Close(fd) }, fd)
 	return l, nil
 }
 
-// pidWidth holds any pid (an int32) and its newline; older versions wrote
-// the bare pid and a newline after a truncate, never more than this.
-const pidWidth = 12
+// lockPoll is how often a waiting lockSession tries again.
+const lockPoll = 5 * time.Millisecond
 
-// pidLine is this process's pid, space-padded to pidWidth.
-var pidLine = func() []byte {
-	b := []byte(strconv.Itoa(os.Getpid()))
-	for len(b) < pidWidth-1 {
+// holderWidth holds any pid (an int32), the turn marker and a newline;
+// older versions wrote the bare pid and a newline after a truncate, never
+// more than 12 bytes.
+const holderWidth = 20
+
+// holderLine is "<pid>[ turn]", space-padded to holderWidth with a newline.
+func holderLine(turn bool) []byte {
+	b := make([]byte, 0, holderWidth)
+	b = strconv.AppendInt(b, int64(os.Getpid()), 10)
+	if turn {
+		b = append(b, " turn"...)
+	}
+	for len(b) < holderWidth-1 {
 		b = append(b, ' ')
 	}
 	return append(b, '\n')
-}()
+}
 
-func readPID(fd int) int {
+// readHolder reads the holder's pid (0 when unreadable) and whether it is
+// running a turn from the lock file's first line.
+func readHolder(fd int) (pid int, turn bool) {
 	var buf [32]byte
 	n, _ := syscall.Pread(fd, buf[:], 0)
-	pid, err := strconv.Atoi(strings.TrimSpace(string(buf[:max(n, 0)])))
-	if err != nil {
-		return 0
+	line, _, _ := strings.Cut(string(buf[:max(n, 0)]), "\n")
+	fields := strings.Fields(line)
+	if len(fields) == 0 {
+		return 0, false
 	}
-	return pid
+	pid, err := strconv.Atoi(fields[0])
+	if err != nil {
+		pid = 0
+	}
+	return pid, len(fields) > 1 && fields[1] == "turn"
+}
+
+// markTurn tells processes that find the lock held whether a turn runs.
+func (l *sessionLock) markTurn(running bool) error {
+	if l == nil || l.fd < 0 {
+		return nil
+	}
+	_, err := syscall.Pwrite(l.fd, holderLine(running), 0)
+	return err
 }
 
 // unlock releases the lock (closing the descriptor releases the flock).

@@ -15,6 +15,8 @@ type options struct {
 	// Shared store only.
 	leaseTTL, leaseRenew time.Duration
 	incarnation          string
+	// File store only.
+	lockWait time.Duration
 }
 
 // Lease defaults of the shared store.
@@ -51,3 +53,8 @@ func WithLeaseRenew(d time.Duration) Option { return func(o *options) { o.leaseR
 // random uuid). It must be unique per process start: a restarted process
 // that reused its id would inherit the leases of its previous life.
 func WithIncarnation(id string) Option { return func(o *options) { o.incarnation = id } }
+
+// WithLockWait makes the file store wait up to d for another process to let
+// go of a session it holds between turns (default 0: fail at once). A holder
+// running a turn fails the wait at once: InUseError.Turn.
+func WithLockWait(d time.Duration) Option { return func(o *options) { o.lockWait = d } }

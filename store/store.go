@@ -82,16 +82,33 @@ type InUseError struct {
 	// PID is the process id of the holder of the session's file lock (file
 	// store, as written in the lock file); 0 when unknown.
 	PID int
+	// Turn: the holder is running a turn in the session (file store, see
+	// TurnMarker).
+	Turn bool
 }
 
 func (e *InUseError) Error() string {
+	turn := ""
+	if e.Turn {
+		turn = ", which is running a turn in it"
+	}
 	switch {
 	case e.Owner != "":
-		return fmt.Sprintf("session %s is open in another iac-code process (incarnation %s)", e.ID, e.Owner)
+		return fmt.Sprintf("session %s is open in another iac-code process (incarnation %s)%s", e.ID, e.Owner, turn)
 	case e.PID > 0:
-		return fmt.Sprintf("session %s is open in another iac-code process (pid %d)", e.ID, e.PID)
+		return fmt.Sprintf("session %s is open in another iac-code process (pid %d)%s", e.ID, e.PID, turn)
 	}
 	return fmt.Sprintf("session %s is already open", e.ID)
+}
+
+// TurnMarker is a Session whose hold is a file lock of this machine
+// (FileStore): cheap to let go of and take again, so its owner releases it
+// whenever no turn runs, and another process asking for the session gets it
+// at once (see WithLockWait). MarkTurn(true) at a turn's start and
+// MarkTurn(false) at its end tell that process, which then fails at once
+// with InUseError.Turn instead of waiting.
+type TurnMarker interface {
+	MarkTurn(running bool) error
 }
 
 // Is makes errors.Is(err, ErrInUse) true.

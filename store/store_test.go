@@ -287,6 +287,45 @@ var _ = Describe("FileStore", func() {
 	})
 
 	Describe("lock file", func() {
+		It("lets another store wait for a holder between turns, and fails at once while the holder runs a turn", func() {
+			s := create("s1", "/p", userMsg("one"))
+			other, err := store.New(root, store.WithLockWait(2*time.Second))
+			Expect(err).NotTo(HaveOccurred())
+			DeferCleanup(other.Close)
+
+			By("a turn runs in the holder: at once, naming it")
+			Expect(s.(store.TurnMarker).MarkTurn(true)).To(Succeed())
+			start := time.Now()
+			_, _, err = other.Open("s1")
+			Expect(time.Since(start)).To(BeNumerically("<", 500*time.Millisecond))
+			var inUse *store.InUseError
+			Expect(errors.As(err, &inUse)).To(BeTrue(), "%v", err)
+			Expect(*inUse).To(Equal(store.InUseError{ID: "s1", PID: os.Getpid(), Turn: true}))
+			Expect(err.Error()).To(ContainSubstring("running a turn"))
+
+			By("between turns: the holder lets go while the other waits, which then reads what it wrote")
+			Expect(s.(store.TurnMarker).MarkTurn(false)).To(Succeed())
+			go func() {
+				defer GinkgoRecover()
+				time.Sleep(100 * time.Millisecond)
+				Expect(s.Append(store.MessageEntry(assistantText("two")))).To(Succeed())
+				Expect(s.Release()).To(Succeed())
+			}()
+			s2, es, err := other.Open("s1")
+			Expect(err).NotTo(HaveOccurred())
+			Expect(messages(es)).To(Equal([]llm.Message{userMsg("one"), assistantText("two")}))
+
+			By("the first takes it back once the other let go, with what the other wrote")
+			Expect(s2.Append(store.MessageEntry(userMsg("three")))).To(Succeed())
+			Expect(s2.Release()).To(Succeed())
+			es, changed, err := s.Acquire()
+			Expect(err).NotTo(HaveOccurred())
+			Expect(changed).To(BeTrue())
+			Expect(messages(es)).To(Equal([]llm.Message{userMsg("one"), assistantText("two"), userMsg("three")}))
+			Expect(s.Close()).To(Succeed())
+			Expect(s2.Close()).To(Succeed())
+		})
+
 		It("names its holder's pid, over whatever pid an older holder left", func() {
 			Expect(create("s1", "/p").Close()).To(Succeed())
 			lock := filepath.Join(sessionDir("s1"), "lock")

@@ -287,6 +287,100 @@ export const scenarios = {
     return { sessionId, permitted, cancelled, closeResponse };
   },
 
+  /**
+   * Two clients on one session: this one (A) and a peer (B) on --peer-url
+   * (another pod's endpoint; default --http-url). A creates the session, B
+   * loads it. Then: a prompt of A's whose updates both see identically; a
+   * permission request (--text 1 makes the agent ask) that both get, B
+   * answers and A's is withdrawn ($/cancel_request) at once; prompts of
+   * both queued behind a slow one (--text 2), run in order, each shown to
+   * both; a hanging prompt (--text 3) with queued ones, all cancelled by
+   * B's session/cancel; B's session/close, after which A goes on alone.
+   * Result: what the Go spec checks against the fake model's requests.
+   */
+  async shared(h) {
+    await h.initialize();
+    const { sessionId } = await h.newSession();
+    const b = await connectPeer(h.opts, h.opts.peerUrl ?? h.opts.httpUrl);
+    try {
+      await b.request(acp.methods.agent.initialize, { protocolVersion: acp.PROTOCOL_VERSION, clientCapabilities: {} });
+      await b.request(acp.methods.agent.session.load, { sessionId, cwd: h.cwd, mcpServers: [] });
+      // the load's available_commands_update follows its answer
+      for (const deadline = Date.now() + 2000; Date.now() < deadline; await sleep(10)) {
+        if (b.updateEvents.some((e) => e.update.sessionUpdate === "available_commands_update")) break;
+      }
+      const of = (events, from) => events.slice(from).filter((e) => e.sessionId === sessionId).map((e) => e.update);
+      const sameStreams = async (what, fromA, fromB) => {
+        const deadline = Date.now() + 5000;
+        while (of(b.updateEvents, fromB).length < of(h.updateEvents, fromA).length && Date.now() < deadline) await sleep(20);
+        await sleep(100); // nothing more on its way to either
+        const ua = JSON.stringify(of(h.updateEvents, fromA));
+        const ub = JSON.stringify(of(b.updateEvents, fromB));
+        h.check(ua === ub, `${what}: the two clients saw different update streams:\nA ${ua}\nB ${ub}`);
+        return of(h.updateEvents, fromA);
+      };
+      const echoed = (updates) =>
+        updates.filter((u) => u.sessionUpdate === "user_message_chunk").map((u) => u.content?.text ?? "");
+
+      // 1. identical streams
+      let fromA = h.updateEvents.length;
+      let fromB = b.updateEvents.length;
+      const first = await h.prompt(sessionId, h.text(0));
+      const firstUpdates = await sameStreams("first prompt", fromA, fromB);
+
+      // 2. permission: both asked, B answers, A's request is withdrawn
+      h.permissionMode = "hold";
+      b.permissionMode = "allow_once";
+      const asked = h.permissionRequests.length;
+      const permission = await h.prompt(sessionId, h.text(1));
+      h.check(h.permissionRequests.length === asked + 1, "A was not asked for permission");
+      h.check(b.permissionRequests.length === 1, "B was not asked for permission");
+      const mine = h.permissionRequests[asked];
+      const withdrawnAfterMs = mine?.withdrawnAt && b.permissionRequests[0]?.answeredAt
+        ? mine.withdrawnAt - b.permissionRequests[0].answeredAt : null;
+      h.check(withdrawnAfterMs !== null && withdrawnAfterMs < 2000,
+        `A's permission request was not withdrawn within 2 s of B's answer (${withdrawnAfterMs} ms)`);
+      h.permissionMode = h.opts.permission;
+
+      // 3. queued prompts of both, in order, each shown to both
+      fromA = h.updateEvents.length;
+      fromB = b.updateEvents.length;
+      const slow = h.startPrompt(sessionId, h.text(2));
+      await h.waitFor("the slow answer's first chunk", () =>
+        of(h.updateEvents, fromA).some((u) => u.sessionUpdate === "agent_message_chunk"), { race: slow });
+      const queuedB = b.prompt(sessionId, "queued from B");
+      await sleep(300); // B's prompt reaches the session first
+      const queuedA = h.startPrompt(sessionId, "queued from A");
+      const queued = [await slow, await queuedB, await queuedA];
+      const queueUpdates = await sameStreams("queued prompts", fromA, fromB);
+
+      // 4. cancel empties the queue
+      const hang = h.startPrompt(sessionId, h.text(3));
+      const fromHang = h.updateEvents.length;
+      await h.waitFor("the hanging answer's first chunk", () =>
+        of(h.updateEvents, fromHang).some((u) => u.sessionUpdate === "agent_message_chunk"), { race: hang });
+      const waitingB = b.prompt(sessionId, "never runs (B)");
+      const waitingA = h.startPrompt(sessionId, "never runs (A)");
+      await sleep(300);
+      await b.notify(acp.methods.agent.session.cancel, { sessionId });
+      const cancelled = [await hang, await waitingB, await waitingA];
+
+      // 5. B closes: A goes on, B hears nothing more
+      const closeB = await b.request(acp.methods.agent.session.close, { sessionId });
+      const afterCloseB = b.updateEvents.length;
+      const alone = await h.prompt(sessionId, h.text(4));
+      await sleep(200);
+      h.check(of(b.updateEvents, afterCloseB).length === 0, "B got updates after its session/close");
+      return {
+        sessionId, first, firstUpdates, permission, withdrawnAfterMs,
+        queued, queueEchoed: echoed(queueUpdates), cancelled: cancelled.map((r) => r.stopReason),
+        closeB, alone, peer: b.report(),
+      };
+    } finally {
+      await b.close();
+    }
+  },
+
   /** A prompt for a session id that does not exist is rejected; the connection stays usable. */
   async "unknown-session"(h) {
     await h.initialize();
@@ -327,6 +421,7 @@ function parseOptions(argv) {
       "client-fail": { type: "string", multiple: true },
       "prompt-json": { type: "string" },
       "cancel-on-terminal": { type: "boolean", default: false },
+      "peer-url": { type: "string" },
     },
   });
   const opts = {
@@ -351,6 +446,7 @@ function parseOptions(argv) {
     clientFail: values["client-fail"] ?? [],
     promptJson: values["prompt-json"],
     cancelOnTerminal: values["cancel-on-terminal"],
+    peerUrl: values["peer-url"],
   };
   if (opts.listScenarios) return opts;
   if (!opts.scenario) throw new Error("--scenario is required");
@@ -643,6 +739,66 @@ function wsTransport(opts, checker) {
 }
 
 // ---------------------------------------------------------------------------
+// A second client on its own HTTP connection (the shared scenario): its own
+// schema checker and SDK connection, kept open until close().
+
+async function connectPeer(opts, url) {
+  const checker = makeChecker({
+    onViolation: (v) => log(`PEER SCHEMA VIOLATION ${v.def ?? ""} ${v.reason}: ${(v.errors ?? []).join("; ")}\n  ${v.line}`),
+  });
+  const transport = httpTransport({ ...opts, httpUrl: url }, checker);
+  const peer = { updateEvents: [], permissionRequests: [], permissionMode: "allow_once" };
+  const app = acp.client({ name: "iac-code-e2e-node-peer" })
+    .onNotification(acp.methods.client.session.update, ({ params }) => {
+      peer.updateEvents.push({ sessionId: params.sessionId, update: params.update });
+    })
+    .onRequest(acp.methods.client.session.requestPermission, async ({ params, signal }) => {
+      const entry = { params, answer: null };
+      peer.permissionRequests.push(entry);
+      const option = (params.options ?? []).find((o) => o.kind === peer.permissionMode);
+      if (!option) {
+        await new Promise((resolve) => signal?.addEventListener("abort", resolve, { once: true }));
+        entry.withdrawnAt = Date.now();
+        return CANCELLED_OUTCOME;
+      }
+      entry.answer = { outcome: { outcome: "selected", optionId: option.optionId } };
+      entry.answeredAt = Date.now();
+      return entry.answer;
+    });
+  let release;
+  const held = new Promise((resolve) => (release = resolve));
+  let ready;
+  const connected = new Promise((resolve) => (ready = resolve));
+  const run = app.connectWith(transport.stream, async (ctx) => {
+    ready(ctx);
+    await held;
+  });
+  run.catch((err) => log(`peer connection: ${describeError(err)}`));
+  const ctx = await Promise.race([connected, run.then(() => Promise.reject(new Error("peer connection ended")))]);
+  return {
+
+    get updateEvents() { return peer.updateEvents; },
+    get permissionRequests() { return peer.permissionRequests; },
+    set permissionMode(m) { peer.permissionMode = m; },
+    request: async (method, params) => {
+      try {
+        return await ctx.request(method, params);
+      } finally {
+        await flush();
+      }
+    },
+    prompt: (sessionId, text) => ctx.request(acp.methods.agent.session.prompt, { sessionId, prompt: [{ type: "text", text }] }),
+    notify: (method, params) => ctx.notify(method, params),
+    report: () => ({ schema: checker.summary(), unanswered: checker.pendingRequests(), ...transport.info() }),
+    async close() {
+      release();
+      await Promise.race([run.catch(() => {}), sleep(2000)]);
+      await transport.finish();
+    },
+  };
+}
+
+// ---------------------------------------------------------------------------
 // The editor: fs/* and terminal/* handlers of a client that advertises them.
 // Files are the --cwd directory with an in-memory overlay of "unsaved
 // buffers" (--overlay, relative path -> content): reads see the overlay
@@ -904,14 +1060,16 @@ function makeHelpers(opts, ctx, record, checker) {
     },
 
     /** The answer sent for a session/request_permission. */
-    async answerPermission(params) {
+    async answerPermission(params, signal) {
       if (cancelled.has(params.sessionId)) return CANCELLED_OUTCOME;
       const mode = h.permissionMode;
       if (mode === "hold") {
+        // until the harness cancels the turn, or the agent withdraws the request
         await new Promise((resolve) => {
           const list = held.get(params.sessionId) ?? [];
           list.push(resolve);
           held.set(params.sessionId, list);
+          signal?.addEventListener("abort", resolve, { once: true });
         });
         return CANCELLED_OUTCOME;
       }
@@ -1062,11 +1220,12 @@ async function main() {
       record.updateEvents.push({ sessionId: params.sessionId, update: params.update });
       h?._poke();
     })
-    .onRequest(acp.methods.client.session.requestPermission, async ({ params }) => {
+    .onRequest(acp.methods.client.session.requestPermission, async ({ params, signal }) => {
       const entry = { turn: h?.turn ?? 0, params, answer: null };
       record.permissionRequests.push(entry);
       h?._poke();
-      const answer = await h.answerPermission(params);
+      const answer = await h.answerPermission(params, signal);
+      if (signal?.aborted) entry.withdrawnAt = Date.now(); // the agent sent $/cancel_request
       entry.answer = answer;
       return answer;
     });

@@ -81,6 +81,8 @@ func (s *service) Receive(ctx actor.Context) {
 			}
 			return &clusterpb.HandOverReply{Ok: true}
 		})
+	case *clusterpb.Share:
+		s.serveShare(ctx, m)
 	case *clusterpb.Ping:
 		ctx.Respond(&clusterpb.Pong{Incarnation: s.n.self})
 	case *watchPeer:

@@ -62,6 +62,8 @@ func TestConfigFromEnvironment(t *testing.T) {
 		"IAC_CODE_WORKSPACE_ROOT":           "/srv/ws/{user}",
 		"IAC_CODE_MAX_TURNS_PER_USER":       "3",
 		"IAC_CODE_MAX_CONNECTIONS_PER_USER": "4",
+		"IAC_CODE_SESSION_ATTACH":           "move",
+		"IAC_CODE_PROMPT_QUEUE":             "2",
 	}
 	s, err := loadConfig(func(k string) string { return env[k] })
 	if err != nil {
@@ -71,7 +73,7 @@ func TestConfigFromEnvironment(t *testing.T) {
 	if a.Home != "/tmp/h" || a.SessionRelease != 5*time.Second || a.MaxSessions != 7 || a.SessionIdle != time.Hour ||
 		a.MCPStartupTimeout != 2*time.Second || a.MCPToolTimeout != 90*time.Second ||
 		a.ClientTimeout != 9*time.Second || a.MaxImageBytes != 1000 ||
-		a.WorkspaceRoot != "/srv/ws/{user}" || a.MaxTurnsPerUser != 3 {
+		a.WorkspaceRoot != "/srv/ws/{user}" || a.MaxTurnsPerUser != 3 || a.SessionAttach != "move" || a.PromptQueue != 2 {
 		t.Errorf("actors config %+v", a)
 	}
 	if h.IdleTimeout != 2*time.Minute || h.UnusedTimeout != 10*time.Second || h.MaxUnused != 99 ||
@@ -88,10 +90,11 @@ func TestConfigFromEnvironment(t *testing.T) {
 	}
 
 	env = map[string]string{"IAC_CODE_HOME": "/h", "IAC_CODE_MAX_SESSIONS": "-1", "IAC_CODE_HTTP_UNUSED_TIMEOUT": "soon",
-		"IAC_CODE_WORKSPACE_ROOT": "ws/{user}"}
+		"IAC_CODE_WORKSPACE_ROOT": "ws/{user}", "IAC_CODE_SESSION_ATTACH": "steal", "IAC_CODE_PROMPT_QUEUE": "0"}
 	_, err = loadConfig(func(k string) string { return env[k] })
 	if err == nil || !strings.Contains(err.Error(), "IAC_CODE_MAX_SESSIONS") || !strings.Contains(err.Error(), "IAC_CODE_HTTP_UNUSED_TIMEOUT") ||
-		!strings.Contains(err.Error(), "IAC_CODE_WORKSPACE_ROOT") {
-		t.Fatalf("want the three variables named, got %v", err)
+		!strings.Contains(err.Error(), "IAC_CODE_WORKSPACE_ROOT") || !strings.Contains(err.Error(), "IAC_CODE_SESSION_ATTACH: want one of share, move") ||
+		!strings.Contains(err.Error(), "IAC_CODE_PROMPT_QUEUE") {
+		t.Fatalf("want the five variables named, got %v", err)
 	}
 }

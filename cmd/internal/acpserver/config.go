@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/iac-code/iac-code/actors"
@@ -43,6 +45,8 @@ func loadConfig(getenv func(string) string) (settings, error) {
 	e.duration("IAC_CODE_MCP_TOOL_TIMEOUT", &s.actors.MCPToolTimeout)
 	e.duration("IAC_CODE_CLIENT_TIMEOUT", &s.actors.ClientTimeout)
 	e.positive("IAC_CODE_MAX_IMAGE_BYTES", &s.actors.MaxImageBytes)
+	e.positive("IAC_CODE_PROMPT_QUEUE", &s.actors.PromptQueue)
+	e.oneOf("IAC_CODE_SESSION_ATTACH", &s.actors.SessionAttach, actors.AttachShare, actors.AttachMove)
 	e.duration("IAC_CODE_HTTP_IDLE_TIMEOUT", &s.http.IdleTimeout)
 	e.duration("IAC_CODE_HTTP_UNUSED_TIMEOUT", &s.http.UnusedTimeout)
 	e.positive("IAC_CODE_HTTP_MAX_UNUSED", &s.http.MaxUnused)
@@ -78,6 +82,16 @@ func (e *envReader) positive(name string, dst *int) {
 			return
 		}
 		*dst = n
+	}
+}
+
+func (e *envReader) oneOf(name string, dst *string, values ...string) {
+	if v := e.getenv(name); v != "" {
+		if !slices.Contains(values, v) {
+			e.errs = append(e.errs, fmt.Errorf("%s: want one of %s, got %q", name, strings.Join(values, ", "), v))
+			return
+		}
+		*dst = v
 	}
 }
 

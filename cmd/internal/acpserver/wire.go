@@ -3,6 +3,7 @@ package acpserver
 import (
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -30,7 +31,9 @@ func wire(cfg settings, log zerolog.Logger) (*actors.Server, store.Backend, erro
 		log.Warn().Msg(w)
 	}
 	log.Info().EmbedObject(models.Config()).Msg("model provider")
-	sessions, err := store.OpenFromEnv(cfg.actors.Home, os.Getenv, store.WithLogger(log))
+	// A session another process on this home holds between turns is let go
+	// of at once (see store.TurnMarker); the lock wait covers its requests.
+	sessions, err := store.OpenFromEnv(cfg.actors.Home, os.Getenv, store.WithLogger(log), store.WithLockWait(time.Second))
 	if err != nil {
 		return nil, nil, fmt.Errorf("session store: %w", err)
 	}

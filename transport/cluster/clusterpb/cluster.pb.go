@@ -815,6 +815,202 @@ func (x *Pong) GetIncarnation() string {
 	return ""
 }
 
+// Share asks the pod holding a session to attach a proxy connection to it
+// for a client on the asking pod (IAC_CODE_SESSION_ATTACH=share): the proxy
+// is initialized with init (an initialize request) and sent open (the
+// client's session/load or session/resume); every frame it would write goes
+// to the stub actor as a Relay.
+type Share struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	SessionId   string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Init        []byte                 `protobuf:"bytes,2,opt,name=init,proto3" json:"init,omitempty"`
+	Open        []byte                 `protobuf:"bytes,3,opt,name=open,proto3" json:"open,omitempty"`
+	StubAddress string                 `protobuf:"bytes,4,opt,name=stub_address,json=stubAddress,proto3" json:"stub_address,omitempty"`
+	StubId      string                 `protobuf:"bytes,5,opt,name=stub_id,json=stubId,proto3" json:"stub_id,omitempty"`
+	// principal owns the stub's connection: the proxy's identity.
+	Principal     string `protobuf:"bytes,6,opt,name=principal,proto3" json:"principal,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Share) Reset() {
+	*x = Share{}
+	mi := &file_cluster_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Share) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Share) ProtoMessage() {}
+
+func (x *Share) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Share.ProtoReflect.Descriptor instead.
+func (*Share) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *Share) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *Share) GetInit() []byte {
+	if x != nil {
+		return x.Init
+	}
+	return nil
+}
+
+func (x *Share) GetOpen() []byte {
+	if x != nil {
+		return x.Open
+	}
+	return nil
+}
+
+func (x *Share) GetStubAddress() string {
+	if x != nil {
+		return x.StubAddress
+	}
+	return ""
+}
+
+func (x *Share) GetStubId() string {
+	if x != nil {
+		return x.StubId
+	}
+	return ""
+}
+
+func (x *Share) GetPrincipal() string {
+	if x != nil {
+		return x.Principal
+	}
+	return ""
+}
+
+type ShareReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ProxyAddress  string                 `protobuf:"bytes,1,opt,name=proxy_address,json=proxyAddress,proto3" json:"proxy_address,omitempty"`
+	ProxyId       string                 `protobuf:"bytes,2,opt,name=proxy_id,json=proxyId,proto3" json:"proxy_id,omitempty"`
+	Error         string                 `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShareReply) Reset() {
+	*x = ShareReply{}
+	mi := &file_cluster_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShareReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShareReply) ProtoMessage() {}
+
+func (x *ShareReply) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShareReply.ProtoReflect.Descriptor instead.
+func (*ShareReply) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *ShareReply) GetProxyAddress() string {
+	if x != nil {
+		return x.ProxyAddress
+	}
+	return ""
+}
+
+func (x *ShareReply) GetProxyId() string {
+	if x != nil {
+		return x.ProxyId
+	}
+	return ""
+}
+
+func (x *ShareReply) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+// Relay is one JSON-RPC message between a stub session and its proxy
+// connection.
+type Relay struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Body          []byte                 `protobuf:"bytes,1,opt,name=body,proto3" json:"body,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Relay) Reset() {
+	*x = Relay{}
+	mi := &file_cluster_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Relay) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Relay) ProtoMessage() {}
+
+func (x *Relay) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Relay.ProtoReflect.Descriptor instead.
+func (*Relay) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *Relay) GetBody() []byte {
+	if x != nil {
+		return x.Body
+	}
+	return nil
+}
+
 var File_cluster_proto protoreflect.FileDescriptor
 
 const file_cluster_proto_rawDesc = "" +
@@ -869,7 +1065,22 @@ const file_cluster_proto_rawDesc = "" +
 	"\x05error\x18\x02 \x01(\tR\x05error\"\x06\n" +
 	"\x04Ping\"(\n" +
 	"\x04Pong\x12 \n" +
-	"\vincarnation\x18\x01 \x01(\tR\vincarnationB:Z8github.com/iac-code/iac-code/transport/cluster/clusterpbb\x06proto3"
+	"\vincarnation\x18\x01 \x01(\tR\vincarnation\"\xa8\x01\n" +
+	"\x05Share\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x12\n" +
+	"\x04init\x18\x02 \x01(\fR\x04init\x12\x12\n" +
+	"\x04open\x18\x03 \x01(\fR\x04open\x12!\n" +
+	"\fstub_address\x18\x04 \x01(\tR\vstubAddress\x12\x17\n" +
+	"\astub_id\x18\x05 \x01(\tR\x06stubId\x12\x1c\n" +
+	"\tprincipal\x18\x06 \x01(\tR\tprincipal\"b\n" +
+	"\n" +
+	"ShareReply\x12#\n" +
+	"\rproxy_address\x18\x01 \x01(\tR\fproxyAddress\x12\x19\n" +
+	"\bproxy_id\x18\x02 \x01(\tR\aproxyId\x12\x14\n" +
+	"\x05error\x18\x03 \x01(\tR\x05error\"\x1b\n" +
+	"\x05Relay\x12\x12\n" +
+	"\x04body\x18\x01 \x01(\fR\x04bodyB:Z8github.com/iac-code/iac-code/transport/cluster/clusterpbb\x06proto3"
 
 var (
 	file_cluster_proto_rawDescOnce sync.Once
@@ -883,7 +1094,7 @@ func file_cluster_proto_rawDescGZIP() []byte {
 	return file_cluster_proto_rawDescData
 }
 
-var file_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_cluster_proto_goTypes = []any{
 	(*Post)(nil),          // 0: iaccode.cluster.v1.Post
 	(*Delete)(nil),        // 1: iaccode.cluster.v1.Delete
@@ -899,6 +1110,9 @@ var file_cluster_proto_goTypes = []any{
 	(*HandOverReply)(nil), // 11: iaccode.cluster.v1.HandOverReply
 	(*Ping)(nil),          // 12: iaccode.cluster.v1.Ping
 	(*Pong)(nil),          // 13: iaccode.cluster.v1.Pong
+	(*Share)(nil),         // 14: iaccode.cluster.v1.Share
+	(*ShareReply)(nil),    // 15: iaccode.cluster.v1.ShareReply
+	(*Relay)(nil),         // 16: iaccode.cluster.v1.Relay
 }
 var file_cluster_proto_depIdxs = []int32{
 	7, // 0: iaccode.cluster.v1.Batch.events:type_name -> iaccode.cluster.v1.Event
@@ -920,7 +1134,7 @@ func file_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cluster_proto_rawDesc), len(file_cluster_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   14,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -1,0 +1,255 @@
+package actors
+
+import (
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/iac-code/iac-code/protocol"
+	"github.com/iac-code/iac-code/tools"
+)
+
+// Several connections on one session. A session/load or session/resume of a
+// session live on another connection attaches that connection too
+// (Config.SessionAttach "share", the default): every update goes to every
+// attached connection, in the session's order (each is sent by the session
+// actor to every connection actor in turn, and each connection keeps the
+// order of its mailbox); an answer goes to the connection that asked; fs/*
+// and terminal/* go to the connection whose prompt is running (its editor's
+// buffers and terminals); a permission request goes to every attached
+// client and the first answer wins (permission.go). A connection leaves by
+// session/close or by going away; the session ends when the last one left.
+// "move" keeps the behaviour from before: the new connection takes the
+// session and the old one is answered "Session moved to another
+// connection".
+//
+// The attached set may be empty while the session lives on: that is the
+// state a turn that outlives its connections runs in. Today the last
+// connection leaving ends the session (detachClient).
+
+// Session attach modes (Config.SessionAttach).
+const (
+	AttachShare = "share"
+	AttachMove  = "move"
+)
+
+// withdrawRequest tells a connection that a request it sent its client
+// with this tag is moot (another client answered it, or its turn ended):
+// the connection forgets it and sends its client $/cancel_request for it.
+type withdrawRequest struct{ tag any }
+
+func (*withdrawRequest) IgnoreDeadLetterLogging() {}
+
+// client is one connection attached to the session.
+type client struct {
+	pid *actor.PID
+	// who: its principal and connection id (audit lines).
+	who  sessionWho
+	caps tools.ClientCaps
+	// notices: the client shows `notice` updates.
+	notices bool
+	// seen counts the requests the session got from it since it attached
+	// (see retireRequest).
+	seen int
+}
+
+// clients are the connections attached to a session, in the order they
+// attached.
+type clients struct{ list []*client }
+
+func (cs *clients) find(pid *actor.PID) *client {
+	if pid == nil {
+		return nil
+	}
+	for _, c := range cs.list {
+		if c.pid.Equal(pid) {
+			return c
+		}
+	}
+	return nil
+}
+
+// add attaches c, or renews the entry of its connection (its requests are
+// counted afresh: the connection's count restarts with the attach).
+func (cs *clients) add(c client) {
+	if old := cs.find(c.pid); old != nil {
+		*old = c
+		return
+	}
+	cs.list = append(cs.list, &c)
+}
+
+func (cs *clients) remove(pid *actor.PID) bool {
+	for i, c := range cs.list {
+		if c.pid.Equal(pid) {
+			cs.list = append(cs.list[:i], cs.list[i+1:]...)
+			return true
+		}
+	}
+	return false
+}
+
+func (cs *clients) len() int { return len(cs.list) }
+
+// only is the one attached client, nil when there are none or several.
+func (cs *clients) only() *client {
+	if len(cs.list) != 1 {
+		return nil
+	}
+	return cs.list[0]
+}
+
+// capsOf are the capabilities of pid's client (none when not attached).
+func (cs *clients) capsOf(pid *actor.PID) tools.ClientCaps {
+	if c := cs.find(pid); c != nil {
+		return c.caps
+	}
+	return tools.ClientCaps{}
+}
+
+// broadcast sends a session/update frame to every attached connection.
+func (s *session) broadcast(ctx actor.Context, m *outbound) {
+	for _, c := range s.clients.list {
+		ctx.Send(c.pid, m)
+	}
+}
+
+// emitTo sends an update to one connection only (a replay for the one that
+// loads the session).
+func (s *session) emitTo(ctx actor.Context, conn *actor.PID, update any) {
+	data := protocol.EncodeNotification(protocol.MethodSessionUpdate,
+		protocol.SessionNotification{SessionID: s.id, Update: update})
+	ctx.Send(conn, &outbound{frame: Frame{Data: data, SessionID: s.id}})
+}
+
+// emitNotice sends a notice update to the clients that show notices.
+func (s *session) emitNotice(ctx actor.Context, update any) {
+	for _, c := range s.clients.list {
+		if c.notices {
+			s.emitTo(ctx, c.pid, update)
+		}
+	}
+}
+
+// promptCaps are the capabilities of the client whose prompt runs: its
+// editor serves the turn's fs/* and terminal/* calls.
+func (s *session) promptCaps() tools.ClientCaps { return s.clients.capsOf(s.promptConn) }
+
+// attachClient attaches m.conn. In move mode the connection attached until
+// now loses the session: its running prompt ends cancelled (answered to it,
+// see promptConn), what it waited for is answered, a drain of it is over,
+// and its later requests are answered "Session moved to another
+// connection". In share mode a permission request pending is asked of the
+// newcomer too.
+func (s *session) attachClient(ctx actor.Context, m *attach) {
+	if s.deps.Config.SessionAttach == AttachMove {
+		for _, old := range append([]*client(nil), s.clients.list...) {
+			if old.pid.Equal(m.conn) {
+				continue
+			}
+			if s.turn != nil {
+				ctx.Send(s.turn, &cancelTurn{})
+			}
+			s.answerDrainers(ctx)
+			s.cancelHeldPrompt(ctx)
+			s.answerPendingStarts(ctx)
+			s.cancelQueued(ctx, old.pid, nil)
+			s.dropPermissionAsks(ctx)
+			s.clients.remove(old.pid)
+		}
+	}
+	known := s.clients.find(m.conn) != nil
+	s.clients.add(client{pid: m.conn, who: m.who, caps: m.caps, notices: m.notices})
+	s.conn, s.who = m.conn, m.who
+	if !known && s.permActive != nil {
+		s.askOne(ctx, s.permActive, m.conn)
+	}
+}
+
+// detachClient lets conn go (session/close from it, or it went away): its
+// running prompt ends cancelled, its queued and held prompts are answered
+// cancelled, a permission request asked of it is no longer waited for.
+// When it was the last one, the session ends as it always did: closing, it
+// stops once its turn has. It reports whether conn was attached.
+func (s *session) detachClient(ctx actor.Context, conn *actor.PID) bool {
+	if !s.clients.remove(conn) {
+		return false
+	}
+	s.cancelQueued(ctx, conn, nil)
+	if h := s.mcp.held; h != nil && conn.Equal(h.conn) {
+		s.cancelHeldPrompt(ctx)
+	}
+	if s.clients.len() > 0 {
+		if s.turn != nil && conn.Equal(s.promptConn) {
+			ctx.Send(s.turn, &cancelTurn{})
+		} else {
+			s.forgetAsked(ctx, conn)
+		}
+		s.startQueued(ctx)
+		return true
+	}
+	s.cancelHeldPrompt(ctx)
+	s.cancelQueued(ctx, nil, nil)
+	s.closing = true
+	if s.turn != nil {
+		ctx.Send(s.turn, &cancelTurn{})
+	} else {
+		ctx.Stop(ctx.Self())
+	}
+	return true
+}
+
+// closeShared serves session/close from one of several attached
+// connections: only that one leaves (answered, and told it is detached so
+// that it stops waiting for the actor to stop); reports whether it did.
+func (s *session) closeShared(ctx actor.Context, r *sessionRequest) bool {
+	if s.clients.len() < 2 || s.clients.find(r.conn) == nil {
+		return false
+	}
+	s.detachClient(ctx, r.conn)
+	s.respondTo(ctx, r.conn, r.id, struct{}{}, nil)
+	ctx.Send(r.conn, &sessionMoved{id: s.id, pid: ctx.Self()})
+	return true
+}
+
+// drainFor serves a connection's drain (it is closing): what it waits for
+// is its own prompts only; the turn of another connection's prompt runs on.
+func (s *session) drainFor(ctx actor.Context, from *actor.PID) {
+	if from == nil {
+		from = s.conn
+	}
+	s.cancelQueued(ctx, from, nil)
+	if h := s.mcp.held; h != nil && from.Equal(h.conn) {
+		s.cancelHeldPrompt(ctx)
+	}
+	if s.turn == nil || !from.Equal(s.promptConn) {
+		ctx.Send(from, &sessionIdle{sessionID: s.id})
+		return
+	}
+	s.drainers = append(s.drainers, from)
+	ctx.Send(s.turn, &cancelTurn{})
+}
+
+// answerDrainers tells the connections waiting for the running turn that
+// it is over.
+func (s *session) answerDrainers(ctx actor.Context) {
+	for _, d := range s.drainers {
+		ctx.Send(d, &sessionIdle{sessionID: s.id})
+	}
+	s.drainers = nil
+}
+
+// withdraw tells conn that its request tagged tag is moot.
+func withdraw(ctx actor.Context, conn *actor.PID, tag any) {
+	ctx.Send(conn, &withdrawRequest{tag: tag})
+}
+
+// withdrawRequest (connection side): the pending request with that tag is
+// forgotten and its client told with $/cancel_request, at once.
+func (c *connection) withdraw(m *withdrawRequest) {
+	for n, p := range c.pending {
+		if p.tag != m.tag {
+			continue
+		}
+		delete(c.pending, n)
+		c.send(protocol.EncodeNotification(protocol.MethodCancelRequest, map[string]int64{"requestId": n}), "")
+	}
+}

@@ -1,0 +1,87 @@
+package actors
+
+import (
+	"bytes"
+	"fmt"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/iac-code/iac-code/llm"
+	"github.com/iac-code/iac-code/protocol"
+)
+
+// Queued prompts: a session/prompt that arrives while a turn runs (from any
+// attached connection) waits in a FIFO queue of at most
+// Config.PromptQueue, and starts when the running turn has ended; beyond
+// that it is refused. session/cancel cancels the running turn and answers
+// every queued prompt cancelled. The queue lives in the session actor's
+// memory only: a restart or a pod's death loses it (its prompts were never
+// answered, so their clients see the connection end without an answer).
+
+// DefaultPromptQueue is the default of Config.PromptQueue.
+const DefaultPromptQueue = 8
+
+// promptQueue holds the prompts waiting for the running turn.
+type promptQueue struct {
+	waiting []*sessionRequest
+	// starting: the prompt being started came from the queue (its
+	// user_message_chunk goes to every client, see echoPrompt).
+	starting bool
+}
+
+func (q *promptQueue) empty() bool { return len(q.waiting) == 0 }
+
+// enqueuePrompt keeps r for after the running turn, or refuses it when the
+// queue is full.
+func (s *session) enqueuePrompt(ctx actor.Context, r *sessionRequest) {
+	limit := s.deps.Config.PromptQueue
+	if len(s.queue.waiting) >= limit {
+		s.respondTo(ctx, r.conn, r.id, nil, protocol.ErrLimit(fmt.Sprintf(
+			"The prompt queue of this session is full (%d prompts wait for the running turn; IAC_CODE_PROMPT_QUEUE); "+
+				"wait for a turn to end or cancel with session/cancel", limit), "prompt_queue_full", limit))
+		return
+	}
+	s.queue.waiting = append(s.queue.waiting, r)
+}
+
+// startQueued starts the next queued prompt once no turn runs (a prompt
+// that is answered at once, such as /clear or a refused one, lets the
+// following one start too).
+func (s *session) startQueued(ctx actor.Context) {
+	for s.turn == nil && s.mcp.held == nil && !s.closing && len(s.handingOff) == 0 && !s.queue.empty() {
+		r := s.queue.waiting[0]
+		s.queue.waiting[0] = nil
+		s.queue.waiting = s.queue.waiting[1:]
+		s.queue.starting = true
+		s.prompt(ctx, r)
+		s.queue.starting = false
+	}
+}
+
+// cancelQueued answers queued prompts cancelled: those of conn (every one
+// when conn is nil), or only the one with requestID.
+func (s *session) cancelQueued(ctx actor.Context, conn *actor.PID, requestID protocol.RawMessage) {
+	kept := s.queue.waiting[:0]
+	for _, r := range s.queue.waiting {
+		if (conn == nil || conn.Equal(r.conn)) && (requestID == nil || bytes.Equal(requestID, protocol.CanonicalID(r.id))) {
+			s.respondTo(ctx, r.conn, r.id, protocol.PromptResponse{StopReason: protocol.StopCancelled, Usage: promptUsage(llm.Usage{})}, nil)
+			continue
+		}
+		kept = append(kept, r)
+	}
+	clear(s.queue.waiting[len(kept):])
+	s.queue.waiting = kept
+}
+
+// echoPrompt shows a starting prompt to every attached client as
+// user_message_chunk updates, when some of them did not type it: several
+// are attached, or it waited in the queue (its sender saw other turns in
+// between). A session with one client and no queue says nothing new.
+func (s *session) echoPrompt(ctx actor.Context, user *llm.Message) {
+	if s.clients.len() < 2 && !s.queue.starting {
+		return
+	}
+	for _, u := range replayUpdates(user) {
+		s.emit(ctx, u)
+	}
+}

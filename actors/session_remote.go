@@ -1,0 +1,234 @@
+package actors
+
+import (
+	"bytes"
+	"errors"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/google/uuid"
+
+	"github.com/iac-code/iac-code/protocol"
+	"github.com/iac-code/iac-code/store"
+	"github.com/iac-code/iac-code/transport/cluster/clusterpb"
+)
+
+// One session, clients on several pods (cluster mode, share). A load or
+// resume on pod B of a session pod A holds does not take the session over:
+// B's session actor becomes a stub, and A attaches a proxy connection to
+// its live session for it (Handover.Share, Server.ServeShare). The proxy is
+// an ordinary connection actor whose outlet sends every frame to the stub
+// (clusterpb.Relay); the stub relays the requests of its one local
+// connection to the proxy, and the proxy's frames to that connection:
+// updates and answers as they are, agent→client requests through the
+// connection's own request ids (remoteTag carries the proxy's), and the
+// proxy's $/cancel_request as a withdrawRequest. Stub and proxy watch each
+// other, so that either pod's death ends the other side; the stub's local
+// connection then opens the session anew at its next request.
+//
+// Limits: a stub serves one connection of its pod (another one loading the
+// session there is refused); a connection's drain does not wait for its
+// prompts on the other pod; the sharing lasts while pod A holds the
+// session's lease.
+
+type (
+	// shareStart makes a connection actor the proxy of stub (ServeShare).
+	shareStart struct {
+		stub       *actor.PID
+		init, open *protocol.Message
+	}
+	// remoteTag tags a request of the proxy that the stub's connection
+	// asks its client: the proxy's id, canonical.
+	remoteTag struct{ id string }
+)
+
+// shareInitID is the id of the proxy's initialize; its answer is dropped.
+var shareInitID = protocol.RawMessage(`"iac-code-share"`)
+
+// relayOutlet writes a proxy connection's frames to its stub.
+type relayOutlet struct {
+	root *actor.RootContext
+	stub *actor.PID
+}
+
+func (o relayOutlet) Send(f Frame) { o.root.Send(o.stub, &clusterpb.Relay{Body: f.Data}) }
+
+// ServeShare makes a proxy connection for stub, a session actor of another
+// pod, sends it init and open (see Handover.Share) and returns it.
+func (s *Server) ServeShare(sessionID, principal string, stub *actor.PID, init, open []byte) (*actor.PID, error) {
+	im, e := protocol.Decode(init)
+	if e != nil {
+		return nil, errors.New("share: bad initialize: " + e.Message)
+	}
+	om, e := protocol.Decode(open)
+	if e != nil {
+		return nil, errors.New("share: bad open request: " + e.Message)
+	}
+	// The proxy is the stub's principal: the load is checked against the
+	// session's owner as any other (connection.owns).
+	conn := s.ConnectAs("share-"+uuid.NewString(), Identity{Principal: principal, Remote: "pod " + stub.Address},
+		relayOutlet{root: s.sys.Root, stub: stub})
+	s.sys.Root.Send(conn.pid, &shareStart{stub: stub, init: im, open: om})
+	s.deps.Log.Info().Str("session", sessionID).Str("stub", stub.Address).Msg("session shared with a connection of another pod")
+	return conn.pid, nil
+}
+
+// startShare (connection side): this connection is the proxy of a stub.
+func (c *connection) startShare(ctx actor.Context, m *shareStart) {
+	c.stub = m.stub
+	ctx.Watch(m.stub)
+	c.dispatch(ctx, m.init)
+	c.dispatch(ctx, m.open)
+}
+
+// relayed (connection side): a message of the stub's client.
+func (c *connection) relayed(ctx actor.Context, m *clusterpb.Relay) {
+	msg, e := protocol.Decode(m.Body)
+	if e != nil {
+		c.log.Warn().Str("error", e.Message).Msg("share: undecodable relayed message")
+		return
+	}
+	c.dispatch(ctx, msg)
+}
+
+// shareRemote makes a load or resume of a session another pod holds a stub
+// of it there (share mode), and reports whether it did; else the session is
+// taken over as before.
+func (s *session) shareRemote(ctx actor.Context, err error) bool {
+	var inUse *store.InUseError
+	if s.deps.Handover == nil || s.deps.Config.SessionAttach != AttachShare || !errors.As(err, &inUse) ||
+		errors.Is(err, store.ErrFenced) || inUse.Owner == "" || (s.start != startLoad && s.start != startResume) {
+		return false
+	}
+	c := s.clients.only()
+	if c == nil {
+		return false
+	}
+	caps := protocol.ClientCapabilities{Terminal: c.caps.Terminal}
+	if c.caps.ReadTextFile || c.caps.WriteTextFile {
+		caps.FS = &protocol.FSCapabilities{ReadTextFile: c.caps.ReadTextFile, WriteTextFile: c.caps.WriteTextFile}
+	}
+	if c.notices {
+		caps.Session = &protocol.ClientSessionCapabilities{Notices: &protocol.Empty{}}
+	}
+	init := protocol.MustMarshal(&protocol.Message{JSONRPC: "2.0", ID: shareInitID, Method: protocol.MethodInitialize,
+		Params: protocol.MustMarshal(protocol.InitializeRequest{ProtocolVersion: protocol.ProtocolVersion, ClientCapabilities: &caps})})
+	proxy, serr := s.deps.Handover.Share(s.id, inUse.Owner, c.who.Principal, ctx.Self(), init,
+		s.openRequest(s.start, s.startReq, s.startCwd, s.mcp.start))
+	if serr != nil {
+		s.log.Info().Err(serr).Str("holder", inUse.Owner).Msg("session not shared by its pod; taking it over")
+		return false
+	}
+	s.remote = proxy
+	ctx.Watch(proxy)
+	return true
+}
+
+// openRequest is the load or resume of this session a proxy is sent.
+func (s *session) openRequest(kind startKind, id protocol.RawMessage, cwd string, servers []protocol.McpServerConfig) []byte {
+	method := protocol.MethodSessionLoad
+	if kind == startResume {
+		method = protocol.MethodSessionResume
+	}
+	if servers == nil {
+		servers = []protocol.McpServerConfig{}
+	}
+	params := protocol.MustMarshal(map[string]any{"sessionId": s.id, "cwd": cwd, "mcpServers": servers})
+	return protocol.MustMarshal(&protocol.Message{JSONRPC: "2.0", ID: id, Method: method, Params: params})
+}
+
+// relay sends one JSON-RPC message to the proxy.
+func (s *session) relay(ctx actor.Context, m *protocol.Message) {
+	m.JSONRPC = "2.0"
+	ctx.Send(s.remote, &clusterpb.Relay{Body: protocol.MustMarshal(m)})
+}
+
+// receiveRemote is the stub's behaviour.
+func (s *session) receiveRemote(ctx actor.Context) {
+	client := s.clients.only()
+	switch m := ctx.Message().(type) {
+	case *clusterpb.Relay:
+		if client != nil {
+			s.fromProxy(ctx, client.pid, m.Body)
+		}
+	case *sessionRequest:
+		if client == nil || !client.pid.Equal(m.conn) {
+			s.respondTo(ctx, m.conn, m.id, nil, errSessionMoved())
+			ctx.Send(m.conn, &sessionMoved{id: s.id, pid: ctx.Self()})
+			return
+		}
+		client.seen++
+		if m.method == protocol.MethodSessionClose {
+			s.closeID = protocol.CanonicalID(m.id)
+		}
+		s.relay(ctx, &protocol.Message{ID: m.id, Method: m.method, Params: m.params})
+	case *clientAnswer:
+		tag, ok := m.tag.(remoteTag)
+		if !ok {
+			return
+		}
+		answer := &protocol.Message{ID: protocol.RawMessage(tag.id), Result: m.result, Error: m.err}
+		if m.err == nil && len(m.result) == 0 {
+			answer.Result = protocol.RawMessage("null")
+		}
+		s.relay(ctx, answer)
+	case *attach:
+		if client == nil || !client.pid.Equal(m.conn) {
+			s.respondTo(ctx, m.conn, m.reqID, nil, protocol.ErrInvalidParams(map[string]string{
+				"session_id": "Session is shared from another server with another connection of this one; load it on that connection"}))
+			return
+		}
+		if m.reqID != nil {
+			open, _ := protocol.Decode(s.openRequest(m.kind, m.reqID, m.cwd, m.servers))
+			s.relay(ctx, open)
+		}
+	case *cancelTurns:
+		if m.requestID != nil {
+			s.relay(ctx, &protocol.Message{Method: protocol.MethodCancelRequest,
+				Params: protocol.MustMarshal(map[string]protocol.RawMessage{"requestId": m.requestID})})
+		}
+	case *drain:
+		ctx.Send(m.from, &sessionIdle{sessionID: s.id})
+	case *detach:
+		if client != nil && client.pid.Equal(m.conn) {
+			ctx.Stop(ctx.Self()) // the proxy, watching, stops too
+		}
+	case *actor.Terminated:
+		if m.Who.Equal(s.remote) {
+			s.log.Info().Msg("the proxy of a shared session is gone")
+			ctx.Stop(ctx.Self())
+		}
+	case *actor.Stopped:
+		s.deps.Metrics.Sessions.Add(-1)
+	}
+}
+
+// fromProxy passes one frame of the proxy to the stub's connection.
+func (s *session) fromProxy(ctx actor.Context, conn *actor.PID, body []byte) {
+	msg, e := protocol.Decode(body)
+	if e != nil {
+		s.log.Warn().Str("error", e.Message).Msg("share: undecodable frame of the proxy")
+		return
+	}
+	switch {
+	case msg.IsResponse():
+		id := protocol.CanonicalID(msg.ID)
+		if bytes.Equal(id, shareInitID) {
+			return
+		}
+		ctx.Send(conn, &outbound{frame: Frame{Data: body, SessionID: s.id}})
+		if s.closeID != nil && bytes.Equal(id, s.closeID) {
+			ctx.Stop(ctx.Self()) // closed: the connection waits for this actor to stop
+		}
+	case msg.Method == protocol.MethodCancelRequest:
+		var p struct {
+			RequestID protocol.RawMessage `json:"requestId"`
+		}
+		_ = protocol.Unmarshal(msg.Params, &p)
+		withdraw(ctx, conn, remoteTag{id: string(protocol.CanonicalID(p.RequestID))})
+	case msg.IsRequest():
+		ctx.Send(conn, &outboundRequest{sessionID: s.id, method: msg.Method, params: msg.Params, replyTo: ctx.Self(),
+			tag: remoteTag{id: string(protocol.CanonicalID(msg.ID))}})
+	default:
+		ctx.Send(conn, &outbound{frame: Frame{Data: body, SessionID: s.id}})
+	}
+}
