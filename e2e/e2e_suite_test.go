@@ -57,7 +57,7 @@ func ensureNodeModules() {
 	wd, _ := os.Getwd()
 	dir := filepath.Join(wd, "node")
 	installed := true
-	for _, pkg := range []string{"@agentclientprotocol/sdk", "@modelcontextprotocol/server-everything", "acpx", "ws"} {
+	for _, pkg := range []string{"@agentclientprotocol/sdk", "@modelcontextprotocol/server-everything", "acpx", "acp-factory", "ws"} {
 		if _, err := os.Stat(filepath.Join(dir, "node_modules", pkg, "package.json")); err != nil {
 			installed = false
 		}

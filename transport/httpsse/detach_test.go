@@ -169,3 +169,48 @@ var _ = Describe("detached turns (DetachedTurnMax)", func() {
 		Expect(len(wsText(replay))).To(Equal(chunks * size))
 	})
 })
+
+var _ = Describe("detached turns with shared sessions", func() {
+	// The running turn's message so far is not part of the replay yet (it is
+	// recorded when the message completes): the new client sees the rest.
+	It("a new WebSocket loads the session while the detached turn runs: the rest of the turn live, without repeats; it answers the permission asked while nobody was attached and the tool runs", func() {
+		e := startEnv(httpsse.Config{DetachedTurnMax: 30 * time.Second})
+		var words []string
+		for i := range 10 {
+			words = append(words, "w"+string(rune('a'+i))+" ")
+		}
+		e.fake.Script(
+			llmtest.Reply{TextChunks: words, Delay: 80 * time.Millisecond, ToolCalls: []llmtest.ToolCall{{ID: "c1", Name: "touch", Arguments: `{}`}}},
+			llmtest.Reply{Text: "Done."},
+		)
+		a := e.ws(nil)
+		a.initialize()
+		sid := a.newSession(2, e.cwd)
+		a.send(rpc(3, "session/prompt", map[string]any{"sessionId": sid,
+			"prompt": []any{map[string]any{"type": "text", "text": "touch it"}}}))
+		a.until(func(m map[string]any) bool { return wsText([]map[string]any{m}) != "" })
+		Expect(a.ws.Close()).To(Succeed())
+		Eventually(e.metrics, 5*time.Second, 20*time.Millisecond).Should(ContainSubstring("iaccode_http_detached_total 1"))
+
+		b := e.ws(nil)
+		b.initialize()
+		b.send(rpc(2, "session/load", map[string]any{"sessionId": sid, "cwd": e.cwd, "mcpServers": []any{}}))
+		got := b.until(isMethod("session/request_permission"))
+		perm := got[len(got)-1]
+		b.send(map[string]any{"jsonrpc": "2.0", "id": perm["id"],
+			"result": map[string]any{"outcome": map[string]any{"outcome": "selected", "optionId": "allow_once"}}})
+		got = append(got, b.until(func(m map[string]any) bool { return strings.Contains(wsText([]map[string]any{m}), "Done.") })...)
+		full := strings.Join(words, "") + "Done."
+		seen := wsText(got)
+		Expect(full).To(HaveSuffix(seen), "each chunk at most once, in order")
+		Expect(seen).To(HaveSuffix("wj Done."))
+		Expect(got).To(ContainElement(WithTransform(func(m map[string]any) any {
+			if m["method"] != "session/update" {
+				return nil
+			}
+			u := m["params"].(map[string]any)["update"].(map[string]any)
+			return []any{u["sessionUpdate"], u["status"]}
+		}, Equal([]any{"tool_call_update", "completed"}))), "the permitted tool ran")
+		Eventually(e.metrics, 5*time.Second, 20*time.Millisecond).Should(ContainSubstring("iaccode_running_turns 0"))
+	})
+})
