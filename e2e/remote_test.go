@@ -468,6 +468,64 @@ var _ = Describe("detached turns (IAC_CODE_DETACHED_TURN_MAX)", Label("e2e", "re
 		Expect(p.check.Violations()).To(BeEmpty())
 		Expect(q.check.Violations()).To(BeEmpty())
 	})
+
+	It("WebSocket across pods: a load on another pod while the detached turn runs gets activeTurn, the message so far, then the rest live, once; a session_info_update at the end", Label("cluster", "postgres"), func() {
+		text := words(12)
+		fake.Script(llmtest.Reply{TextChunks: text, Delay: 150 * time.Millisecond})
+		cl := newCluster(fake, 2, "IAC_CODE_HTTP_REPLAY_MAX_AGE=1s")
+		home, away := cl.pods[0], cl.pods[1]
+		p := openWS(home.base, nil, nil)
+		sid := p.call("session/new", map[string]any{"cwd": cwd, "mcpServers": []any{}})["sessionId"].(string)
+		promptID := p.prompt(sid, "stream slowly")
+		p.until("first chunk", isAgentChunk)
+		tcp := p.ws.NetConn().(*net.TCPConn)
+		Expect(tcp.SetLinger(0)).To(Succeed())
+		Expect(tcp.Close()).To(Succeed())
+		Eventually(func() float64 { return home.metric("iaccode_http_detached_total") }, 5*time.Second, 20*time.Millisecond).Should(Equal(1.0))
+
+		activeTurn := func(res map[string]any) any {
+			meta, _ := res["_meta"].(map[string]any)
+			return meta["activeTurn"]
+		}
+		By("a new connection on the other pod loads the session mid-turn")
+		q := openWS(away.base, nil, nil)
+		res := q.call("session/load", loadParams(sid, cwd))
+		active, ok := activeTurn(res).(map[string]any)
+		Expect(ok).To(BeTrue(), "activeTurn in the load answer: %v", res)
+		Expect(active["promptRequest"]).To(Equal(promptID), "the prompt's id as its client sent it")
+		_, err := time.Parse(time.RFC3339, active["startedAt"].(string))
+		Expect(err).NotTo(HaveOccurred())
+		replayed := q.text(0)
+		Expect(replayed).NotTo(BeEmpty(), "the message so far is in the replay")
+		Expect(strings.HasPrefix(strings.Join(text, ""), replayed)).To(BeTrue(), "replayed %q", replayed)
+		Expect(replayed).NotTo(Equal(strings.Join(text, "")), "the turn was still running")
+
+		By("a list on the pod that runs the turn shows it")
+		r := openWS(home.base, nil, nil)
+		list := r.call("session/list", map[string]any{})
+		Expect(list["sessions"]).To(ContainElement(And(HaveKeyWithValue("sessionId", sid),
+			HaveKeyWithValue("_meta", HaveKeyWithValue("activeTurn", active)))))
+
+		By("the rest comes live, then the turn's end")
+		q.until("the turn's end", func(m map[string]any) bool {
+			if m["method"] != "session/update" {
+				return false
+			}
+			u := m["params"].(map[string]any)["update"].(map[string]any)
+			meta, _ := u["_meta"].(map[string]any)
+			v, has := meta["activeTurn"]
+			return u["sessionUpdate"] == "session_info_update" && has && v == nil
+		})
+		Expect(q.text(0)).To(Equal(strings.Join(text, "")), "replay + live: the whole answer exactly once, in order")
+
+		By("afterwards no activeTurn")
+		Expect(activeTurn(r.call("session/resume", loadParams(sid, cwd)))).To(BeNil())
+		list = r.call("session/list", map[string]any{})
+		Expect(list["sessions"]).To(ContainElement(And(HaveKeyWithValue("sessionId", sid), Not(HaveKey("_meta")))))
+		for _, peer := range []*wsPeer{p, q, r} {
+			Expect(peer.check.Violations()).To(BeEmpty())
+		}
+	})
 })
 
 var _ = Describe("deploy/nginx.conf passes WebSockets", Label("e2e", "remote", "nginx", "cluster", "postgres"), func() {
