@@ -350,7 +350,7 @@ func (s *session) receive(ctx actor.Context) {
 		s.detachClient(ctx, m.conn)
 	case *messageDone:
 		s.record(ctx, m.msg)
-		s.messageRecorded()
+		s.messageRecorded(&m.msg)
 	case *compacted:
 		s.compacted(m)
 	case *turnFinished:

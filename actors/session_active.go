@@ -1,11 +1,13 @@
 package actors
 
 import (
+	"bytes"
 	"sync"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/iac-code/iac-code/llm"
 	"github.com/iac-code/iac-code/protocol"
 )
 
@@ -61,6 +63,10 @@ type turnSoFar struct {
 	bytes  int
 	// full: a frame was not kept (the bounds).
 	full bool
+	// recordedCalls are the tool calls of the turn's recorded messages: the
+	// history replays their tool_call, so the one their tool actor sends
+	// once it starts (after the record) is not kept again.
+	recordedCalls map[string]bool
 }
 
 // beginTurn notes the turn of prompt request id starting now.
@@ -74,6 +80,9 @@ func (s *session) keepSoFar(f []byte) {
 	if s.turn == nil || s.soFar.active == nil {
 		return
 	}
+	if id, ok := toolCallAnnounced(f); ok && s.soFar.recordedCalls[id] {
+		return
+	}
 	if len(s.soFar.frames) >= maxSoFarFrames || s.soFar.bytes+len(f) > maxSoFarBytes {
 		if !s.soFar.full {
 			s.log.Warn().Msg("running message too large to keep for a load: a load meanwhile misses part of it")
@@ -85,9 +94,36 @@ func (s *session) keepSoFar(f []byte) {
 	s.soFar.bytes += len(f)
 }
 
-// messageRecorded: the message so far is in the history now.
-func (s *session) messageRecorded() {
+// messageRecorded: the message so far is msg, in the history now.
+func (s *session) messageRecorded(msg *llm.Message) {
 	s.soFar.frames, s.soFar.bytes, s.soFar.full = nil, 0, false
+	if s.soFar.active == nil {
+		return
+	}
+	for i := range msg.Content {
+		if b := &msg.Content[i]; b.Type == llm.BlockToolUse {
+			if s.soFar.recordedCalls == nil {
+				s.soFar.recordedCalls = map[string]bool{}
+			}
+			s.soFar.recordedCalls[b.ToolCallID] = true
+		}
+	}
+}
+
+// toolCallAnnounced is the toolCallId of a `tool_call` update frame.
+func toolCallAnnounced(f []byte) (string, bool) {
+	if !bytes.Contains(f, []byte(`"sessionUpdate":"tool_call"`)) {
+		return "", false
+	}
+	var n struct {
+		Params struct {
+			Update protocol.ToolCallUpdate `json:"update"`
+		} `json:"params"`
+	}
+	if protocol.Unmarshal(f, &n) != nil || n.Params.Update.SessionUpdate != protocol.UpdateToolCall {
+		return "", false
+	}
+	return n.Params.Update.ToolCallID, true
 }
 
 // finishTurn forgets the running turn and tells every attached client that

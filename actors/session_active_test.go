@@ -165,3 +165,50 @@ func messageIDs(updates []map[string]any) []any {
 	}
 	return out
 }
+
+var _ = Describe("a load while the running turn waits for a tool's permission", func() {
+	It("replays the tool call once, asks the newcomer, and streams the rest: every update exactly once, in the order the first client saw", func() {
+		p := &scriptedProvider{}
+		cwd := GinkgoT().TempDir()
+		s := newSessionHarness(p, GinkgoT().TempDir(), nil, echoTool{})
+		DeferCleanup(s.close)
+		a := s.connect()
+		sid := a.result(a.call("session/new", map[string]any{"cwd": cwd}))["sessionId"].(string)
+		p.then(func(ctx context.Context, emit func(llm.Event)) error {
+			emit(llm.Event{Type: llm.EventTextDelta, Text: "let me echo. "})
+			return callTool("c1", "echo", `{"x":1}`)(ctx, emit)
+		}).then(say("echoed ", "it"))
+		from := len(a.out.all())
+		id := a.call("session/prompt", textPrompt(sid, "echo please"))
+		Eventually(func() int { return len(a.out.requests("session/request_permission")) }, 2*time.Second).Should(Equal(1))
+
+		b := s.connect()
+		res := b.result(b.call("session/load", map[string]any{"sessionId": sid, "cwd": cwd}))
+		Expect(res["_meta"]).To(HaveKey("activeTurn"))
+		Eventually(func() int { return len(b.out.requests("session/request_permission")) }, 2*time.Second).Should(Equal(1))
+		b.answer(b.out.requests("session/request_permission")[0]["id"],
+			map[string]any{"outcome": map[string]any{"outcome": "selected", "optionId": "allow_once"}})
+		Expect(a.result(id)["stopReason"]).To(Equal("end_turn"))
+
+		Eventually(func() string { return agentText(b.out.allUpdates()) }, 2*time.Second).Should(Equal("let me echo. echoed it"))
+		toolUpdates := func(ups []map[string]any) []string {
+			var out []string
+			for _, u := range ups {
+				if u["sessionUpdate"] == "tool_call" || u["sessionUpdate"] == "tool_call_update" {
+					out = append(out, u["sessionUpdate"].(string)+":"+u["toolCallId"].(string)+":"+jsonString(u["status"]))
+				}
+			}
+			return out
+		}
+		var seenByA []map[string]any
+		for _, f := range framesAfter(a, from) {
+			if f["method"] == "session/update" {
+				seenByA = append(seenByA, f["params"].(map[string]any)["update"].(map[string]any))
+			}
+		}
+		Expect(toolUpdates(b.out.allUpdates())).To(Equal(toolUpdates(seenByA)),
+			"the tool's updates as the first client saw them: once each, in order")
+	})
+})
+
+func jsonString(v any) string { b, _ := json.Marshal(v); return string(b) }
