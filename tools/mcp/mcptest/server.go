@@ -193,5 +193,37 @@ func New(name string) *sdk.Server {
 			os.Exit(3)
 			return nil, nil
 		})
+	addPrompts(s)
 	return s
+}
+
+// addPrompts gives the server prompts: review (one argument), greet (two),
+// plain (none, two messages) and broken (prompts/get fails).
+func addPrompts(s *sdk.Server) {
+	userText := func(texts ...string) *sdk.GetPromptResult {
+		r := &sdk.GetPromptResult{}
+		for _, t := range texts {
+			r.Messages = append(r.Messages, &sdk.PromptMessage{Role: "user", Content: &sdk.TextContent{Text: t}})
+		}
+		return r
+	}
+	s.AddPrompt(&sdk.Prompt{Name: "review", Description: "Review the code with a focus",
+		Arguments: []*sdk.PromptArgument{{Name: "focus", Description: "what to look at", Required: true}}},
+		func(_ context.Context, req *sdk.GetPromptRequest) (*sdk.GetPromptResult, error) {
+			return userText("Review the code, focusing on: " + req.Params.Arguments["focus"]), nil
+		})
+	s.AddPrompt(&sdk.Prompt{Name: "greet", Description: "Greet someone",
+		Arguments: []*sdk.PromptArgument{{Name: "name", Required: true}, {Name: "tone"}}},
+		func(_ context.Context, req *sdk.GetPromptRequest) (*sdk.GetPromptResult, error) {
+			a := req.Params.Arguments
+			return userText(fmt.Sprintf("Greet %s in a %s tone.", a["name"], a["tone"])), nil
+		})
+	s.AddPrompt(&sdk.Prompt{Name: "plain", Description: "A prompt without arguments"},
+		func(context.Context, *sdk.GetPromptRequest) (*sdk.GetPromptResult, error) {
+			return userText("First part of the plain prompt.", "Second part of the plain prompt."), nil
+		})
+	s.AddPrompt(&sdk.Prompt{Name: "broken", Description: "A prompt whose prompts/get fails"},
+		func(context.Context, *sdk.GetPromptRequest) (*sdk.GetPromptResult, error) {
+			return nil, fmt.Errorf("the prompt store is unavailable")
+		})
 }
