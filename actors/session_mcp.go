@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"context"
 	"slices"
 	"time"
 
@@ -42,6 +43,8 @@ type sessionMCP struct {
 	// prompts/get when resolving (session_mcp_prompts.go).
 	held      *sessionRequest
 	resolving bool
+	// stopGet ends the prompts/get of a resolving prompt.
+	stopGet context.CancelFunc
 	// prompts are the servers' prompts as slash commands; commandsSent the
 	// command list last sent to the client.
 	prompts      []mcpPrompt
@@ -224,7 +227,10 @@ func (s *session) holdPrompt(r *sessionRequest) bool {
 // session moving or going away).
 func (s *session) cancelHeldPrompt(ctx actor.Context) {
 	if r := s.mcp.held; r != nil {
-		s.mcp.held, s.mcp.resolving = nil, false
+		if s.mcp.stopGet != nil {
+			s.mcp.stopGet()
+		}
+		s.mcp.held, s.mcp.resolving, s.mcp.stopGet = nil, false, nil
 		s.respondTo(ctx, r.conn, r.id, protocol.PromptResponse{StopReason: protocol.StopCancelled, Usage: promptUsage(llm.Usage{})}, nil)
 	}
 }

@@ -21,7 +21,8 @@ import (
 // prompts/get runs off the actor, the prompt waiting meanwhile as a held
 // prompt does (cancel, close and a move answer it cancelled), and the text
 // of the messages it returns becomes the user turn, shown to every client
-// as the user message. An unknown prompt, missing arguments or a failing
+// as the user message. A command typed while the servers are still
+// starting waits for them as any prompt does. An unknown prompt, missing arguments or a failing
 // prompts/get are answered with a text reply, not a model call.
 
 // mcpPrompt is one server prompt offered as a slash command.
@@ -112,6 +113,9 @@ func sameCommand(a, b protocol.AvailableCommand) bool {
 // off the actor.
 func (s *session) mcpPromptCommand(ctx actor.Context, r *sessionRequest, user *llm.Message, name, input string) {
 	i := slices.IndexFunc(s.mcp.prompts, func(p mcpPrompt) bool { return p.command == name })
+	if i < 0 && s.holdPrompt(r) {
+		return // the servers are still starting: run it again once they are up
+	}
 	if i < 0 {
 		s.commandReply(ctx, r, fmt.Sprintf("Unknown command /%s: no connected MCP server has that prompt.", name))
 		return
@@ -122,11 +126,11 @@ func (s *session) mcpPromptCommand(ctx actor.Context, r *sessionRequest, user *l
 		s.commandReply(ctx, r, bad+"\nUsage: /"+p.command+" "+promptCommand(p).Input.Hint)
 		return
 	}
-	s.mcp.held, s.mcp.resolving = r, true
-	srv, remote, timeout := p.srv, p.prompt.Name, s.deps.Config.MCPToolTimeout
+	c, cancel := context.WithTimeout(context.Background(), s.deps.Config.MCPToolTimeout)
+	s.mcp.held, s.mcp.resolving, s.mcp.stopGet = r, true, cancel
+	srv, remote := p.srv, p.prompt.Name
 	self, root, got := ctx.Self(), ctx.ActorSystem().Root, &mcpPromptGot{r: r, user: *user}
 	go func() {
-		c, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()
 		got.res, got.err = srv.GetPrompt(c, remote, args)
 		if got.err == nil && extra != "" {
@@ -142,7 +146,7 @@ func (s *session) onMCPPromptGot(ctx actor.Context, m *mcpPromptGot) {
 	if s.mcp.held != m.r || !s.mcp.resolving {
 		return // cancelled, answered already
 	}
-	s.mcp.held, s.mcp.resolving = nil, false
+	s.mcp.held, s.mcp.resolving, s.mcp.stopGet = nil, false, nil
 	defer s.startQueued(ctx)
 	if c := s.clients.find(m.r.conn); c != nil {
 		s.conn, s.who = c.pid, c.who // answered to its sender, as prompt does

@@ -121,6 +121,35 @@ var _ = Describe("MCP prompts as slash commands", Ordered, func() {
 		Expect(h.provider.requests()).To(HaveLen(1))
 	})
 
+	It("cancels a prompt whose prompts/get is running; the late result is dropped and prompts queued meanwhile run", func() {
+		start(Config{})
+		slow := h.call("session/prompt", map[string]any{"sessionId": sid,
+			"prompt": []any{map[string]any{"type": "text", "text": "/mcp__srv__slow 3"}}})
+		queued := h.call("session/prompt", map[string]any{"sessionId": sid,
+			"prompt": []any{map[string]any{"type": "text", "text": "/mcp__srv__review the queue"}}})
+		Consistently(func() map[string]any { return h.out.response(slow) }, 200*time.Millisecond).Should(BeNil(), "prompts/get runs")
+		h.notify("session/cancel", map[string]any{"sessionId": sid})
+		Expect(h.result(slow)).To(HaveKeyWithValue("stopReason", "cancelled"))
+		Expect(h.result(queued)).To(HaveKeyWithValue("stopReason", "cancelled"), "cancel answers the queued ones too")
+		Expect(prompt("/mcp__srv__review after the cancel")).To(HaveKeyWithValue("stopReason", "end_turn"))
+		Expect(lastUserText(h.provider)).To(Equal("Review the code, focusing on: after the cancel"))
+		Expect(h.provider.requests()).To(HaveLen(1), "the cancelled prompt never reached the model")
+	})
+
+	It("runs a prompt queued behind a prompts/get once the first turn ends", func() {
+		start(Config{})
+		first := h.call("session/prompt", map[string]any{"sessionId": sid,
+			"prompt": []any{map[string]any{"type": "text", "text": "/mcp__srv__slow 0.3"}}})
+		second := h.call("session/prompt", map[string]any{"sessionId": sid,
+			"prompt": []any{map[string]any{"type": "text", "text": "plain words"}}})
+		Expect(h.result(first)).To(HaveKeyWithValue("stopReason", "end_turn"))
+		Expect(h.result(second)).To(HaveKeyWithValue("stopReason", "end_turn"))
+		reqs := h.provider.requests()
+		Expect(reqs).To(HaveLen(2))
+		Expect(reqs[0].Messages[len(reqs[0].Messages)-1].TextOf()).To(Equal("slow prompt after 300ms"))
+		Expect(lastUserText(h.provider)).To(Equal("plain words"))
+	})
+
 	It("sends a new command list when a server connects after the session was answered", func() {
 		start(Config{MCPStartupTimeout: 50 * time.Millisecond}, "-delay", "700ms")
 		Eventually(func() [][]string { return commandLists(h) }, 10*time.Second).Should(HaveLen(2))

@@ -198,7 +198,8 @@ func New(name string) *sdk.Server {
 }
 
 // addPrompts gives the server prompts: review (one argument), greet (two),
-// plain (none, two messages) and broken (prompts/get fails).
+// plain (none, two messages), slow (answers after seconds) and broken
+// (prompts/get fails).
 func addPrompts(s *sdk.Server) {
 	userText := func(texts ...string) *sdk.GetPromptResult {
 		r := &sdk.GetPromptResult{}
@@ -221,6 +222,20 @@ func addPrompts(s *sdk.Server) {
 	s.AddPrompt(&sdk.Prompt{Name: "plain", Description: "A prompt without arguments"},
 		func(context.Context, *sdk.GetPromptRequest) (*sdk.GetPromptResult, error) {
 			return userText("First part of the plain prompt.", "Second part of the plain prompt."), nil
+		})
+	s.AddPrompt(&sdk.Prompt{Name: "slow", Description: "A prompt that takes seconds to get",
+		Arguments: []*sdk.PromptArgument{{Name: "seconds", Required: true}}},
+		func(ctx context.Context, req *sdk.GetPromptRequest) (*sdk.GetPromptResult, error) {
+			d, err := time.ParseDuration(req.Params.Arguments["seconds"] + "s")
+			if err != nil {
+				return nil, err
+			}
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(d):
+			}
+			return userText("slow prompt after " + d.String()), nil
 		})
 	s.AddPrompt(&sdk.Prompt{Name: "broken", Description: "A prompt whose prompts/get fails"},
 		func(context.Context, *sdk.GetPromptRequest) (*sdk.GetPromptResult, error) {
