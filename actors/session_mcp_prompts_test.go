@@ -58,10 +58,10 @@ var _ = Describe("MCP prompts as slash commands", Ordered, func() {
 			map[string]any{"name": "srv", "command": server, "args": args, "env": []any{}}}}))
 		sid = res["sessionId"].(string)
 	}
-	prompt := func(text string) map[string]any {
-		return h.result(h.call("session/prompt", map[string]any{"sessionId": sid,
-			"prompt": []any{map[string]any{"type": "text", "text": text}}}))
+	send := func(text string) float64 {
+		return h.call("session/prompt", map[string]any{"sessionId": sid, "prompt": []any{map[string]any{"type": "text", "text": text}}})
 	}
+	prompt := func(text string) map[string]any { return h.result(send(text)) }
 	agentText := func() string {
 		var s string
 		for _, u := range h.out.updates() {
@@ -123,10 +123,8 @@ var _ = Describe("MCP prompts as slash commands", Ordered, func() {
 
 	It("cancels a prompt whose prompts/get is running; the late result is dropped and prompts queued meanwhile run", func() {
 		start(Config{})
-		slow := h.call("session/prompt", map[string]any{"sessionId": sid,
-			"prompt": []any{map[string]any{"type": "text", "text": "/mcp__srv__slow 3"}}})
-		queued := h.call("session/prompt", map[string]any{"sessionId": sid,
-			"prompt": []any{map[string]any{"type": "text", "text": "/mcp__srv__review the queue"}}})
+		slow := send("/mcp__srv__slow 3")
+		queued := send("/mcp__srv__review the queue")
 		Consistently(func() map[string]any { return h.out.response(slow) }, 200*time.Millisecond).Should(BeNil(), "prompts/get runs")
 		h.notify("session/cancel", map[string]any{"sessionId": sid})
 		Expect(h.result(slow)).To(HaveKeyWithValue("stopReason", "cancelled"))
@@ -138,10 +136,8 @@ var _ = Describe("MCP prompts as slash commands", Ordered, func() {
 
 	It("runs a prompt queued behind a prompts/get once the first turn ends", func() {
 		start(Config{})
-		first := h.call("session/prompt", map[string]any{"sessionId": sid,
-			"prompt": []any{map[string]any{"type": "text", "text": "/mcp__srv__slow 0.3"}}})
-		second := h.call("session/prompt", map[string]any{"sessionId": sid,
-			"prompt": []any{map[string]any{"type": "text", "text": "plain words"}}})
+		first := send("/mcp__srv__slow 0.3")
+		second := send("plain words")
 		Expect(h.result(first)).To(HaveKeyWithValue("stopReason", "end_turn"))
 		Expect(h.result(second)).To(HaveKeyWithValue("stopReason", "end_turn"))
 		reqs := h.provider.requests()
