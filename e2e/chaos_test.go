@@ -422,11 +422,11 @@ var _ = Describe("chaos", Label("e2e", "chaos"), func() {
 		b.finish()
 	})
 
-	It("HTTP: a client that vanishes mid-tool has its turn and its bash ended", func() {
+	It("HTTP: a client that vanishes mid-tool has its turn and its bash ended (IAC_CODE_DETACHED_TURN_MAX=0)", func() {
 		pidFile := filepath.Join(cwd, "bash.pid")
 		fake.Script(sessToolReply("b1", "bash", map[string]any{
 			"command": "echo $$ > " + pidFile + "; while :; do echo tick; sleep 0.1; done"}))
-		a := startHTTPAgent(env("IAC_CODE_HTTP_REPLAY_MAX_AGE=1s"), "")
+		a := startHTTPAgent(env("IAC_CODE_HTTP_REPLAY_MAX_AGE=1s", "IAC_CODE_DETACHED_TURN_MAX=0"), "")
 		conn := a.post("", jrpc(1, "initialize", map[string]any{"protocolVersion": 1})).header.Get("Acp-Connection-Id")
 		s := a.stream(conn)
 		a.accepted(conn, jrpc(2, "session/new", map[string]any{"cwd": cwd}))

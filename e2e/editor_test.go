@@ -247,6 +247,20 @@ var _ = Describe("an editor client's files and terminal (TypeScript SDK)", Label
 		a.sigterm(10 * time.Second)
 	})
 
+	It("over a WebSocket too: fs/* and terminal/* requests and their answers travel as text frames", Label("remote"), func() {
+		fake.Script(toolCallReply("r1", "read_file", map[string]any{"path": "a.txt", "end_line": 1}),
+			toolCallReply("b1", "bash", map[string]any{"command": "echo via ws"}), llmtest.Reply{Text: "done"})
+		a := startHTTPAgent(agentEnv(fake), "")
+		run, ed := runEditorArgs(agentEnv(fake), []string{"--transport", "ws", "--ws-url", wsURL(a.base),
+			"--scenario", "editor", "--cwd", cwd, "--client-fs", "read,write", "--client-terminal", "--overlay", overlay})
+		Expect(run.Result["prompts"]).To(ConsistOf(HaveKeyWithValue("stopReason", "end_turn")))
+		Expect(toolResultFor(fake, "r1")).To(Equal("     1\tbuf 1\n"))
+		Expect(toolResultFor(fake, "b1")).To(Equal("[output]\nvia ws\n[exit code: 0]"))
+		Expect(ed.methods()).To(Equal([]string{"fs/read_text_file", "terminal/create", "terminal/wait_for_exit",
+			"terminal/output", "terminal/release"}))
+		a.sigterm(10 * time.Second)
+	})
+
 	It("sends the plan as schema-valid plan updates and replays it on load", func() {
 		fake.Script(toolCallReply("t1", "todo_write", map[string]any{"todos": []any{
 			map[string]any{"content": "Read the code", "status": "completed", "priority": "high"},

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"maps"
 	"strings"
 	"time"
 
@@ -149,7 +150,10 @@ func stdioSpecs(format string) {
 		Expect(a.result(second)["stopReason"]).To(Equal("end_turn"))
 		after := a.updatesBefore(second)[len(a.updatesBefore(first)):]
 		Expect(after).NotTo(BeEmpty())
-		Expect(after[0]).To(Equal(userChunk("two")), "the queued prompt is shown when it starts")
+		shown := maps.Clone(after[0])
+		Expect(shown).To(HaveKeyWithValue("messageId", Not(BeEmpty())), "the echo has its message's id")
+		delete(shown, "messageId")
+		Expect(shown).To(Equal(userChunk("two")), "the queued prompt is shown when it starts")
 		body := string(lastRequest(fake).Body)
 		Expect(strings.Index(body, "slow answer here")).To(BeNumerically("<", strings.LastIndex(body, `"two"`)),
 			"the second turn's request has the first turn's answer before its prompt")

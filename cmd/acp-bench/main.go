@@ -59,7 +59,8 @@ workloads:
                  the same chunks, one line each, through a pipe
   http-fanout    --conns (100,1000,5000) HTTP+SSE connections, each its own session and prompt,
                  --chunks (500) per prompt at --rate (50) chunks/s each; --pods N: N cluster pods
-                 (throwaway PostgreSQL) behind a round-robin proxy the clients go through
+                 (throwaway PostgreSQL) behind a round-robin proxy the clients go through;
+                 --ws: every connection is a WebSocket on /acp
   idle-streams   --streams (10000) open idle SSE streams: server RSS per stream; --hold 90s
                  also checks that the server keeps them open
   churn          initialize → session/new → short prompt → session/close → DELETE in a loop
@@ -88,6 +89,7 @@ type config struct {
 	rate                                                              float64
 	duration, dropEvery, reconnectMax, timeout, hold, ramp            time.Duration
 	pods                                                              int
+	ws                                                                bool
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -126,6 +128,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&c.modelFlush, "model-flush", false, "the fake model flushes every chunk, a socket write each (stdio-stream; default: full buffers, as a model that outruns the network)")
 	fs.IntVar(&c.setupWidth, "setup-width", 64, "connections set up at once")
 	fs.DurationVar(&c.ramp, "ramp", 0, "http-fanout: start the prompts evenly over this time instead of all at once")
+	fs.BoolVar(&c.ws, "ws", false, "http-fanout: every connection is a WebSocket on /acp instead of POSTs and an SSE stream")
 	fs.IntVar(&c.pods, "pods", 0, "http-fanout: run that many cluster pods (throwaway PostgreSQL) behind a round-robin proxy; 0: one plain server")
 	fs.DurationVar(&c.timeout, "timeout", 0, "bound of one run (default: derived from the sizes)")
 	fs.StringVar(&c.compareRef, "compare", "", "compare --server with the build of this git ref, in alternating rounds")
@@ -274,7 +277,7 @@ func runWorkload(ctx context.Context, name string, o *bench.Options, c *config) 
 		var out []*bench.Result
 		for _, n := range connList(c.conns, name) {
 			r, err := bench.Fanout(ctx, o, bench.FanoutParams{
-				Conns: n, Chunks: orDefault(c.chunks, 500), Rate: c.rate, SetupWidth: c.setupWidth, Timeout: c.timeout, Pods: c.pods, Ramp: c.ramp})
+				Conns: n, Chunks: orDefault(c.chunks, 500), Rate: c.rate, SetupWidth: c.setupWidth, Timeout: c.timeout, Pods: c.pods, Ramp: c.ramp, WS: c.ws})
 			if err != nil {
 				return out, fmt.Errorf("conns=%d: %w", n, err)
 			}

@@ -3,6 +3,7 @@
 //
 //   node client.mjs --transport stdio --bin /path/to/iac-code --scenario NAME [--cwd DIR] [options]
 //   node client.mjs --transport http --http-url http://127.0.0.1:PORT/acp --scenario NAME [options]
+//   node client.mjs --transport ws --ws-url ws://127.0.0.1:PORT/acp [--ws-auth header|subprotocol] --scenario NAME [options]
 //
 // Drives the agent with the real TypeScript client (@agentclientprotocol/sdk 2.x),
 // validates every raw message the agent writes against the official JSON Schema
@@ -23,6 +24,8 @@ import { format, parseArgs } from "node:util";
 
 import * as acp from "@agentclientprotocol/sdk";
 import { createHttpStream } from "@agentclientprotocol/sdk/experimental/http-client";
+import { createWebSocketStream } from "@agentclientprotocol/sdk/experimental/ws-client";
+import WebSocket from "ws";
 
 import { lineSplitter, makeChecker, sseSplitter } from "./schema-check.mjs";
 
@@ -275,6 +278,30 @@ export const scenarios = {
   },
 
   /**
+   * A remote client's whole flow on one connection: initialize → new →
+   * prompt answering its permission request per --permission → a second
+   * prompt (second --text) cancelled at its first chunk → session/close.
+   * Result: {sessionId, permitted, cancelled, closeResponse}.
+   */
+  async flow(h) {
+    await h.initialize();
+    const { sessionId } = await h.newSession();
+    const permitted = await h.prompt(sessionId, h.text(0));
+    h.check(h.permissionRequests.length > 0, "no session/request_permission was received");
+    const from = h.updateEvents.length;
+    const turn = h.startPrompt(sessionId, h.opts.text?.[1] ?? "count slowly");
+    await h.waitFor("first agent_message_chunk of the second turn", () =>
+      h.updateEvents.slice(from).some((e) => e.sessionId === sessionId && e.update.sessionUpdate === "agent_message_chunk"),
+      { race: turn },
+    );
+    await h.cancel(sessionId);
+    const cancelled = await h.expectResolve(turn, "cancelled prompt");
+    h.check(cancelled.stopReason === "cancelled", `stopReason ${JSON.stringify(cancelled.stopReason)}, want "cancelled"`);
+    const closeResponse = await h.request(acp.methods.agent.session.close, { sessionId });
+    return { sessionId, permitted, cancelled, closeResponse };
+  },
+
+  /**
    * Two clients on one session: this one (A) and a peer (B) on --peer-url
    * (another pod's endpoint; default --http-url). A creates the session, B
    * loads it. Then: a prompt of A's whose updates both see identically; a
@@ -432,6 +459,8 @@ function parseOptions(argv) {
       scenario: { type: "string" },
       cwd: { type: "string" },
       "http-url": { type: "string" },
+      "ws-url": { type: "string" },
+      "ws-auth": { type: "string", default: "header" },
       text: { type: "string", multiple: true },
       permission: { type: "string", default: "allow_once" },
       prompts: { type: "string", default: "1" },
@@ -456,6 +485,8 @@ function parseOptions(argv) {
     scenario: values.scenario,
     cwd: path.resolve(values.cwd ?? process.cwd()),
     httpUrl: values["http-url"],
+    wsUrl: values["ws-url"],
+    wsAuth: values["ws-auth"],
     text: values.text,
     permission: values.permission,
     prompts: Number(values.prompts),
@@ -482,8 +513,11 @@ function parseOptions(argv) {
     if (!opts.bin) throw new Error("--bin is required with --transport stdio");
   } else if (opts.transport === "http") {
     if (!opts.httpUrl) throw new Error("--http-url is required with --transport http");
+  } else if (opts.transport === "ws") {
+    if (!opts.wsUrl) throw new Error("--ws-url is required with --transport ws");
+    if (!["header", "subprotocol"].includes(opts.wsAuth)) throw new Error("--ws-auth must be header or subprotocol");
   } else {
-    throw new Error(`--transport must be stdio or http, not ${JSON.stringify(opts.transport)}`);
+    throw new Error(`--transport must be stdio, http or ws, not ${JSON.stringify(opts.transport)}`);
   }
   if (!PERMISSION_MODES.includes(opts.permission)) {
     throw new Error(`--permission must be one of ${PERMISSION_MODES.join(", ")}`);
@@ -694,6 +728,69 @@ function httpTransport(opts, checker) {
     kill: () => {},
     info: () => ({ httpErrors }),
     describeClose: () => (httpErrors.length ? ` (HTTP errors: ${JSON.stringify(httpErrors)})` : ""),
+  };
+}
+
+// The SDK's WebSocket client (experimental/ws-client) on the ws package, whose
+// socket tees every text frame to the checker. The token
+// (IACCODE_ACP_HTTP_TOKEN), if set, goes in Authorization (--ws-auth header)
+// or, as a browser must send it, in a Sec-WebSocket-Protocol entry
+// acp.bearer.<token> beside "acp" (--ws-auth subprotocol).
+function wsTransport(opts, checker) {
+  const token = process.env.IACCODE_ACP_HTTP_TOKEN;
+  const headers = {};
+  const protocols = ["acp"];
+  if (token && opts.wsAuth === "header") headers.Authorization = `Bearer ${token}`;
+  if (token && opts.wsAuth === "subprotocol") protocols.push(`acp.bearer.${token}`);
+  const state = { status: null, connectionId: null, protocol: null, closeCode: null, closeReason: null, error: null };
+  let socket;
+  class TeeWebSocket extends WebSocket {
+    constructor(url, protocols, options) {
+      super(url, protocols, options);
+      socket = this;
+      this.on("upgrade", (res) => {
+        state.status = res.statusCode;
+        state.connectionId = res.headers["acp-connection-id"] ?? null;
+      });
+      this.on("open", () => {
+        state.protocol = this.protocol;
+      });
+      this.on("message", (data, isBinary) => {
+        if (!isBinary) checker.serverLine(data.toString());
+      });
+      this.on("close", (code, reason) => {
+        state.closeCode = code;
+        state.closeReason = reason.toString();
+      });
+    }
+    send(data, ...rest) {
+      checker.clientLine(String(data));
+      return super.send(data, ...rest);
+    }
+  }
+  const stream = createWebSocketStream(opts.wsUrl, { WebSocket: TeeWebSocket, headers, protocols });
+  const closed = new Promise((resolve) => socket.once("close", resolve));
+  const failed = new Promise((_, reject) =>
+    socket.once("error", (err) => {
+      state.error = err.message;
+      reject(new Error(`WebSocket: ${err.message}`));
+    }),
+  );
+  failed.catch(() => {});
+  let finished;
+  return {
+    stream,
+    failed,
+    finish() {
+      finished ??= (async () => {
+        if (socket.readyState === WebSocket.OPEN || socket.readyState === WebSocket.CONNECTING) socket.close(1000);
+        await Promise.race([closed, sleep(2000)]);
+      })();
+      return finished;
+    },
+    kill: () => socket.terminate(),
+    info: () => ({ ws: { ...state } }),
+    describeClose: () => (state.closeCode !== null ? ` (WebSocket closed: ${state.closeCode} ${state.closeReason})` : ""),
   };
 }
 
@@ -1156,7 +1253,8 @@ async function main() {
   };
   record.editor = makeEditor(opts, record);
 
-  const transport = opts.transport === "stdio" ? stdioTransport(opts, checker) : httpTransport(opts, checker);
+  const transports = { stdio: stdioTransport, http: httpTransport, ws: wsTransport };
+  const transport = transports[opts.transport](opts, checker);
 
   // If the harness itself is told to stop: take the agent down with it and
   // still report what was seen so far.

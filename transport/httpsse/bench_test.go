@@ -3,10 +3,11 @@ package httpsse_test
 // Benchmarks (not part of the normal run; they need -bench):
 //
 //	go test ./transport/httpsse -run '^$' -bench Fanout1000 -benchtime 3x
+//	go test ./transport/httpsse -run '^$' -bench Fanout1000WebSocket -benchtime 3x
 //	go test ./transport/httpsse -run '^$' -bench IdleStreams -benchtime 1x
 //
 // BenchmarkFanout1000 streams one prompt on each of 1,000 connections at
-// once and reports events/s and the p50/p99 delay from the fake model writing
+// once (BenchmarkFanout1000WebSocket: the same over WebSockets) and reports events/s and the p50/p99 delay from the fake model writing
 // a chunk to the client reading it. BenchmarkIdleStreams opens 10,000 idle
 // streams from a child process (two processes of 10,000 sockets each stay
 // under the 20,000 descriptor limit) and reports the server's memory per
@@ -32,6 +33,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fasthttp/websocket"
 	"github.com/rs/zerolog"
 
 	"github.com/iac-code/iac-code/actors"
@@ -103,6 +105,56 @@ type benchClient struct {
 	sid    string
 	stream net.Conn
 	br     *bufio.Reader
+	// ws, when set, carries the connection instead of POSTs and stream.
+	ws *websocket.Conn
+}
+
+// newBenchWSClient opens a WebSocket connection with one session.
+func newBenchWSClient(addr, cwd string) (*benchClient, error) {
+	ws, _, err := websocket.DefaultDialer.Dial("ws://"+addr+"/acp", nil)
+	if err != nil {
+		return nil, err
+	}
+	bc := &benchClient{ws: ws}
+	body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 2, "method": "session/new", "params": map[string]any{"cwd": cwd}})
+	for _, m := range []string{`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1}}`, string(body)} {
+		if err := bc.send(m); err != nil {
+			return nil, err
+		}
+	}
+	return bc, bc.readSessionID()
+}
+
+// send delivers one message: a WebSocket frame or a POST.
+func (bc *benchClient) send(body string) error {
+	if bc.ws != nil {
+		return bc.ws.WriteMessage(websocket.TextMessage, []byte(body))
+	}
+	_, _, err := postJSON(bc.http, bc.base, bc.conn, body)
+	return err
+}
+
+func (bc *benchClient) close() {
+	if bc.ws != nil {
+		_ = bc.ws.Close()
+		return
+	}
+	_ = bc.stream.Close()
+}
+
+// readSessionID reads up to the answer to session/new (id 2).
+func (bc *benchClient) readSessionID() error {
+	for {
+		data, err := bc.nextData()
+		if err != nil {
+			return err
+		}
+		if i := bytes.Index(data, []byte(`"sessionId":"`)); i >= 0 && bytes.Contains(data, []byte(`"id":2,`)) {
+			rest := data[i+len(`"sessionId":"`):]
+			bc.sid = string(rest[:bytes.IndexByte(rest, '"')])
+			return nil
+		}
+	}
 }
 
 func postJSON(hc *http.Client, base, conn string, body string) (*http.Response, []byte, error) {
@@ -157,21 +209,16 @@ func newBenchClient(base, addr, cwd string, hc *http.Client) (*benchClient, erro
 	if _, _, err := postJSON(hc, base, bc.conn, string(body)); err != nil {
 		return nil, err
 	}
-	for {
-		data, err := bc.nextData()
-		if err != nil {
-			return nil, err
-		}
-		if i := bytes.Index(data, []byte(`"sessionId":"`)); i >= 0 && bytes.Contains(data, []byte(`"id":2,`)) {
-			rest := data[i+len(`"sessionId":"`):]
-			bc.sid = string(rest[:bytes.IndexByte(rest, '"')])
-			return bc, nil
-		}
-	}
+	return bc, bc.readSessionID()
 }
 
-// nextData returns the payload of the next data: line.
+// nextData returns the payload of the next data: line (WebSocket: of the
+// next message).
 func (bc *benchClient) nextData() ([]byte, error) {
+	if bc.ws != nil {
+		_, data, err := bc.ws.ReadMessage()
+		return data, err
+	}
 	for {
 		line, err := bc.br.ReadSlice('\n')
 		if err != nil {
@@ -186,7 +233,11 @@ func (bc *benchClient) nextData() ([]byte, error) {
 // BenchmarkFanout1000: each op is one round in which 1,000 connections
 // stream one prompt each, concurrently: 50 model chunks 2 ms apart
 // (IACCODE_BENCH_PACE_MS) through the real provider, actors and edge.
-func BenchmarkFanout1000(b *testing.B) {
+func BenchmarkFanout1000(b *testing.B) { benchFanout(b, false) }
+
+func BenchmarkFanout1000WebSocket(b *testing.B) { benchFanout(b, true) }
+
+func benchFanout(b *testing.B, ws bool) {
 	const conns, chunks = 1000, 50
 	bs := startBench(b, httpsse.Config{})
 	pace := 2 * time.Millisecond
@@ -207,7 +258,13 @@ func BenchmarkFanout1000(b *testing.B) {
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			c, err := newBenchClient(base, bs.addr, bs.cwd, hc)
+			var c *benchClient
+			var err error
+			if ws {
+				c, err = newBenchWSClient(bs.addr, bs.cwd)
+			} else {
+				c, err = newBenchClient(base, bs.addr, bs.cwd, hc)
+			}
 			if err != nil {
 				setupErr.Store(err)
 				return
@@ -221,7 +278,7 @@ func BenchmarkFanout1000(b *testing.B) {
 	}
 	defer func() {
 		for _, c := range clients {
-			c.stream.Close()
+			c.close()
 		}
 	}()
 
@@ -239,7 +296,7 @@ func BenchmarkFanout1000(b *testing.B) {
 				defer wg.Done()
 				sem <- struct{}{}
 				body := fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"session/prompt","params":{"sessionId":%q,"prompt":[{"type":"text","text":"go"}]}}`, id, c.sid)
-				_, _, err := postJSON(hc, base, c.conn, body)
+				err := c.send(body)
 				<-sem
 				if err != nil {
 					b.Error(err)

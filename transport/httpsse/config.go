@@ -27,6 +27,8 @@ const (
 	DefaultMaxSessionStreams = 1024
 	DefaultCloseTimeout      = 5 * time.Second
 	DefaultShutdownTimeout   = 10 * time.Second
+	DefaultWSPingInterval    = 10 * time.Second
+	DefaultDetachedTurnMax   = 30 * time.Minute
 	// RetryMillis is the SSE retry field sent with every event.
 	RetryMillis = 5000
 )
@@ -102,7 +104,22 @@ type Config struct {
 	CloseTimeout time.Duration
 	// ShutdownTimeout bounds the graceful shutdown of Serve.
 	ShutdownTimeout time.Duration
+	// WSPingInterval is how often a WebSocket is pinged
+	// (IAC_CODE_WS_PING_INTERVAL); a peer that sends nothing, not even a
+	// pong, for 2.5 intervals (25 s by default) is taken for dead and its
+	// connection closed.
+	WSPingInterval time.Duration
+	// DetachedTurnMax is how long the running turns of a connection whose
+	// client went away (no stream or socket, no request) keep running
+	// before they are cancelled (IAC_CODE_DETACHED_TURN_MAX; see
+	// detach.go). Negative (the variable set to 0): cancelled as before,
+	// once nobody could replay their events (SSE: after ReplayMaxAge; a
+	// WebSocket: at once).
+	DetachedTurnMax time.Duration
 }
+
+// wsDeadAfter is how long a WebSocket may stay silent (see WSPingInterval).
+func (c Config) wsDeadAfter() time.Duration { return c.WSPingInterval * 5 / 2 }
 
 func (c Config) withDefaults() Config {
 	if c.Host == "" {
@@ -156,6 +173,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ShutdownTimeout <= 0 {
 		c.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	if c.WSPingInterval <= 0 {
+		c.WSPingInterval = DefaultWSPingInterval
+	}
+	if c.DetachedTurnMax == 0 {
+		c.DetachedTurnMax = DefaultDetachedTurnMax
 	}
 	return c
 }

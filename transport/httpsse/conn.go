@@ -3,6 +3,7 @@ package httpsse
 import (
 	"bytes"
 	"errors"
+	"math"
 	"net"
 	"sort"
 	"sync"
@@ -101,12 +102,21 @@ type conn struct {
 	id    string
 	actor *actors.Conn
 	log   zerolog.Logger
+	// ws: a WebSocket connection (ws.go), whose socket is its only stream.
+	ws bool
+	// prompts are the session/prompt requests delivered and not answered
+	// yet, by raw id; detached: a WebSocket connection whose socket ended
+	// while they ran (detach.go). c.mu.
+	prompts  map[string]struct{}
+	detached bool
 	// principal initialized the connection; only it may use it.
 	principal string
 
 	mu    sync.Mutex
 	state connState
-	init  *initWait
+	// reason is why the connection is closing (closeConn, overflow).
+	reason string
+	init   *initWait
 	// lastID is the id of the newest event of the connection.
 	lastID   uint64
 	main     *slot
@@ -153,6 +163,14 @@ func (c *conn) Send(f actors.Frame) {
 		c.e.met.dropped.Inc()
 		return
 	}
+	if last := c.promptAnsweredLocked(f.Data); c.detached {
+		// Nobody can read it; the session's history keeps the turn.
+		c.mu.Unlock()
+		if last {
+			go c.e.closeConn(c, reasonWebSocket, false, c.e.cfg.CloseTimeout)
+		}
+		return
+	}
 	sl := c.main
 	if f.SessionID != "" {
 		if s, ok := c.sessions[f.SessionID]; ok {
@@ -165,6 +183,11 @@ func (c *conn) Send(f actors.Frame) {
 	c.bytes += len(f.Data)
 	if !c.trim() {
 		n := c.count
+		if c.detachOverflowLocked() {
+			c.mu.Unlock()
+			c.log.Warn().Int("buffered_events", n).Msg("client is not reading its websocket: buffer full, closing the socket; its turns go on detached")
+			return
+		}
 		c.overflowLocked()
 		c.mu.Unlock()
 		c.log.Warn().Int("buffered_events", n).Msg("client is not reading its event stream: buffer full, closing the connection")
@@ -272,6 +295,15 @@ func responseID(frame []byte) (protocol.RawMessage, bool) {
 func (c *conn) trim() bool {
 	cfg := &c.e.cfg
 	expired := time.Now().Add(-cfg.ReplayMaxAge).UnixNano()
+	switch {
+	case c.ws:
+		expired = math.MaxInt64 // a WebSocket cannot resume: no replay
+	case c.open == 0 && cfg.detachEnabled():
+		// Nobody reads: what the last stream was handed just before its
+		// client vanished stays replayable for the client coming back while
+		// its turns run detached, within the caps.
+		expired = math.MinInt64
+	}
 	for {
 		victim := c.oldestWritten()
 		over := c.count > cfg.ReplayBuffer || (c.bytes > cfg.MaxBufferBytes && c.count > 1)
@@ -313,6 +345,7 @@ func (c *conn) overflowLocked() {
 		"Event buffer overflow: the client did not read its event stream; the connection is closed",
 		map[string]any{"reason": "buffer_overflow", "connectionId": c.id, "bufferedEvents": c.count}))
 	c.state = stateClosed
+	c.reason = reasonOverflow
 	c.endStreamsLocked(final, false)
 	c.main.drop()
 	for _, s := range c.sessions {
@@ -499,11 +532,13 @@ func (c *conn) detach(st *stream) {
 func (c *conn) touch() { c.lastActive.Store(time.Now().UnixNano()) }
 
 // idleSince reports whether the connection has had no stream and no request
-// since before cutoff.
-func (c *conn) idleSince(cutoff int64) bool {
+// since before cutoff, or since before detachedCutoff while prompts of it
+// run (detached turns are not reaped with it before their limit).
+func (c *conn) idleSince(cutoff, detachedCutoff int64) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.state == stateOpen && c.init == nil && c.open == 0 && c.lastActive.Load() < cutoff
+	last := c.lastActive.Load()
+	return c.state == stateOpen && c.init == nil && c.open == 0 && last < cutoff && (len(c.prompts) == 0 || last < detachedCutoff)
 }
 
 // abandoned reports, once per spell of inactivity, a connection whose

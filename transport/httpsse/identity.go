@@ -7,8 +7,9 @@ import (
 	"github.com/iac-code/iac-code/transport/auth"
 )
 
-// identify decides the principal of a request, once, from its
-// Authorization header (never from the body): auth.Default when the edge
+// identify decides the principal of a request, once, from its credential
+// (authorization: the Authorization header, or on a WebSocket upgrade the
+// acp.bearer subprotocol entry; never from the body): auth.Default when the edge
 // has no authentication. On a refused credential it answers 401 itself and
 // reports false; the audit line names the reason, never the credential.
 // Every transport of the edge (SSE, WebSocket) calls it per HTTP request.
@@ -16,7 +17,7 @@ func (e *Edge) identify(ctx *fasthttp.RequestCtx) (principal string, ok bool) {
 	if e.authn == nil {
 		return auth.Default, true
 	}
-	p, err := e.authn.Authenticate(ctx.Request.Header.Peek(fasthttp.HeaderAuthorization))
+	p, err := e.authn.Authenticate(authorization(ctx))
 	if err != nil {
 		e.audit(ctx, "").Str("method", string(ctx.Method())+" "+string(ctx.Path())).
 			Str("conn", string(ctx.Request.Header.Peek(HeaderConnectionID))).
@@ -68,6 +69,13 @@ func (e *Edge) admitUser(who string) bool {
 	return true
 }
 
+// leaveUser uncounts a connection of who that was admitted but never opened.
+func (e *Edge) leaveUser(who string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.leaveUserLocked(who)
+}
+
 // leaveUserLocked uncounts a closed connection of who. e.mu held.
 func (e *Edge) leaveUserLocked(who string) {
 	if e.perUser[who] <= 1 {
@@ -77,8 +85,8 @@ func (e *Edge) leaveUserLocked(who string) {
 	}
 }
 
-// stillAllowed is, for a stream opened by who with the request's
-// Authorization header, the re-check of that credential its writer makes at
+// stillAllowed is, for a stream (or WebSocket) opened by who with the
+// request's credential (authorization), the re-check of that credential its writer makes at
 // every keep-alive: a token removed from the tokens file (or a JWT past its
 // exp) ends the open stream too, not only the next request. nil without
 // authentication. The header is copied: fasthttp reuses the request.
@@ -86,7 +94,7 @@ func (e *Edge) stillAllowed(ctx *fasthttp.RequestCtx, who string) func() bool {
 	if e.authn == nil {
 		return nil
 	}
-	h := append([]byte(nil), ctx.Request.Header.Peek(fasthttp.HeaderAuthorization)...)
+	h := append([]byte(nil), authorization(ctx)...)
 	return func() bool {
 		p, err := e.authn.Authenticate(h)
 		return err == nil && p == who

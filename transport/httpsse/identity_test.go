@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/fasthttp/websocket"
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	"github.com/rs/zerolog"
@@ -96,5 +97,41 @@ var _ = Describe("identities", func() {
 		Expect(e.do(http.MethodDelete, "/acp", nil, append([]string{"Acp-Connection-Id", first}, asA...)...).status).
 			To(Equal(http.StatusOK))
 		e.initialize(asA...)
+	})
+})
+
+var _ = Describe("identities over WebSocket", func() {
+	const tokA, tokB = "token-of-alice", "token-of-bob"
+
+	It("takes the principal from the acp.bearer subprotocol as from the header, caps it with 429 before the upgrade, and closes the socket with 1008 once its token is revoked", func() {
+		path := filepath.Join(GinkgoT().TempDir(), "users.yaml")
+		chain := usersChainAt(path, "alice", tokA, "bob", tokB)
+		e := startEnv(httpsse.Config{Auth: chain, WSPingInterval: 50 * time.Millisecond, MaxConnectionsPerUser: 1})
+		_, resp, err := e.dialWS(nil, []string{"acp", "acp.bearer.nope"}, nil)
+		Expect(err).To(HaveOccurred())
+		Expect(resp.StatusCode).To(Equal(http.StatusUnauthorized))
+
+		alice := e.ws(nil, "acp", "acp.bearer."+tokA)
+		alice.initialize()
+		sid := alice.newSession(2, e.cwd)
+		_, resp, err = e.dialWS(http.Header{"Authorization": {"Bearer " + tokA}}, nil, nil)
+		Expect(err).To(HaveOccurred())
+		Expect(resp.StatusCode).To(Equal(http.StatusTooManyRequests), "alice's one connection is the socket")
+		Expect(resp.Header.Get("Retry-After")).To(Equal("5"))
+
+		bob := e.ws(http.Header{"Authorization": {"Bearer " + tokB}})
+		bob.initialize()
+		bob.send(rpc(3, "session/load", map[string]any{"sessionId": sid, "cwd": e.cwd, "mcpServers": []any{}}))
+		r := bob.until(isResponse(3))
+		Expect(r[len(r)-1]).To(HaveKey("error"), "alice's session is not bob's")
+
+		writeUsers(path, "bob", tokB) // alice's token revoked
+		Expect(chain.File.Reload()).To(BeTrue())
+		Expect(alice.closeCode(5 * time.Second)).To(Equal(websocket.ClosePolicyViolation))
+		Consistently(bob.closed, 300*time.Millisecond).ShouldNot(BeClosed(), "bob's socket stays")
+		Eventually(func() string {
+			return string(e.do(http.MethodGet, "/metrics", nil, "Authorization", "Bearer "+tokB).body)
+		}, 5*time.Second).Should(ContainSubstring("iaccode_http_websockets 1"))
+		Expect(e.logs.String()).NotTo(ContainSubstring(tokA))
 	})
 })

@@ -30,10 +30,13 @@ type metrics struct {
 	// read at scrape time, costs less there than a Prometheus float
 	// counter (a compare-and-swap loop on float bits).
 	eventsSent atomic.Uint64
+	// websockets counts the open WebSocket connections (also in streams).
+	websockets atomic.Int64
 	dropped    prometheus.Counter
 	reconnects prometheus.Counter
 	closed     *prometheus.CounterVec
 	abandoned  prometheus.Counter
+	detached   prometheus.Counter
 	requests   *prometheus.HistogramVec
 	handler    fasthttp.RequestHandler
 }
@@ -57,7 +60,7 @@ func newMetrics(e *Edge) *metrics {
 	}, func() float64 { return float64(am.FramesOut.Load()) }))
 	gauge("iaccode_http_connections", "ACP connections of the HTTP transport.",
 		func() float64 { return float64(len(e.snapshot())) })
-	gauge("iaccode_http_streams", "Open SSE streams.",
+	gauge("iaccode_http_streams", "Open event streams: SSE streams and WebSockets.",
 		func() float64 { return float64(e.streams.Load()) })
 	gauge("iaccode_http_buffered_events", "Events buffered for the streams (unsent and replay window).",
 		func() float64 {
@@ -79,6 +82,10 @@ func newMetrics(e *Edge) *metrics {
 			Name: "iaccode_http_abandoned_total",
 			Help: "Connections whose running turns were cancelled because their stream was gone longer than the replay window.",
 		}),
+		detached: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "iaccode_http_detached_total",
+			Help: "WebSocket connections whose socket ended while their turns ran, the turns going on detached.",
+		}),
 		closed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "iaccode_http_connections_closed_total", Help: "Closed HTTP connections by reason.",
 		}, []string{"reason"}),
@@ -88,13 +95,15 @@ func newMetrics(e *Edge) *metrics {
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
 		}, []string{"route", "code"}),
 	}
-	for _, r := range []string{reasonDelete, reasonIdle, reasonOverflow, reasonShutdown, reasonInitTimeout, reasonUnused} {
+	gauge("iaccode_http_websockets", "Open WebSocket connections (counted in iaccode_http_streams too).",
+		func() float64 { return float64(m.websockets.Load()) })
+	for _, r := range []string{reasonDelete, reasonIdle, reasonOverflow, reasonShutdown, reasonInitTimeout, reasonUnused, reasonWebSocket} {
 		m.closed.WithLabelValues(r)
 	}
 	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
-		Name: "iaccode_http_events_sent_total", Help: "SSE events written to streams (replays included).",
+		Name: "iaccode_http_events_sent_total", Help: "Events written to streams (SSE events, replays included, and WebSocket messages).",
 	}, func() float64 { return float64(m.eventsSent.Load()) }))
-	reg.MustRegister(m.dropped, m.reconnects, m.closed, m.abandoned, m.requests,
+	reg.MustRegister(m.dropped, m.reconnects, m.closed, m.abandoned, m.detached, m.requests,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if e.cluster != nil {
 		reg.MustRegister(e.cluster.Collectors()...)

@@ -57,8 +57,8 @@ var _ = Describe("abandoned connections", func() {
 		Consistently(e.metrics, 200*time.Millisecond).Should(ContainSubstring(`iaccode_http_connections_closed_total{reason="unused"} 2`))
 	})
 
-	It("cancels the running turns of a connection whose stream is gone for longer than the replay window", func() {
-		e := startEnv(httpsse.Config{ReplayMaxAge: 300 * time.Millisecond, KeepAlive: 50 * time.Millisecond})
+	It("without detached turns, cancels the running turns of a connection whose stream is gone for longer than the replay window", func() {
+		e := startEnv(httpsse.Config{ReplayMaxAge: 300 * time.Millisecond, KeepAlive: 50 * time.Millisecond, DetachedTurnMax: -1})
 		e.fake.Script(llmtest.Reply{Text: "one two three four", Hang: true, AfterChunks: 2})
 		conn := e.initialize()
 		s := e.stream(conn)

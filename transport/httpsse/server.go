@@ -20,6 +20,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fasthttp/websocket"
 	"github.com/google/uuid"
 	"github.com/rs/zerolog"
 	"github.com/valyala/fasthttp"
@@ -75,6 +76,8 @@ type Edge struct {
 	// authn decides the principal of each request; nil: no authentication.
 	authn auth.Authenticator
 	guard *edgeGuard
+	// upgrader answers WebSocket upgrades of GET /acp (ws.go).
+	upgrader *websocket.FastHTTPUpgrader
 
 	mu    sync.RWMutex
 	conns map[string]*conn
@@ -131,6 +134,8 @@ func New(srv *actors.Server, cfg Config, log zerolog.Logger) *Edge {
 		quit:    make(chan struct{}),
 		reaped:  make(chan struct{}),
 		guard:   newEdgeGuard(cfg),
+
+		upgrader: newUpgrader(cfg),
 
 		cluster: cfg.Cluster,
 		remotes: map[uint64]*stream{},
@@ -287,10 +292,15 @@ func (e *Edge) snapshot() []*conn {
 	return out
 }
 
+// lookup finds a connection of this pod for an HTTP request. A WebSocket
+// connection is not one: its messages travel on its socket only.
 func (e *Edge) lookup(id []byte) *conn {
 	e.mu.RLock()
 	defer e.mu.RUnlock()
-	return e.conns[string(id)]
+	if c := e.conns[string(id)]; c != nil && !c.ws {
+		return c
+	}
+	return nil
 }
 
 // notFound is the 400 text for an unknown connection id: the reason it was
@@ -487,6 +497,7 @@ func (e *Edge) postTo(c *conn, who string, sid []byte, msg *protocol.Message) Re
 		}
 		c.trackRequest(msg.ID, target)
 	}
+	c.trackPrompt(msg)
 	c.actor.Deliver(msg)
 	return Reply{Status: fasthttp.StatusAccepted}
 }
@@ -530,32 +541,13 @@ func (e *Edge) initialize(ctx *fasthttp.RequestCtx, msg *protocol.Message, who s
 		jsonError(ctx, fasthttp.StatusServiceUnavailable, msgShuttingDown)
 		return
 	}
-	c := &conn{e: e, main: &slot{}, principal: who}
 	if !e.admitUser(who) {
 		e.auditRefusal(ctx, who, "", "initialize", "too_many_connections")
-		ctx.Response.Header.Set(fasthttp.HeaderRetryAfter, "5")
-		jsonError(ctx, fasthttp.StatusTooManyRequests, fmt.Sprintf("%s (limit %d); close one with DELETE /acp",
-			msgTooManyConns, e.cfg.MaxConnectionsPerUser))
+		tooManyConns(ctx, e.cfg.MaxConnectionsPerUser)
 		return
 	}
 	w := &initWait{id: msg.ID, ch: make(chan []byte, 1)}
-	c.init = w
-	c.touch()
-	id := uuid.NewString()
-	if e.cluster != nil {
-		// The id names this pod, so that any pod finds the connection.
-		id = e.cluster.Incarnation() + "." + id
-	}
-	c.actor = e.srv.ConnectAs(id, actors.Identity{Principal: who, Remote: ctx.RemoteAddr().String()}, c)
-	c.id = c.actor.ID
-	c.log = e.log.With().Str("conn", c.id).Logger()
-	e.mu.Lock()
-	e.conns[c.id] = c
-	evict := e.addUnusedLocked(c)
-	e.mu.Unlock()
-	for _, old := range evict {
-		go e.closeConn(old, reasonUnused, false, e.cfg.CloseTimeout)
-	}
+	c := e.openConn(e.newConnID(), w, false, actors.Identity{Principal: who, Remote: ctx.RemoteAddr().String()})
 	c.log.Debug().Str("remote", ctx.RemoteAddr().String()).Msg("connection open")
 	if !e.holdInit {
 		c.actor.Deliver(msg)
@@ -593,12 +585,47 @@ func (e *Edge) initialize(ctx *fasthttp.RequestCtx, msg *protocol.Message, who s
 	ctx.SetBody(body)
 }
 
+// tooManyConns answers 429 to a principal at its connection limit.
+func tooManyConns(ctx *fasthttp.RequestCtx, limit int) {
+	ctx.Response.Header.Set(fasthttp.HeaderRetryAfter, "5")
+	jsonError(ctx, fasthttp.StatusTooManyRequests, fmt.Sprintf("%s (limit %d); close one with DELETE /acp", msgTooManyConns, limit))
+}
+
+// newConnID is the id of a new connection; in cluster mode it names this
+// pod, so that any pod finds the connection.
+func (e *Edge) newConnID() string {
+	if e.cluster != nil {
+		return e.cluster.Incarnation() + "." + uuid.NewString()
+	}
+	return uuid.NewString()
+}
+
+// openConn starts the connection actor of a new connection of who
+// (admitted by admitUser already) and registers it, unused until its first
+// stream or request after initialize (w, for the synchronous initialize
+// POST) or first frame (a WebSocket, ws).
+func (e *Edge) openConn(id string, w *initWait, ws bool, who actors.Identity) *conn {
+	c := &conn{e: e, main: &slot{}, init: w, ws: ws, principal: who.Principal}
+	c.touch()
+	c.actor = e.srv.ConnectAs(id, who, c)
+	c.id = c.actor.ID
+	c.log = e.log.With().Str("conn", c.id).Logger()
+	e.mu.Lock()
+	e.conns[c.id] = c
+	evict := e.addUnusedLocked(c)
+	e.mu.Unlock()
+	for _, old := range evict {
+		go e.closeConn(old, reasonUnused, false, e.cfg.CloseTimeout)
+	}
+	return c
+}
+
 // get handles GET /acp: the connection stream, or a session stream with
 // Acp-Session-Id.
 func (e *Edge) get(ctx *fasthttp.RequestCtx, who string) (stream func()) {
 	h := &ctx.Request.Header
-	if bytes.EqualFold(bytes.TrimSpace(h.Peek(fasthttp.HeaderUpgrade)), []byte("websocket")) {
-		jsonError(ctx, fasthttp.StatusUpgradeRequired, "WebSocket is not supported; use POST and GET /acp (HTTP+SSE)")
+	if isWebSocketUpgrade(h) {
+		e.upgrade(ctx, who)
 		return nil
 	}
 	id := h.Peek(HeaderConnectionID)
@@ -742,6 +769,9 @@ func (e *Edge) closeConn(c *conn, reason string, drain bool, timeout time.Durati
 		if c.state == stateOpen {
 			c.state = stateClosing
 		}
+		if c.reason == "" {
+			c.reason = reason
+		}
 		c.init = nil
 		c.mu.Unlock()
 		c.actor.Close(timeout)
@@ -772,14 +802,20 @@ func (e *Edge) reaper() {
 		case now := <-t.C:
 			e.reapUnused(now.Add(-e.cfg.UnusedTimeout).UnixNano())
 			cutoff := now.Add(-e.cfg.IdleTimeout).UnixNano()
-			abandoned := now.Add(-e.cfg.ReplayMaxAge).UnixNano()
+			// Turns outlive their client for DetachedTurnMax (detach.go);
+			// without it, nobody could receive what they produce once the
+			// replay window is over.
+			keep, why := e.cfg.ReplayMaxAge, "stream gone for longer than the replay window: cancelling running turns"
+			if e.cfg.detachEnabled() {
+				keep, why = e.cfg.DetachedTurnMax, "stream gone for longer than IAC_CODE_DETACHED_TURN_MAX: cancelling running turns"
+			}
+			abandoned := now.Add(-keep).UnixNano()
+			detachedCutoff := now.Add(-max(e.cfg.IdleTimeout, keep+e.cfg.CloseTimeout)).UnixNano()
 			for _, c := range e.snapshot() {
-				if c.idleSince(cutoff) {
+				if c.idleSince(cutoff, detachedCutoff) {
 					go e.closeConn(c, reasonIdle, false, e.cfg.CloseTimeout)
 				} else if c.abandoned(abandoned) {
-					// Nobody can receive what these turns produce: a client
-					// coming back after the replay window misses it anyway.
-					c.log.Info().Dur("after", e.cfg.ReplayMaxAge).Msg("stream gone for longer than the replay window: cancelling running turns")
+					c.log.Info().Dur("after", keep).Msg(why)
 					e.met.abandoned.Inc()
 					c.actor.CancelTurns()
 				}

@@ -56,6 +56,8 @@ func TestConfigFromEnvironment(t *testing.T) {
 		"IAC_CODE_MCP_TOOL_TIMEOUT":     "90s",
 		"IAC_CODE_CLIENT_TIMEOUT":       "9s",
 		"IAC_CODE_MAX_IMAGE_BYTES":      "1000",
+		"IAC_CODE_WS_PING_INTERVAL":     "3s",
+		"IAC_CODE_DETACHED_TURN_MAX":    "5m",
 
 		"IAC_CODE_WORKSPACE_ROOT":           "/srv/ws/{user}",
 		"IAC_CODE_MAX_TURNS_PER_USER":       "3",
@@ -75,8 +77,16 @@ func TestConfigFromEnvironment(t *testing.T) {
 		t.Errorf("actors config %+v", a)
 	}
 	if h.IdleTimeout != 2*time.Minute || h.UnusedTimeout != 10*time.Second || h.MaxUnused != 99 ||
-		h.ReplayMaxAge != 3*time.Second || h.MaxConnections != 500 || h.MaxConnectionsPerUser != 4 {
+		h.ReplayMaxAge != 3*time.Second || h.MaxConnections != 500 || h.MaxConnectionsPerUser != 4 || h.WSPingInterval != 3*time.Second ||
+		h.DetachedTurnMax != 5*time.Minute {
 		t.Errorf("http config %+v", h)
+	}
+	for v, want := range map[string]time.Duration{"0": -1, "": 0} {
+		env := map[string]string{"IAC_CODE_HOME": "/h", "IAC_CODE_DETACHED_TURN_MAX": v}
+		s, err := loadConfig(func(k string) string { return env[k] })
+		if err != nil || s.http.DetachedTurnMax != want {
+			t.Errorf("IAC_CODE_DETACHED_TURN_MAX=%q: %v, %v (want %v: 0 keeps the old cancel, unset the default)", v, s.http.DetachedTurnMax, err, want)
+		}
 	}
 
 	env = map[string]string{"IAC_CODE_HOME": "/h", "IAC_CODE_MAX_SESSIONS": "-1", "IAC_CODE_HTTP_UNUSED_TIMEOUT": "soon",

@@ -52,6 +52,11 @@ func loadConfig(getenv func(string) string) (settings, error) {
 	e.positive("IAC_CODE_HTTP_MAX_UNUSED", &s.http.MaxUnused)
 	e.duration("IAC_CODE_HTTP_REPLAY_MAX_AGE", &s.http.ReplayMaxAge)
 	e.positive("IAC_CODE_HTTP_MAX_CONNECTIONS", &s.http.MaxConnections)
+	e.duration("IAC_CODE_WS_PING_INTERVAL", &s.http.WSPingInterval)
+	e.duration("IAC_CODE_DETACHED_TURN_MAX", &s.http.DetachedTurnMax)
+	if getenv("IAC_CODE_DETACHED_TURN_MAX") != "" && s.http.DetachedTurnMax == 0 {
+		s.http.DetachedTurnMax = -1 // 0: turns end with their client, as before
+	}
 	e.positive("IAC_CODE_MAX_CONNECTIONS_PER_USER", &s.http.MaxConnectionsPerUser)
 	e.positive("IAC_CODE_MAX_TURNS_PER_USER", &s.actors.MaxTurnsPerUser)
 	if root := getenv("IAC_CODE_WORKSPACE_ROOT"); root != "" {

@@ -52,13 +52,17 @@ func delta(before, after acpclient.Metrics, name string) (float64, bool) {
 
 // setupConns dials n connections, each with one session; failed ones are
 // counted in errs and left nil.
-func setupConns(ctx context.Context, o *Options, h *acpclient.HTTP, n, width int, deadline time.Time, withSession bool, errs *stats.Counter) ([]*hconn, []string) {
+func setupConns(ctx context.Context, o *Options, h *acpclient.HTTP, n, width int, deadline time.Time, withSession, ws bool, errs *stats.Counter) ([]*hconn, []string) {
+	dial := dialConn
+	if ws {
+		dial = dialWSConn
+	}
 	conns := make([]*hconn, n)
 	sids := make([]string, n)
 	prog := o.progress("connecting", int64(n), "conns")
 	parallel(n, width, func(i int) {
 		defer prog.add(1)
-		c, err := dialConn(ctx, h, deadline)
+		c, err := dial(ctx, h, deadline)
 		if err != nil {
 			errs.Inc(errKey("connect", err))
 			return
@@ -123,6 +127,9 @@ type FanoutParams struct {
 	// Pods > 0 runs that many cluster pods (a throwaway PostgreSQL) behind
 	// a round-robin proxy, which the clients talk to (see cluster.go).
 	Pods int
+	// WS runs every connection over a WebSocket on /acp instead of POSTs
+	// and an SSE stream.
+	WS bool
 }
 
 func (p *FanoutParams) defaults() {
@@ -150,6 +157,10 @@ func Fanout(ctx context.Context, o *Options, p FanoutParams) (*Result, error) {
 	if p.Ramp > 0 {
 		r.Params["ramp"] = p.Ramp.String()
 		r.Variant += ",ramp=" + p.Ramp.String()
+	}
+	if p.WS {
+		r.Params["transport"] = "websocket"
+		r.Variant += ",ws"
 	}
 	fake, stopFake := startFake(2 * time.Second)
 	defer stopFake()
@@ -181,8 +192,10 @@ func Fanout(ctx context.Context, o *Options, p FanoutParams) (*Result, error) {
 	var errs stats.Counter
 
 	u0 := srv.Usage()
-	conns, sids := setupConns(ctx, o, h, p.Conns, p.SetupWidth, deadline, true, &errs)
-	warmPool(ctx, h, p.Conns)
+	conns, sids := setupConns(ctx, o, h, p.Conns, p.SetupWidth, deadline, true, p.WS, &errs)
+	if !p.WS {
+		warmPool(ctx, h, p.Conns)
+	}
 	defer closeConns(context.Background(), conns, nil)
 	uSetup := srv.Usage()
 
@@ -334,7 +347,7 @@ func Idle(ctx context.Context, o *Options, p IdleParams) (*Result, error) {
 	m0 := serverMetrics(ctx, h)
 	u0 := srv.Usage()
 	deadline := time.Now().Add(5*time.Minute + p.Hold + time.Duration(p.Streams)*10*time.Millisecond)
-	conns, _ := setupConns(ctx, o, h, p.Streams, p.SetupWidth, deadline, false, &errs)
+	conns, _ := setupConns(ctx, o, h, p.Streams, p.SetupWidth, deadline, false, false, &errs)
 	defer closeConns(context.Background(), conns, nil)
 	time.Sleep(p.Settle)
 	m1 := serverMetrics(ctx, h)

@@ -40,9 +40,11 @@ func newSink(start time.Time, span time.Duration, prog *progress, progChunks boo
 // answer arrives. With dropEvery set it drops the stream at random moments
 // (exponentially distributed, that mean) and resumes it with Last-Event-ID.
 type hconn struct {
-	h        *acpclient.HTTP
-	id       string
-	st       *acpclient.Stream
+	h  *acpclient.HTTP
+	id string
+	st *acpclient.Stream
+	// ws, when set, carries everything instead of POSTs and st (--ws).
+	ws       *acpclient.WS
 	ids      marker.IDs
 	nextID   int64
 	deadline time.Time
@@ -72,6 +74,22 @@ func dialConn(ctx context.Context, h *acpclient.HTTP, deadline time.Time) (*hcon
 	return c, nil
 }
 
+// dialWSConn opens a WebSocket connection and initializes it.
+func dialWSConn(ctx context.Context, h *acpclient.HTTP, deadline time.Time) (*hconn, error) {
+	dctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	ws, err := acpclient.DialWS(dctx, h.Addr, h.Token)
+	if err != nil {
+		return nil, err
+	}
+	c := &hconn{h: h, id: ws.ID, ws: ws, deadline: deadline}
+	if _, err := c.call(ctx, func(id int64) []byte { return acpclient.Initialize(id) }, nil); err != nil {
+		_ = ws.Close()
+		return nil, fmt.Errorf("initialize: %w", err)
+	}
+	return c, nil
+}
+
 // enableDrops starts random stream drops.
 func (c *hconn) enableDrops(every, reconnectMax time.Duration, seed uint64) {
 	c.dropEvery, c.reconnectMax = every, reconnectMax
@@ -88,10 +106,15 @@ func (c *hconn) scheduleDrop() {
 func (c *hconn) call(ctx context.Context, build func(id int64) []byte, onMsg func(m *acpclient.Msg, now time.Time)) (*acpclient.Msg, error) {
 	c.nextID++
 	id := c.nextID
-	pctx, cancel := context.WithDeadline(ctx, c.deadline)
-	err := c.h.Post(pctx, c.id, build(id))
+	var err error
+	if c.ws != nil {
+		err = c.ws.Send(build(id))
+	} else {
+		pctx, cancel := context.WithDeadline(ctx, c.deadline)
+		err = c.h.Post(pctx, c.id, build(id))
+		cancel()
+	}
 	c.posted = time.Now()
-	cancel()
 	if err != nil {
 		return nil, err
 	}
@@ -123,8 +146,7 @@ func (c *hconn) readUntil(ctx context.Context, id int64, onMsg func(m *acpclient
 				dl = c.nextDrop
 			}
 		}
-		_ = c.st.SetReadDeadline(dl)
-		ev, err := c.st.Next()
+		ev, err := c.next(dl)
 		if err != nil {
 			var ne net.Error
 			if c.dropEvery > 0 && errors.As(err, &ne) && ne.Timeout() && time.Now().Before(c.deadline) {
@@ -148,6 +170,20 @@ func (c *hconn) readUntil(ctx context.Context, id int64, onMsg func(m *acpclient
 			onMsg(&m, now)
 		}
 	}
+}
+
+// next reads the next event of the stream or message of the WebSocket.
+func (c *hconn) next(deadline time.Time) (*acpclient.Event, error) {
+	if c.ws == nil {
+		_ = c.st.SetReadDeadline(deadline)
+		return c.st.Next()
+	}
+	_ = c.ws.SetReadDeadline(deadline)
+	data, err := c.ws.Next()
+	if err != nil {
+		return nil, err
+	}
+	return &acpclient.Event{Type: "message", Data: data}, nil
 }
 
 // reconnect drops the stream, waits a little and resumes after the last
@@ -233,6 +269,9 @@ func (c *hconn) closeSession(ctx context.Context, sid string) error {
 
 // close deletes the connection and drops the stream.
 func (c *hconn) close(ctx context.Context) error {
+	if c.ws != nil {
+		return c.ws.Close()
+	}
 	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	err := c.h.Delete(dctx, c.id)

@@ -56,7 +56,7 @@ func Soak(ctx context.Context, o *Options, p SoakParams) (*Result, error) {
 	turnTime := time.Duration(float64(p.Chunks) / max(p.Rate, 1) * float64(time.Second))
 	deadline := time.Now().Add(p.Duration + 3*turnTime + 2*time.Minute + time.Duration(p.Conns)*20*time.Millisecond)
 	var errs stats.Counter
-	conns, _ := setupConns(ctx, o, h, p.Conns, p.SetupWidth, deadline, false, &errs)
+	conns, _ := setupConns(ctx, o, h, p.Conns, p.SetupWidth, deadline, false, false, &errs)
 	defer closeConns(context.Background(), conns, nil)
 
 	live0, _ := srv.LiveMemStats(ctx) // nil unless a profiling build
