@@ -2,6 +2,7 @@ package mcp_test
 
 import (
 	"context"
+	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 	. "github.com/onsi/ginkgo/v2"
@@ -32,6 +33,22 @@ var _ = Describe("MCP prompts", func() {
 		Expect(err).To(MatchError(ContainSubstring("the prompt store is unavailable")))
 		_, err = st.srv.GetPrompt(context.Background(), "no_such_prompt", nil)
 		Expect(err).To(HaveOccurred())
+	})
+
+	It("lists the prompts again after prompts/list_changed", func() {
+		st := startServer(mcp.Config{Transport: mcp.Stdio, Command: serverBin})
+		st.connected()
+		Expect(callText(st, "add_prompt", `{"name":"late"}`).Output).To(Equal("added prompt late"))
+		Eventually(func() []string {
+			var names []string
+			for _, p := range st.ev.last().Prompts {
+				names = append(names, p.Name)
+			}
+			return names
+		}, 10*time.Second, 10*time.Millisecond).Should(ContainElements("late", "review"))
+		res, err := st.srv.GetPrompt(context.Background(), "late", nil)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(res.Messages[0].Content.(*sdk.TextContent).Text).To(Equal("the late prompt"))
 	})
 
 	It("refuses prompts/get once the server is closed", func() {

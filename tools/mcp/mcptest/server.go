@@ -179,6 +179,16 @@ func New(name string) *sdk.Server {
 				})
 			return text("added " + name), nil
 		})
+	s.AddTool(&sdk.Tool{Name: "add_prompt", Description: "Add a prompt named name (its text: 'the <name> prompt')",
+		InputSchema: object(`"name":{"type":"string"}`, "name")},
+		func(_ context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+			name, _ := args(req)["name"].(string)
+			s.AddPrompt(&sdk.Prompt{Name: name, Description: "added at run time"},
+				func(context.Context, *sdk.GetPromptRequest) (*sdk.GetPromptResult, error) {
+					return &sdk.GetPromptResult{Messages: []*sdk.PromptMessage{{Role: "user", Content: &sdk.TextContent{Text: "the " + name + " prompt"}}}}, nil
+				})
+			return text("added prompt " + name), nil
+		})
 	s.AddTool(&sdk.Tool{Name: "remove_tool", Description: "Remove the tool named name",
 		InputSchema: object(`"name":{"type":"string"}`, "name")},
 		func(_ context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
