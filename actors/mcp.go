@@ -64,6 +64,8 @@ type (
 		servers []mcpServerStatus
 		settled bool
 		gen     int
+		// prompts are the connected servers' prompts as slash commands.
+		prompts []mcpPrompt
 	}
 )
 
@@ -72,13 +74,14 @@ func (*mcpStatus) IgnoreDeadLetterLogging() {}
 
 // mcpServer is one configured server of the actor.
 type mcpServer struct {
-	cfg   protocol.McpServerConfig
-	cwd   string
-	gen   int
-	srv   *mcp.Server
-	state mcp.State
-	tools []*sdk.Tool
-	err   string
+	cfg     protocol.McpServerConfig
+	cwd     string
+	gen     int
+	srv     *mcp.Server
+	state   mcp.State
+	tools   []*sdk.Tool
+	prompts []*sdk.Prompt
+	err     string
 }
 
 // mcpActor owns the MCP servers of one session (it is the session's
@@ -165,7 +168,7 @@ func (a *mcpActor) start(ctx actor.Context, cfg protocol.McpServerConfig, cwd st
 
 func (a *mcpActor) apply(s *mcpServer, ev mcp.Event) {
 	s.state = ev.State
-	s.tools = ev.Tools
+	s.tools, s.prompts = ev.Tools, ev.Prompts
 	s.err = ""
 	if ev.Err != nil {
 		s.err = ev.Err.Error()
@@ -200,5 +203,5 @@ func (a *mcpActor) publish(ctx actor.Context) {
 		list[i] = mcp.NewTool(name, owners[i].srv, remote[i], a.deps.Config.MCPToolTimeout)
 	}
 	a.set.p.Store(&list)
-	ctx.Send(ctx.Parent(), &mcpStatus{servers: status, settled: settled, gen: a.config})
+	ctx.Send(ctx.Parent(), &mcpStatus{servers: status, settled: settled, gen: a.config, prompts: promptCommands(a.servers)})
 }

@@ -359,6 +359,8 @@ func (s *session) receive(ctx actor.Context) {
 		s.onMCPStatus(ctx, m)
 	case *mcpBudget:
 		s.onMCPBudget(ctx, m)
+	case *mcpPromptGot:
+		s.onMCPPromptGot(ctx, m)
 	case *childCrashed:
 		if m.child.Equal(s.mcp.pid) {
 			s.onMCPCrash(ctx, m)
@@ -547,7 +549,8 @@ func (s *session) answerStart(ctx actor.Context, kind startKind, reqID protocol.
 		return
 	}
 	if kind != startResume {
-		s.emitTo(ctx, conn, protocol.AvailableCommandsUpdate{SessionUpdate: protocol.UpdateAvailableCommands, AvailableCommands: availableCommands()})
+		s.mcp.commandsSent = s.availableCommands()
+		s.emitTo(ctx, conn, protocol.AvailableCommandsUpdate{SessionUpdate: protocol.UpdateAvailableCommands, AvailableCommands: s.mcp.commandsSent})
 	}
 }
 

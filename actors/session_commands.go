@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -25,11 +24,6 @@ var moreCommands = []protocol.AvailableCommand{
 	{Name: "mode", Description: "Show the modes, or switch to one", Input: &protocol.AvailableCmdInput{Hint: "mode id (optional)"}},
 	{Name: "status", Description: "Provider, model, context use, MCP servers"},
 	{Name: "init", Description: "Write an AGENTS.md for this project (asks before writing)"},
-}
-
-// availableCommands is what available_commands_update lists.
-func availableCommands() []protocol.AvailableCommand {
-	return append(slices.Clip(slashCommands), moreCommands...)
 }
 
 // initPrompt is what /init asks of the model.
@@ -66,15 +60,24 @@ func (s *session) localCommand(ctx actor.Context, r *sessionRequest, user *llm.M
 		user.Content = []llm.Block{{Type: llm.BlockText, Text: initPrompt}}
 		return false
 	default:
-		return false
-	}
-	if s.fenced != nil {
-		s.respondError(ctx, r.id, s.fenced)
+		if !strings.HasPrefix(name, "mcp__") {
+			return false
+		}
+		s.mcpPromptCommand(ctx, r, user, name, arg) // session_mcp_prompts.go
 		return true
 	}
-	s.emit(ctx, protocol.ChunkUpdate{SessionUpdate: protocol.UpdateAgentMessageChunk, Content: protocol.Text(reply)})
-	s.respond(ctx, r.id, protocol.PromptResponse{StopReason: protocol.StopEndTurn, Usage: promptUsage(llm.Usage{})})
+	s.commandReply(ctx, r, reply)
 	return true
+}
+
+// commandReply answers a command's prompt with reply, without a model call.
+func (s *session) commandReply(ctx actor.Context, r *sessionRequest, reply string) {
+	if s.fenced != nil {
+		s.respondTo(ctx, r.conn, r.id, nil, s.fenced)
+		return
+	}
+	s.emit(ctx, protocol.ChunkUpdate{SessionUpdate: protocol.UpdateAgentMessageChunk, Content: protocol.Text(reply)})
+	s.respondTo(ctx, r.conn, r.id, protocol.PromptResponse{StopReason: protocol.StopEndTurn, Usage: promptUsage(llm.Usage{})}, nil)
 }
 
 func (s *session) modelCommand(ctx actor.Context, name string) string {

@@ -121,10 +121,11 @@ func (s *session) thinkingBudget() int {
 }
 
 // sessionDefaults are the option values a new session starts with: the
-// ones the user chose last (settings.yml sessionDefaults).
+// ones its owner chose last (settings.yml sessionDefaults, or
+// principalDefaults.<owner> on a server with identities).
 func (s *session) sessionDefaults() map[string]string {
 	out := map[string]string{}
-	defaults := llm.SessionDefaults(s.deps.Config.Home)
+	defaults := llm.SessionDefaults(s.deps.Config.Home, s.defaultsPrincipal())
 	if l := defaults[optThoughtLevel]; thoughtLevelNames[l] != "" {
 		out[optThoughtLevel] = l
 	}
@@ -132,6 +133,15 @@ func (s *session) sessionDefaults() map[string]string {
 		out[optAutoCompact] = v
 	}
 	return out
+}
+
+// defaultsPrincipal is whose defaults the session reads and writes: ""
+// (the home's own) for DefaultPrincipal.
+func (s *session) defaultsPrincipal() string {
+	if s.owner == DefaultPrincipal || s.owner == "" {
+		return ""
+	}
+	return s.owner
 }
 
 // setMode changes the mode, answers reqID, and tells the client both ways
@@ -183,7 +193,7 @@ func (s *session) setConfig(ctx actor.Context, r *sessionRequest) {
 			s.meta.Config[optThoughtLevel] = value
 			s.changeMeta()
 		}
-		if err := llm.SaveSessionDefault(s.deps.Config.Home, optThoughtLevel, value); err != nil {
+		if err := llm.SaveSessionDefault(s.deps.Config.Home, s.defaultsPrincipal(), optThoughtLevel, value); err != nil {
 			s.log.Warn().Err(err).Msg("cannot keep the thought level as the default of new sessions")
 		}
 	case p.ConfigID == "mode" || p.ConfigID == "model" || p.ConfigID == optThoughtLevel:
@@ -220,7 +230,7 @@ func (s *session) setBoolean(ctx actor.Context, r *sessionRequest, p protocol.Se
 		s.meta.Config[optAutoCompact] = value
 		s.changeMeta()
 	}
-	if err := llm.SaveSessionDefault(s.deps.Config.Home, optAutoCompact, value); err != nil {
+	if err := llm.SaveSessionDefault(s.deps.Config.Home, s.defaultsPrincipal(), optAutoCompact, value); err != nil {
 		s.log.Warn().Err(err).Msg("cannot keep auto_compact as the default of new sessions")
 	}
 	if s.fenced != nil {

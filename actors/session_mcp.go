@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"context"
 	"slices"
 	"time"
 
@@ -38,8 +39,16 @@ type sessionMCP struct {
 	gen      int
 	// pending are start requests answered when the servers settle.
 	pending []pendingStart
-	// held is a prompt waiting for the servers (see holdPrompt).
-	held *sessionRequest
+	// held is a prompt waiting for the servers (see holdPrompt), or for
+	// prompts/get when resolving (session_mcp_prompts.go).
+	held      *sessionRequest
+	resolving bool
+	// stopGet ends the prompts/get of a resolving prompt.
+	stopGet context.CancelFunc
+	// prompts are the servers' prompts as slash commands; commandsSent the
+	// command list last sent to the client.
+	prompts      []mcpPrompt
+	commandsSent []protocol.AvailableCommand
 	// reported is the status last told to the client; noticed the failures
 	// already told as notices.
 	reported []mcpServerStatus
@@ -122,7 +131,7 @@ func (s *session) flushMCPWaits(ctx actor.Context) {
 		s.answerStart(ctx, p.kind, p.reqID, p.conn)
 	}
 	s.reportMCP(ctx, len(pending) > 0)
-	if held := s.mcp.held; held != nil {
+	if held := s.mcp.held; held != nil && !s.mcp.resolving {
 		s.mcp.held = nil
 		s.prompt(ctx, held)
 	}
@@ -145,7 +154,7 @@ func (s *session) onMCPStatus(ctx actor.Context, m *mcpStatus) {
 	if s.mcp.pid == nil || m.gen != s.mcp.gen {
 		return // stale: an older configuration, or an actor that is gone
 	}
-	s.mcp.status, s.mcp.settled = m.servers, m.settled
+	s.mcp.status, s.mcp.settled, s.mcp.prompts = m.servers, m.settled, m.prompts
 	s.flushMCPWaits(ctx)
 }
 
@@ -190,6 +199,7 @@ func (s *session) reportMCP(ctx actor.Context, answered bool) {
 		s.emit(ctx, protocol.SessionInfoUpdate{SessionUpdate: protocol.UpdateSessionInfo, Meta: s.mcpMeta()})
 	}
 	m.reported = m.status
+	s.reportCommands(ctx)
 	if m.noticed == nil {
 		m.noticed = map[string]bool{}
 	}
@@ -217,7 +227,10 @@ func (s *session) holdPrompt(r *sessionRequest) bool {
 // session moving or going away).
 func (s *session) cancelHeldPrompt(ctx actor.Context) {
 	if r := s.mcp.held; r != nil {
-		s.mcp.held = nil
+		if s.mcp.stopGet != nil {
+			s.mcp.stopGet()
+		}
+		s.mcp.held, s.mcp.resolving, s.mcp.stopGet = nil, false, nil
 		s.respondTo(ctx, r.conn, r.id, protocol.PromptResponse{StopReason: protocol.StopCancelled, Usage: promptUsage(llm.Usage{})}, nil)
 	}
 }
@@ -239,7 +252,7 @@ func (s *session) onMCPCrash(ctx actor.Context, m *childCrashed) {
 	for i, st := range s.mcp.status {
 		failed[i] = mcpServerStatus{Name: st.Name, Type: st.Type, Status: "failed", Error: "internal error"}
 	}
-	s.mcp.status = failed
+	s.mcp.status, s.mcp.prompts = failed, nil
 	s.mcp.settled = true
 	s.flushMCPWaits(ctx)
 }

@@ -64,9 +64,16 @@ func (s *session) prompt(ctx actor.Context, r *sessionRequest) {
 	if s.localCommand(ctx, r, &user) {
 		return
 	}
-	command := slashCommand(&user)
+	s.startPrompt(ctx, r, &user, false)
+}
+
+// startPrompt runs the prompt r whose user message is user: /compact and
+// /clear, else a turn. expanded: user is not what the client typed (an MCP
+// prompt's messages), so every client is shown it.
+func (s *session) startPrompt(ctx actor.Context, r *sessionRequest, user *llm.Message, expanded bool) {
+	command := slashCommand(user)
 	if command == "clear" {
-		s.echoPrompt(ctx, &user)
+		s.echoPrompt(ctx, user, expanded)
 		s.append(store.CompactionEntry("(The user cleared the conversation; nothing before this point is relevant.)", s.store.LastSeq()))
 		if s.fenced != nil {
 			s.respondError(ctx, r.id, s.fenced)
@@ -85,9 +92,9 @@ func (s *session) prompt(ctx actor.Context, r *sessionRequest) {
 		return
 	}
 	s.turnCounted = true
-	s.echoPrompt(ctx, &user)
+	s.echoPrompt(ctx, user, expanded)
 	if command == "" {
-		s.record(ctx, user)
+		s.record(ctx, *user)
 		if s.fenced != nil {
 			s.releaseTurnCount()
 			s.respondError(ctx, r.id, s.fenced)

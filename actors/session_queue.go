@@ -77,8 +77,8 @@ func (s *session) cancelQueued(ctx actor.Context, conn *actor.PID, requestID pro
 // user_message_chunk updates, when some of them did not type it: several
 // are attached, or it waited in the queue (its sender saw other turns in
 // between). A session with one client and no queue says nothing new.
-func (s *session) echoPrompt(ctx actor.Context, user *llm.Message) {
-	if s.clients.len() < 2 && !s.queue.starting {
+func (s *session) echoPrompt(ctx actor.Context, user *llm.Message, expanded bool) {
+	if s.clients.len() < 2 && !s.queue.starting && !expanded {
 		return
 	}
 	for _, u := range replayUpdates(user, user.ID) {

@@ -94,3 +94,55 @@ var _ = Describe("sessions of several principals", func() {
 		Expect(a2.result(prompt(a2, s2))).To(HaveKeyWithValue("stopReason", "end_turn"), "the slot came back")
 	})
 })
+
+var _ = Describe("the defaults of new sessions per principal", func() {
+	It("keeps each principal's last choice for its own new sessions: alice's choice leaves bob's and the home's defaults", func() {
+		home := GinkgoT().TempDir()
+		h := newHarnessWith(Config{Home: home}, &scriptedProvider{})
+		defer h.close()
+		booleans := map[string]any{"protocolVersion": 1,
+			"clientCapabilities": map[string]any{"session": map[string]any{"configOptions": map[string]any{"boolean": map[string]any{}}}}}
+		connect := func(user string) *harness {
+			out := &recorder{}
+			x := &harness{srv: h.srv, out: out, provider: h.provider,
+				conn: h.srv.ConnectAs(user+"-conn", Identity{Principal: user, Remote: "127.0.0.1:1"}, out)}
+			DeferCleanup(func() { x.conn.Close(time.Second) })
+			x.result(x.call("initialize", booleans))
+			return x
+		}
+		h.result(h.call("initialize", booleans))
+		alice, bob := connect("alice"), connect("bob")
+		cwd := GinkgoT().TempDir()
+		autoCompact := func(x *harness) any {
+			res := x.result(x.call("session/new", map[string]any{"cwd": cwd, "mcpServers": []any{}}))
+			for _, o := range res["configOptions"].([]any) {
+				if o.(map[string]any)["id"] == "auto_compact" {
+					return o.(map[string]any)["currentValue"]
+				}
+			}
+			Fail("no auto_compact option")
+			return nil
+		}
+		set := func(x *harness, on bool) {
+			sid := x.result(x.call("session/new", map[string]any{"cwd": cwd, "mcpServers": []any{}}))["sessionId"].(string)
+			x.result(x.call("session/set_config_option", map[string]any{"sessionId": sid, "configId": "auto_compact", "type": "boolean", "value": on}))
+		}
+		Expect([]any{autoCompact(alice), autoCompact(bob), autoCompact(h)}).To(Equal([]any{true, true, true}))
+
+		set(alice, false)
+		Expect(autoCompact(alice)).To(BeFalse(), "alice's choice is her default")
+		Expect(autoCompact(bob)).To(BeTrue(), "bob's default is unchanged")
+		Expect(autoCompact(h)).To(BeTrue(), "the default principal's too")
+
+		set(h, false) // the home's own user (stdio, shared token): sessionDefaults, bob's fallback
+		set(bob, true)
+		Expect([]any{autoCompact(alice), autoCompact(bob), autoCompact(h)}).To(Equal([]any{false, true, false}))
+		set(alice, true)
+		Expect([]any{autoCompact(alice), autoCompact(bob), autoCompact(h)}).To(Equal([]any{true, true, false}))
+
+		data, err := os.ReadFile(filepath.Join(home, llm.SettingsFile))
+		Expect(err).NotTo(HaveOccurred())
+		Expect(string(data)).To(And(ContainSubstring("sessionDefaults:\n    auto_compact: \"false\""),
+			ContainSubstring("principalDefaults:\n    alice:\n        auto_compact: \"true\"\n    bob:\n        auto_compact: \"true\"")))
+	})
+})

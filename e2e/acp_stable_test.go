@@ -388,6 +388,35 @@ var _ = Describe("ask_user and elicitation/create over stdio", Label("e2e", "acp
 	})
 })
 
+var _ = Describe("ask_user with the TypeScript SDK client", Label("e2e", "acp-stable", "node"), func() {
+	It("answers elicitation/create through the SDK's handler; the accepted answer and a cancel are the tool results", func() {
+		fake := llmtest.NewServer()
+		DeferCleanup(fake.Close)
+		fake.Script(
+			sessToolReply("q1", "ask_user", map[string]any{"question": "Which database?", "options": []any{"sqlite", "postgres"}}),
+			sessToolReply("q2", "ask_user", map[string]any{"question": "Any deadline?"}),
+			llmtest.Reply{Text: "noted"})
+		run := runTSClient(agentEnv(fake), stdioArgs("elicitation", GinkgoT().TempDir(), "--text", "set things up",
+			"--elicitation-answer", `{"action":"accept","content":{"answer":"postgres"}}`)...)
+		Expect(run.Result["prompt"]).To(HaveKeyWithValue("stopReason", "end_turn"))
+		asked := run.Result["elicitations"].([]any)
+		Expect(asked).To(HaveLen(2))
+		first := asked[0].(map[string]any)
+		Expect(first).To(And(HaveKeyWithValue("sessionId", run.Result["sessionId"]), HaveKeyWithValue("mode", "form"),
+			HaveKeyWithValue("message", "Which database?"), HaveKeyWithValue("toolCallId", "q1")))
+		Expect(first["requestedSchema"]).To(HaveKeyWithValue("properties", HaveKeyWithValue("answer",
+			HaveKeyWithValue("oneOf", ConsistOf(HaveKeyWithValue("const", "sqlite"), HaveKeyWithValue("const", "postgres"))))))
+		Expect(asked[1]).To(HaveKeyWithValue("message", "Any deadline?"))
+		results := map[string]string{}
+		for _, r := range lastRequest(fake).ToolResults() {
+			results[r.ID] = r.Content
+		}
+		Expect(results).To(HaveKeyWithValue("q1", "The user answered: postgres"))
+		Expect(results).To(HaveKeyWithValue("q2", ContainSubstring("cancel")))
+		Expect(toolNames(fake.Requests()[0])).To(ContainElement("ask_user"))
+	})
+})
+
 var _ = Describe("boolean config options over stdio", Label("e2e", "acp-stable"), func() {
 	It("offers auto_compact (boolean) to a client that advertises boolean options; off, a full context is not compacted; the choice is the new default", func() {
 		fake := llmtest.NewServer()

@@ -620,3 +620,60 @@ var _ = Describe("MCP servers from session/new", Label("e2e", "mcp"), func() {
 		Expect(finalUpdate(run.Updates, "c_sum")["status"]).To(Equal("completed"))
 	})
 })
+
+var _ = Describe("MCP prompts as slash commands", Label("e2e", "mcp", "acp-stable"), func() {
+	It("lists the prompts of the test and reference servers, runs them with arguments as the user turn, and answers failures in text", func() {
+		fake := llmtest.NewServer()
+		DeferCleanup(fake.Close)
+		fake.Script(llmtest.Reply{Text: "reviewed"}, llmtest.Reply{Text: "sunny"}, llmtest.Reply{Text: "simple"})
+		a := startAgent(agentEnv(fake))
+		a.initialize()
+		from := a.mark()
+		sid, states := a.newMCPSession(GinkgoT().TempDir(), testServer("t"), everything("everything"))
+		Expect(states).To(HaveEach(HaveKeyWithValue("status", "connected")))
+		_, cmds := a.waitUpdate("available_commands_update", from)
+		hints := map[string]any{}
+		for _, c := range cmds["availableCommands"].([]any) {
+			c := c.(map[string]any)
+			hints[c["name"].(string)] = c["input"]
+		}
+		Expect(hints).To(HaveKey("mcp__everything__simple_prompt"))
+		Expect(hints).To(HaveKeyWithValue("mcp__t__review", HaveKeyWithValue("hint", "focus")))
+		Expect(hints).To(HaveKeyWithValue("mcp__everything__args_prompt", HaveKeyWithValue("hint", ContainSubstring("city=…"))))
+
+		userTurn := func(n int) any {
+			msgs := fake.Requests()[n].JSON()["messages"].([]any)
+			return msgs[len(msgs)-1].(map[string]any)["content"]
+		}
+		run := func(text string) (int, float64) {
+			from := a.mark()
+			id := a.prompt(sid, text)
+			Expect(a.result(id)["stopReason"]).To(Equal("end_turn"), text)
+			return from, id
+		}
+		from, id := run("/mcp__t__review the error paths")
+		Expect(userTurn(0)).To(ContainSubstring("Review the code, focusing on: the error paths"))
+		var shown []string
+		for _, u := range a.sessionUpdates(sid, from, id) {
+			if u["sessionUpdate"] == "user_message_chunk" {
+				shown = append(shown, u["content"].(map[string]any)["text"].(string))
+			}
+		}
+		Expect(shown).To(Equal([]string{"Review the code, focusing on: the error paths"}))
+		Expect(agentText(a, from)).To(Equal("reviewed"))
+
+		run("/mcp__everything__args_prompt state=Oregon Portland")
+		Expect(userTurn(1)).To(ContainSubstring("What's weather in Portland, Oregon?"))
+		run("/mcp__everything__simple_prompt")
+		Expect(userTurn(2)).To(ContainSubstring("This is a simple prompt without arguments."))
+
+		from, _ = run("/mcp__t__broken")
+		Expect(agentText(a, from)).To(And(HavePrefix("The MCP prompt could not be got:"), ContainSubstring("the prompt store is unavailable")))
+		from, _ = run("/mcp__everything__args_prompt")
+		Expect(agentText(a, from)).To(HavePrefix("Missing argument: city"))
+		from, _ = run("/mcp__gone__x")
+		Expect(agentText(a, from)).To(HavePrefix("Unknown command /mcp__gone__x"))
+		Expect(fake.Requests()).To(HaveLen(3), "no model call for the failures")
+		a.finish()
+	})
+})

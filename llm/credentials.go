@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -42,6 +43,8 @@ func ForgetCredential(home, provider string) (bool, error) {
 
 // SetActiveProvider writes activeProvider to home/settings.yml.
 func SetActiveProvider(home, provider string) error {
+	settingsEdits.Lock()
+	defer settingsEdits.Unlock()
 	return EditYAML(filepath.Join(home, SettingsFile), 0o600, func(root *yaml.Node) bool {
 		setScalar(root, "activeProvider", provider)
 		return true
@@ -128,10 +131,22 @@ func deleteKey(m *yaml.Node, key string) bool {
 	return found
 }
 
-// SessionDefaults are the option values a user chose last (settings.yml
-// sessionDefaults), for their new sessions. A missing or malformed file
+// The defaults a user's choices leave: settings.yml sessionDefaults for
+// the home's own user (principal "": stdio, the shared HTTP token), and
+// principalDefaults.<principal> for each named principal of a multi-user
+// server, so one user's choice never changes another's new sessions. A
+// named principal's own value wins; an option it never chose falls back
+// to sessionDefaults (what the home's owner chose, the old shared place).
+// Edits of the file within this process are serialised (settingsEdits):
+// two users choosing at once both keep their value.
+
+// settingsEdits serialises read-modify-write of settings.yml.
+var settingsEdits sync.Mutex
+
+// SessionDefaults are the option values principal chose last, for their
+// new sessions ("" is the home's own user). A missing or malformed file
 // gives none: the server reported a malformed one at start.
-func SessionDefaults(home string) map[string]string {
+func SessionDefaults(home, principal string) map[string]string {
 	out := map[string]string{}
 	if home == "" {
 		return out
@@ -140,37 +155,60 @@ func SessionDefaults(home string) map[string]string {
 	if err != nil || root == nil {
 		return out
 	}
-	for i := 0; i+1 < len(root.Content); i += 2 {
-		if root.Content[i].Value != "sessionDefaults" || root.Content[i+1].Kind != yaml.MappingNode {
-			continue
-		}
-		m := root.Content[i+1]
-		for j := 0; j+1 < len(m.Content); j += 2 {
-			if m.Content[j+1].Kind == yaml.ScalarNode {
-				out[m.Content[j].Value] = m.Content[j+1].Value
-			}
+	readScalars(mappingOf(root, "sessionDefaults"), out)
+	if principal != "" {
+		readScalars(mappingOf(mappingOf(root, "principalDefaults"), principal), out)
+	}
+	return out
+}
+
+// mappingOf is the last mapping value of key in the mapping m (nil when
+// there is none, or m is nil).
+func mappingOf(m *yaml.Node, key string) *yaml.Node {
+	var out *yaml.Node
+	for i := 0; m != nil && i+1 < len(m.Content); i += 2 {
+		if m.Content[i].Value == key && m.Content[i+1].Kind == yaml.MappingNode {
+			out = m.Content[i+1]
 		}
 	}
 	return out
 }
 
-// SaveSessionDefault keeps value as the default of option id for new
-// sessions (settings.yml sessionDefaults.<id>).
-func SaveSessionDefault(home, id, value string) error {
+func readScalars(m *yaml.Node, into map[string]string) {
+	for j := 0; m != nil && j+1 < len(m.Content); j += 2 {
+		if m.Content[j+1].Kind == yaml.ScalarNode {
+			into[m.Content[j].Value] = m.Content[j+1].Value
+		}
+	}
+}
+
+// ensureMapping is the mapping value of key in m, created (replacing a
+// value of another kind) when missing.
+func ensureMapping(m *yaml.Node, key string) *yaml.Node {
+	if v := mappingOf(m, key); v != nil {
+		return v
+	}
+	deleteKey(m, key)
+	v := &yaml.Node{Kind: yaml.MappingNode}
+	m.Content = append(m.Content, &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: key}, v)
+	return v
+}
+
+// SaveSessionDefault keeps value as principal's default of option id for
+// new sessions: settings.yml sessionDefaults.<id> for "" (the home's own
+// user), principalDefaults.<principal>.<id> for another.
+func SaveSessionDefault(home, principal, id, value string) error {
 	if home == "" {
 		return nil
 	}
+	settingsEdits.Lock()
+	defer settingsEdits.Unlock()
 	return EditYAML(filepath.Join(home, SettingsFile), 0o600, func(root *yaml.Node) bool {
 		var m *yaml.Node
-		for i := 0; i+1 < len(root.Content); i += 2 {
-			if root.Content[i].Value == "sessionDefaults" && root.Content[i+1].Kind == yaml.MappingNode {
-				m = root.Content[i+1]
-			}
-		}
-		if m == nil {
-			deleteKey(root, "sessionDefaults")
-			m = &yaml.Node{Kind: yaml.MappingNode}
-			root.Content = append(root.Content, &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: "sessionDefaults"}, m)
+		if principal == "" {
+			m = ensureMapping(root, "sessionDefaults")
+		} else {
+			m = ensureMapping(ensureMapping(root, "principalDefaults"), principal)
 		}
 		setScalar(m, id, value)
 		return true

@@ -1,9 +1,11 @@
 package llm
 
 import (
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -74,13 +76,13 @@ func TestSessionDefaults(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(home, SettingsFile), []byte("activeProvider: openai # mine\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := SaveSessionDefault(home, "thought_level", "high"); err != nil {
+	if err := SaveSessionDefault(home, "", "thought_level", "high"); err != nil {
 		t.Fatal(err)
 	}
-	if err := SaveSessionDefault(home, "thought_level", "low"); err != nil {
+	if err := SaveSessionDefault(home, "", "thought_level", "low"); err != nil {
 		t.Fatal(err)
 	}
-	if got := SessionDefaults(home); len(got) != 1 || got["thought_level"] != "low" {
+	if got := SessionDefaults(home, ""); len(got) != 1 || got["thought_level"] != "low" {
 		t.Fatalf("defaults %v", got)
 	}
 	st, err := readSettings(filepath.Join(home, SettingsFile))
@@ -101,5 +103,41 @@ func TestTakesThoughtLevel(t *testing.T) {
 		if got := (Config{Provider: c.provider}).TakesThoughtLevel(c.model); got != c.want {
 			t.Errorf("%s %s: %v", c.provider, c.model, got)
 		}
+	}
+}
+
+func TestSessionDefaultsPerPrincipal(t *testing.T) {
+	home := t.TempDir()
+	// an old file: the shared sessionDefaults only
+	if err := os.WriteFile(filepath.Join(home, SettingsFile), []byte("sessionDefaults:\n  thought_level: medium\n  auto_compact: \"true\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got := SessionDefaults(home, "alice"); got["thought_level"] != "medium" || got["auto_compact"] != "true" {
+		t.Fatalf("a principal without its own values falls back to sessionDefaults: %v", got)
+	}
+	var wg sync.WaitGroup
+	for _, c := range [][3]string{{"alice", "thought_level", "high"}, {"bob", "auto_compact", "false"}, {"carol", "thought_level", "low"}} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := SaveSessionDefault(home, c[0], c[1], c[2]); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	for principal, want := range map[string]map[string]string{
+		"":      {"thought_level": "medium", "auto_compact": "true"},
+		"alice": {"thought_level": "high", "auto_compact": "true"},
+		"bob":   {"thought_level": "medium", "auto_compact": "false"},
+		"carol": {"thought_level": "low", "auto_compact": "true"},
+		"dave":  {"thought_level": "medium", "auto_compact": "true"},
+	} {
+		if got := SessionDefaults(home, principal); !maps.Equal(got, want) {
+			t.Errorf("%q: defaults %v, want %v", principal, got, want)
+		}
+	}
+	if fi, err := os.Stat(filepath.Join(home, SettingsFile)); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("settings.yml %v %v", fi, err)
 	}
 }

@@ -222,6 +222,20 @@ export const scenarios = {
   },
 
   /**
+   * A client that shows questions: initialize advertising
+   * `elicitation.form` → new → prompt(--text). Each `elicitation/create` is
+   * answered with the next --elicitation-answer (JSON), `{"action":"cancel"}`
+   * once they run out. Result: {sessionId, prompt, elicitations:[params…]}.
+   */
+  async elicitation(h) {
+    await h.initialize({ clientCapabilities: { elicitation: { form: {} } } });
+    const { sessionId } = await h.newSession();
+    const prompt = await h.prompt(sessionId, h.text(0));
+    h.check(h.elicitations.length > 0, "no elicitation/create arrived");
+    return { sessionId, prompt, elicitations: h.elicitations.map((e) => e.params) };
+  },
+
+  /**
    * MCP servers (--mcp-servers) in session/new, with a client that shows
    * notices: initialize → new → prompt(--text). Result: {session, prompt}
    * where session is the NewSessionResponse (its _meta has the servers' state).
@@ -462,6 +476,7 @@ function parseOptions(argv) {
       "prompt-json": { type: "string" },
       "cancel-on-terminal": { type: "boolean", default: false },
       "peer-url": { type: "string" },
+      "elicitation-answer": { type: "string", multiple: true },
     },
   });
   const opts = {
@@ -487,6 +502,7 @@ function parseOptions(argv) {
     promptJson: values["prompt-json"],
     cancelOnTerminal: values["cancel-on-terminal"],
     peerUrl: values["peer-url"],
+    elicitationAnswers: (values["elicitation-answer"] ?? []).map((a) => JSON.parse(a)),
   };
   if (opts.listScenarios) return opts;
   if (!opts.scenario) throw new Error("--scenario is required");
@@ -1015,6 +1031,8 @@ function makeHelpers(opts, ctx, record, checker) {
     updateEvents: record.updateEvents,
     /** {turn, params, answer} */
     permissionRequests: record.permissionRequests,
+    /** {params, answer} of each elicitation/create (elicitation scenario) */
+    elicitations: record.elicitations,
     failures: record.failures,
     /** current answer policy for session/request_permission (see PERMISSION_MODES) */
     permissionMode: opts.permission,
@@ -1270,6 +1288,17 @@ async function main() {
       return answer;
     });
   record.editor.register(app);
+  record.elicitations = [];
+  if (opts.scenario === "elicitation") {
+    // Only this scenario advertises elicitation; elsewhere the request is
+    // unexpected (the "*" handler below).
+    app.onRequest(acp.methods.client.elicitation.create, async ({ params }) => {
+      const answer = opts.elicitationAnswers[record.elicitations.length] ?? { action: "cancel" };
+      record.elicitations.push({ params, answer });
+      h?._poke();
+      return answer;
+    });
+  }
   app.onRequest("*", ({ method }) => {
       // The harness advertises no fs/terminal/elicitation capability.
       record.unexpectedRequests.push(method);

@@ -61,11 +61,13 @@ const (
 )
 
 // Event is a change of a server: its state, and when connected its tools
-// (the whole current list, again after every tools/list_changed).
+// and prompts (the whole current lists, again after every
+// tools/list_changed or prompts/list_changed).
 type Event struct {
-	State State
-	Tools []*sdk.Tool
-	Err   error
+	State   State
+	Tools   []*sdk.Tool
+	Prompts []*sdk.Prompt
+	Err     error
 }
 
 // Options are what a server gets from its session.
@@ -104,7 +106,8 @@ type Server struct {
 	// ctx ends the connection attempt and tool listing when closing.
 	ctx    context.Context
 	cancel context.CancelFunc
-	// relist coalesces tools/list_changed notifications.
+	// relist coalesces tools/list_changed and prompts/list_changed
+	// notifications.
 	relist chan struct{}
 	// closedDone is closed once Close has finished.
 	closedDone chan struct{}
@@ -186,13 +189,9 @@ func (s *Server) run() {
 		return
 	}
 	client := sdk.NewClient(&sdk.Implementation{Name: "iac-code", Version: s.opts.Version}, &sdk.ClientOptions{
-		Logger: slog.New(zerolog.NewSlogHandler(s.log.With().Str("lib", "mcp-go-sdk").Logger())),
-		ToolListChangedHandler: func(context.Context, *sdk.ToolListChangedRequest) {
-			select {
-			case s.relist <- struct{}{}:
-			default: // a re-list is already due
-			}
-		},
+		Logger:                      slog.New(zerolog.NewSlogHandler(s.log.With().Str("lib", "mcp-go-sdk").Logger())),
+		ToolListChangedHandler:      func(context.Context, *sdk.ToolListChangedRequest) { s.relistSoon() },
+		PromptListChangedHandler:    func(context.Context, *sdk.PromptListChangedRequest) { s.relistSoon() },
 		ProgressNotificationHandler: s.onProgress,
 	})
 	if s.opts.Cwd != "" {
@@ -217,8 +216,9 @@ func (s *Server) run() {
 		s.fail(s.describe(err, "cannot list tools"))
 		return
 	}
-	s.log.Info().Int("tools", len(list)).Dur("took", time.Since(started)).Msg("MCP server connected")
-	s.emit(Event{State: Connected, Tools: list})
+	prompts := s.listPrompts(cs)
+	s.log.Info().Int("tools", len(list)).Int("prompts", len(prompts)).Dur("took", time.Since(started)).Msg("MCP server connected")
+	s.emit(Event{State: Connected, Tools: list, Prompts: prompts})
 	go s.relistLoop(cs)
 	err = cs.Wait()
 	s.mu.Lock()
@@ -236,7 +236,15 @@ func (s *Server) run() {
 	}
 }
 
-// relistLoop re-lists the tools after tools/list_changed, one at a time.
+func (s *Server) relistSoon() {
+	select {
+	case s.relist <- struct{}{}:
+	default: // a re-list is already due
+	}
+}
+
+// relistLoop re-lists the tools and prompts after a list_changed, one at a
+// time.
 func (s *Server) relistLoop(cs *sdk.ClientSession) {
 	for {
 		select {
@@ -251,9 +259,45 @@ func (s *Server) relistLoop(cs *sdk.ClientSession) {
 			}
 			continue
 		}
-		s.log.Info().Int("tools", len(list)).Msg("MCP server changed its tools")
-		s.emit(Event{State: Connected, Tools: list})
+		prompts := s.listPrompts(cs)
+		s.log.Info().Int("tools", len(list)).Int("prompts", len(prompts)).Msg("MCP server changed its tools or prompts")
+		s.emit(Event{State: Connected, Tools: list, Prompts: prompts})
 	}
+}
+
+// listPrompts lists the server's prompts, when it has any: a server whose
+// prompts/list fails is still usable for its tools (logged, no prompts).
+func (s *Server) listPrompts(cs *sdk.ClientSession) []*sdk.Prompt {
+	if init := cs.InitializeResult(); init == nil || init.Capabilities == nil || init.Capabilities.Prompts == nil {
+		return nil
+	}
+	var out []*sdk.Prompt
+	for p, err := range cs.Prompts(s.ctx, nil) {
+		if err != nil {
+			if s.ctx.Err() == nil {
+				s.log.Warn().Err(err).Msg("MCP server: prompts/list failed; its prompts are not offered")
+			}
+			return nil
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// GetPrompt gets a prompt of the server with its arguments (prompts/get).
+// It returns ErrNotConnected when the server is not connected.
+func (s *Server) GetPrompt(ctx context.Context, name string, args map[string]string) (*sdk.GetPromptResult, error) {
+	s.mu.Lock()
+	cs, state := s.cs, s.state
+	s.mu.Unlock()
+	if cs == nil || state != Connected {
+		return nil, ErrNotConnected
+	}
+	res, err := cs.GetPrompt(ctx, &sdk.GetPromptParams{Name: name, Arguments: args})
+	if err != nil && ctx.Err() == nil {
+		err = errors.New(redactURL(err.Error(), s.cfg.URL))
+	}
+	return res, err
 }
 
 func (s *Server) listTools(cs *sdk.ClientSession) ([]*sdk.Tool, error) {

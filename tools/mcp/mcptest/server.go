@@ -179,6 +179,16 @@ func New(name string) *sdk.Server {
 				})
 			return text("added " + name), nil
 		})
+	s.AddTool(&sdk.Tool{Name: "add_prompt", Description: "Add a prompt named name (its text: 'the <name> prompt')",
+		InputSchema: object(`"name":{"type":"string"}`, "name")},
+		func(_ context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+			name, _ := args(req)["name"].(string)
+			s.AddPrompt(&sdk.Prompt{Name: name, Description: "added at run time"},
+				func(context.Context, *sdk.GetPromptRequest) (*sdk.GetPromptResult, error) {
+					return &sdk.GetPromptResult{Messages: []*sdk.PromptMessage{{Role: "user", Content: &sdk.TextContent{Text: "the " + name + " prompt"}}}}, nil
+				})
+			return text("added prompt " + name), nil
+		})
 	s.AddTool(&sdk.Tool{Name: "remove_tool", Description: "Remove the tool named name",
 		InputSchema: object(`"name":{"type":"string"}`, "name")},
 		func(_ context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
@@ -193,5 +203,52 @@ func New(name string) *sdk.Server {
 			os.Exit(3)
 			return nil, nil
 		})
+	addPrompts(s)
 	return s
+}
+
+// addPrompts gives the server prompts: review (one argument), greet (two),
+// plain (none, two messages), slow (answers after seconds) and broken
+// (prompts/get fails).
+func addPrompts(s *sdk.Server) {
+	userText := func(texts ...string) *sdk.GetPromptResult {
+		r := &sdk.GetPromptResult{}
+		for _, t := range texts {
+			r.Messages = append(r.Messages, &sdk.PromptMessage{Role: "user", Content: &sdk.TextContent{Text: t}})
+		}
+		return r
+	}
+	s.AddPrompt(&sdk.Prompt{Name: "review", Description: "Review the code with a focus",
+		Arguments: []*sdk.PromptArgument{{Name: "focus", Description: "what to look at", Required: true}}},
+		func(_ context.Context, req *sdk.GetPromptRequest) (*sdk.GetPromptResult, error) {
+			return userText("Review the code, focusing on: " + req.Params.Arguments["focus"]), nil
+		})
+	s.AddPrompt(&sdk.Prompt{Name: "greet", Description: "Greet someone",
+		Arguments: []*sdk.PromptArgument{{Name: "name", Required: true}, {Name: "tone"}}},
+		func(_ context.Context, req *sdk.GetPromptRequest) (*sdk.GetPromptResult, error) {
+			a := req.Params.Arguments
+			return userText(fmt.Sprintf("Greet %s in a %s tone.", a["name"], a["tone"])), nil
+		})
+	s.AddPrompt(&sdk.Prompt{Name: "plain", Description: "A prompt without arguments"},
+		func(context.Context, *sdk.GetPromptRequest) (*sdk.GetPromptResult, error) {
+			return userText("First part of the plain prompt.", "Second part of the plain prompt."), nil
+		})
+	s.AddPrompt(&sdk.Prompt{Name: "slow", Description: "A prompt that takes seconds to get",
+		Arguments: []*sdk.PromptArgument{{Name: "seconds", Required: true}}},
+		func(ctx context.Context, req *sdk.GetPromptRequest) (*sdk.GetPromptResult, error) {
+			d, err := time.ParseDuration(req.Params.Arguments["seconds"] + "s")
+			if err != nil {
+				return nil, err
+			}
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(d):
+			}
+			return userText("slow prompt after " + d.String()), nil
+		})
+	s.AddPrompt(&sdk.Prompt{Name: "broken", Description: "A prompt whose prompts/get fails"},
+		func(context.Context, *sdk.GetPromptRequest) (*sdk.GetPromptResult, error) {
+			return nil, fmt.Errorf("the prompt store is unavailable")
+		})
 }
