@@ -621,6 +621,7 @@ func (c *connection) listSessions(ctx actor.Context, m *protocol.Message) {
 		}
 	}
 	self, root, st, id, log, owner := ctx.Self(), ctx.ActorSystem().Root, c.deps.Store, m.ID, c.log, c.who.Principal
+	active := c.deps.active
 	go func() {
 		metas, next, err := st.ListOwned(owner, req.Cwd, req.Cursor, 50)
 		var frame []byte
@@ -634,9 +635,13 @@ func (c *connection) listSessions(ctx actor.Context, m *protocol.Message) {
 		default:
 			res := protocol.ListSessionsResponse{Sessions: make([]protocol.SessionInfo, 0, len(metas)), NextCursor: next}
 			for _, meta := range metas {
-				res.Sessions = append(res.Sessions, protocol.SessionInfo{SessionID: meta.ID, Cwd: meta.Cwd,
+				info := protocol.SessionInfo{SessionID: meta.ID, Cwd: meta.Cwd,
 					AdditionalDirectories: meta.AdditionalDirectories,
-					Title:                 meta.Title, UpdatedAt: meta.UpdatedAt.UTC().Format(time.RFC3339)})
+					Title:                 meta.Title, UpdatedAt: meta.UpdatedAt.UTC().Format(time.RFC3339)}
+				if t := active.get(meta.ID); t != nil {
+					info.Meta = map[string]any{activeTurnKey: t}
+				}
+				res.Sessions = append(res.Sessions, info)
 			}
 			frame = protocol.EncodeResult(id, res)
 		}

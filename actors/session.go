@@ -163,6 +163,8 @@ type session struct {
 	promptConn *actor.PID
 	closeConn  *actor.PID
 	turnUsage  llm.Usage
+	// soFar: the running turn and its message so far (session_active.go).
+	soFar turnSoFar
 	// closeID is the pending session/close answered once the turn ends.
 	closeID protocol.RawMessage
 	closing bool
@@ -245,6 +247,7 @@ func (s *session) receive(ctx actor.Context) {
 	}
 	switch m := ctx.Message().(type) {
 	case *outbound:
+		s.keepSoFar(m.frame.Data)
 		s.broadcast(ctx, m)
 	case *actor.Started:
 		s.deps.Metrics.Sessions.Add(1)
@@ -252,6 +255,7 @@ func (s *session) receive(ctx actor.Context) {
 	case *actor.Stopped:
 		s.deps.Metrics.Sessions.Add(-1)
 		s.releaseTurnCount()
+		s.forgetTurn()
 		if s.left != nil {
 			s.deps.leaving.CompareAndDelete(s.id, s.left)
 			close(s.left)
@@ -346,6 +350,7 @@ func (s *session) receive(ctx actor.Context) {
 		s.detachClient(ctx, m.conn)
 	case *messageDone:
 		s.record(ctx, m.msg)
+		s.messageRecorded(&m.msg)
 	case *compacted:
 		s.compacted(m)
 	case *turnFinished:
@@ -532,12 +537,13 @@ func (s *session) answerStart(ctx actor.Context, kind startKind, reqID protocol.
 	case startLoad, startResume:
 		if kind == startLoad {
 			s.replay(ctx, conn)
+			s.replaySoFar(ctx, conn)
 		}
 		s.respondTo(ctx, conn, reqID, protocol.SessionStateResponse{
 			Modes:         modeState(s.meta.Mode),
 			Models:        s.modelState(),
 			ConfigOptions: s.configOptions(),
-			Meta:          s.mcpMeta(),
+			Meta:          s.withActiveTurn(s.mcpMeta()),
 		}, nil)
 	default:
 		return

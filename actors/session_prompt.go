@@ -115,6 +115,7 @@ func (s *session) startPrompt(ctx actor.Context, r *sessionRequest, user *llm.Me
 	props := actor.PropsFromProducer(func() actor.Actor { return newTurn(s.deps, opts) },
 		actor.WithReceiverMiddleware(keepStack), actor.WithSupervisor(reportAndStop{}))
 	s.turn = ctx.Spawn(props)
+	s.beginTurn(r.id)
 	s.markTurn(true)
 }
 
@@ -185,6 +186,8 @@ func (s *session) endTurn(ctx actor.Context, m *turnFinished) {
 	// changed while it ran (see changeMeta).
 	s.meta.Usage = s.meta.Usage.Add(m.usage)
 	s.saveMeta()
+	// Told before the answer, which stays the turn's last frame.
+	s.finishTurn(ctx)
 	switch {
 	case s.fenced != nil:
 		// Whatever the turn's end: what it did since the takeover is lost.

@@ -108,6 +108,8 @@ type Deps struct {
 	// leaving are the sessions handed off to another process that are still
 	// stopping: id → channel closed once stopped (see HandOff).
 	leaving *sync.Map
+	// active are the sessions with a running turn (session_active.go).
+	active *activeTurns
 	// turns counts the running turns of each principal.
 	turns *userTurns
 	// projects are the AGENTS.md files by working directory (turn_context.go).
@@ -184,6 +186,7 @@ func NewServer(deps Deps) *Server {
 		deps.Metrics = &Metrics{}
 	}
 	deps.leaving = &sync.Map{}
+	deps.active = &activeTurns{}
 	deps.turns = &userTurns{}
 	deps.projects = sysprompt.NewProjects(deps.Config.Home)
 	if deps.Tools == nil {

@@ -315,13 +315,15 @@ var _ = Describe("compaction updates over stdio", Label("e2e", "acp-stable"), fu
 			for _, u := range ups {
 				kinds = append(kinds, u["sessionUpdate"].(string))
 			}
+			// the last one: the turn's end (_meta.activeTurn null)
+			Expect(ups[len(ups)-1]).To(HaveKeyWithValue("_meta", HaveKeyWithValue("activeTurn", BeNil())))
 			if !advertised {
-				Expect(kinds).To(Equal([]string{"agent_message_chunk"}))
+				Expect(kinds).To(Equal([]string{"agent_message_chunk", "session_info_update"}))
 				Expect(chatText(ups, "agent_message_chunk")).To(HavePrefix("Context compacted: "))
 				a.finish()
 				continue
 			}
-			Expect(kinds).To(Equal([]string{"compaction_update", "compaction_summary_chunk", "compaction_update"}))
+			Expect(kinds).To(Equal([]string{"compaction_update", "compaction_summary_chunk", "compaction_update", "session_info_update"}))
 			id := ups[0]["compactionId"]
 			Expect(id).NotTo(BeEmpty())
 			Expect(ups[0]).To(HaveKeyWithValue("status", "in_progress"))

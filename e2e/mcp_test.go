@@ -178,7 +178,8 @@ func (a *agent) waitMCPInfo(from int, ok func([]map[string]any) bool) []map[stri
 	Eventually(func() bool {
 		for _, m := range a.messages()[from:] {
 			if u := updateOf(m); u != nil && u["sessionUpdate"] == "session_info_update" {
-				if meta, _ := u["_meta"].(map[string]any); meta != nil && ok(mcpStates(u)) {
+				// (other session_info_updates, such as a turn's end, carry no MCP state)
+				if meta, _ := u["_meta"].(map[string]any); meta["iac-code/mcpServers"] != nil && ok(mcpStates(u)) {
 					found = mcpStates(u)
 					return true
 				}

@@ -35,6 +35,23 @@ type wsPeer struct {
 	got    []map[string]any
 }
 
+// activeTurnOf is the _meta.activeTurn of a load or resume answer.
+func activeTurnOf(res map[string]any) any {
+	meta, _ := res["_meta"].(map[string]any)
+	return meta["activeTurn"]
+}
+
+// isTurnEnd: m is the session_info_update saying the running turn ended.
+func isTurnEnd(m map[string]any) bool {
+	if m["method"] != "session/update" {
+		return false
+	}
+	u := m["params"].(map[string]any)["update"].(map[string]any)
+	meta, _ := u["_meta"].(map[string]any)
+	v, has := meta["activeTurn"]
+	return u["sessionUpdate"] == "session_info_update" && has && v == nil
+}
+
 func wsURL(base string) string { return "ws" + strings.TrimPrefix(base, "http") + "/acp" }
 
 // dialWS upgrades GET /acp at base; dial (nil: plain TCP) makes the socket.
@@ -401,6 +418,67 @@ var _ = Describe("detached turns (IAC_CODE_DETACHED_TURN_MAX)", Label("e2e", "re
 		return (&wsPeer{got: msgs}).text(0)
 	}
 
+	// sseDropThenLoad: an SSE client drops mid-turn and stays away past the
+	// replay window; a new connection then loads the session. It returns
+	// the load's answer, the new connection's events up to it, the agent
+	// and the new connection.
+	sseDropThenLoad := func(text []string, cancelled bool, env ...string) (map[string]any, []sseEvent, *httpAgent, string, *sseStream, string) {
+		fake.Script(llmtest.Reply{TextChunks: text, Delay: 200 * time.Millisecond})
+		a := startHTTPAgent(agentEnv(fake, append([]string{"IAC_CODE_HTTP_REPLAY_MAX_AGE=1s"}, env...)...), "")
+		conn := a.post("", jrpc(1, "initialize", map[string]any{"protocolVersion": 1})).header.Get("Acp-Connection-Id")
+		s := a.stream(conn)
+		a.accepted(conn, jrpc(2, "session/new", map[string]any{"cwd": cwd, "mcpServers": []any{}}))
+		evs := s.until("session", respTo(2))
+		sid := evs[len(evs)-1].msg["result"].(map[string]any)["sessionId"].(string)
+		a.accepted(conn, jrpc("prompt-α", "session/prompt", map[string]any{"sessionId": sid,
+			"prompt": []any{map[string]any{"type": "text", "text": "count slowly"}}}))
+		s.until("first chunk", isAgentChunk)
+		s.cancel()
+		s.resp.Body.Close()
+		time.Sleep(1500 * time.Millisecond) // past the replay window
+		if cancelled {
+			Eventually(func() float64 { return a.metric("iaccode_running_turns") }, 5*time.Second, 20*time.Millisecond).Should(BeZero())
+		} else {
+			Expect(a.metric("iaccode_running_turns")).To(Equal(1.0))
+		}
+
+		other := a.post("", jrpc(1, "initialize", map[string]any{"protocolVersion": 1})).header.Get("Acp-Connection-Id")
+		s2 := a.stream(other)
+		a.accepted(other, jrpc(2, "session/load", loadParams(sid, cwd)))
+		got := s2.until("load answer", respTo(2))
+		res, _ := got[len(got)-1].msg["result"].(map[string]any)
+		Expect(res).NotTo(BeNil(), "load answered: %v", got[len(got)-1].msg)
+		return res, got, a, other, s2, sid
+	}
+
+	It("SSE: a client gone past the replay window; a new connection's load gets activeTurn, the message so far, the rest live once, and the turn's end", func() {
+		text := words(12)
+		res, got, a, other, s2, sid := sseDropThenLoad(text, false)
+		active, ok := activeTurnOf(res).(map[string]any)
+		Expect(ok).To(BeTrue(), "activeTurn in the load answer: %v", res)
+		Expect(active["promptRequest"]).To(Equal("prompt-α"))
+		replayed := agentText(got)
+		Expect(replayed).NotTo(BeEmpty())
+		Expect(strings.HasPrefix(strings.Join(text, ""), replayed)).To(BeTrue(), "replayed %q", replayed)
+		Expect(replayed).NotTo(Equal(strings.Join(text, "")), "the turn still ran")
+		rest := s2.until("the turn's end", isTurnEnd)
+		Expect(replayed+agentText(rest)).To(Equal(strings.Join(text, "")), "the whole answer exactly once, in order")
+		a.accepted(other, jrpc(3, "session/resume", loadParams(sid, cwd)))
+		after := s2.until("resume answer", respTo(3))
+		Expect(activeTurnOf(after[len(after)-1].msg["result"].(map[string]any))).To(BeNil())
+		Expect(a.check.Violations()).To(BeEmpty())
+	})
+
+	It("SSE with IAC_CODE_DETACHED_TURN_MAX=0: the turn was cancelled with the replay window; the load shows no activeTurn and the partial answer", func() {
+		text := words(12)
+		res, got, a, _, _, _ := sseDropThenLoad(text, true, "IAC_CODE_DETACHED_TURN_MAX=0")
+		Expect(activeTurnOf(res)).To(BeNil())
+		Expect(a.metric("iaccode_running_turns")).To(BeZero())
+		replayed := agentText(got)
+		Expect(strings.HasPrefix(strings.Join(text, ""), replayed)).To(BeTrue(), "replayed %q", replayed)
+		Expect(replayed).NotTo(Equal(strings.Join(text, "")), "cut short")
+		Expect(a.check.Violations()).To(BeEmpty())
+	})
 	It("SSE: a client gone past the replay window comes back with Last-Event-ID to the rest of its turn, exactly once, and answers the permission asked meanwhile", func() {
 		text := words(8)
 		fake.Script(
@@ -467,6 +545,52 @@ var _ = Describe("detached turns (IAC_CODE_DETACHED_TURN_MAX)", Label("e2e", "re
 		Expect(q.text(from)).To(Equal("Still here."))
 		Expect(p.check.Violations()).To(BeEmpty())
 		Expect(q.check.Violations()).To(BeEmpty())
+	})
+
+	It("WebSocket across pods: a load on another pod while the detached turn runs gets activeTurn, the message so far, then the rest live, once; a session_info_update at the end", Label("cluster", "postgres"), func() {
+		text := words(12)
+		fake.Script(llmtest.Reply{TextChunks: text, Delay: 150 * time.Millisecond})
+		cl := newCluster(fake, 2, "IAC_CODE_HTTP_REPLAY_MAX_AGE=1s")
+		home, away := cl.pods[0], cl.pods[1]
+		p := openWS(home.base, nil, nil)
+		sid := p.call("session/new", map[string]any{"cwd": cwd, "mcpServers": []any{}})["sessionId"].(string)
+		promptID := p.prompt(sid, "stream slowly")
+		p.until("first chunk", isAgentChunk)
+		tcp := p.ws.NetConn().(*net.TCPConn)
+		Expect(tcp.SetLinger(0)).To(Succeed())
+		Expect(tcp.Close()).To(Succeed())
+		Eventually(func() float64 { return home.metric("iaccode_http_detached_total") }, 5*time.Second, 20*time.Millisecond).Should(Equal(1.0))
+
+		By("a new connection on the other pod loads the session mid-turn")
+		q := openWS(away.base, nil, nil)
+		res := q.call("session/load", loadParams(sid, cwd))
+		active, ok := activeTurnOf(res).(map[string]any)
+		Expect(ok).To(BeTrue(), "activeTurn in the load answer: %v", res)
+		Expect(active["promptRequest"]).To(Equal(promptID), "the prompt's id as its client sent it")
+		_, err := time.Parse(time.RFC3339, active["startedAt"].(string))
+		Expect(err).NotTo(HaveOccurred())
+		replayed := q.text(0)
+		Expect(replayed).NotTo(BeEmpty(), "the message so far is in the replay")
+		Expect(strings.HasPrefix(strings.Join(text, ""), replayed)).To(BeTrue(), "replayed %q", replayed)
+		Expect(replayed).NotTo(Equal(strings.Join(text, "")), "the turn was still running")
+
+		By("a list on the pod that runs the turn shows it")
+		r := openWS(home.base, nil, nil)
+		list := r.call("session/list", map[string]any{})
+		Expect(list["sessions"]).To(ContainElement(And(HaveKeyWithValue("sessionId", sid),
+			HaveKeyWithValue("_meta", HaveKeyWithValue("activeTurn", active)))))
+
+		By("the rest comes live, then the turn's end")
+		q.until("the turn's end", isTurnEnd)
+		Expect(q.text(0)).To(Equal(strings.Join(text, "")), "replay + live: the whole answer exactly once, in order")
+
+		By("afterwards no activeTurn")
+		Expect(activeTurnOf(r.call("session/resume", loadParams(sid, cwd)))).To(BeNil())
+		list = r.call("session/list", map[string]any{})
+		Expect(list["sessions"]).To(ContainElement(And(HaveKeyWithValue("sessionId", sid), Not(HaveKey("_meta")))))
+		for _, peer := range []*wsPeer{p, q, r} {
+			Expect(peer.check.Violations()).To(BeEmpty())
+		}
 	})
 })
 

@@ -245,6 +245,7 @@ type SessionInfo struct {
 	AdditionalDirectories []string `json:"additionalDirectories,omitempty"`
 	Title                 string   `json:"title,omitempty"`
 	UpdatedAt             string   `json:"updatedAt,omitempty"`
+	Meta                  any      `json:"_meta,omitempty"`
 }
 
 type SessionIDParams struct {

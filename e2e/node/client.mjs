@@ -346,7 +346,11 @@ export const scenarios = {
       h.permissionMode = "hold";
       b.permissionMode = "allow_once";
       const asked = h.permissionRequests.length;
+      const beforePermissionB = b.updateEvents.length;
       const permission = await h.prompt(sessionId, h.text(1));
+      // B (maybe on another pod) has all of that turn once it saw its end
+      await h.waitFor("B seeing the permission turn's end", () => of(b.updateEvents, beforePermissionB).some(
+        (u) => u.sessionUpdate === "session_info_update" && u._meta && u._meta.activeTurn === null));
       h.check(h.permissionRequests.length === asked + 1, "A was not asked for permission");
       h.check(b.permissionRequests.length === 1, "B was not asked for permission");
       const mine = h.permissionRequests[asked];

@@ -1,0 +1,165 @@
+package actors
+
+import (
+	"bytes"
+	"sync"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/iac-code/iac-code/llm"
+	"github.com/iac-code/iac-code/protocol"
+)
+
+// The running turn as a client that comes in during it sees it (issue 22):
+// session/load and session/resume answers and session/list entries carry
+// _meta.activeTurn = {startedAt, promptRequest} while a turn runs; when it
+// ends, every attached client gets a session_info_update with
+// _meta.activeTurn null; a load replays, after the history, what the turn
+// sent since its last completed message (the message so far), then the rest
+// comes live, so the loader sees the whole answer exactly once.
+
+// activeTurnKey is the _meta key of the running turn.
+const activeTurnKey = "activeTurn"
+
+// ActiveTurn is the running turn of a session as _meta.activeTurn says it:
+// when it started (RFC 3339) and the JSON-RPC id of its session/prompt
+// request exactly as its client sent it.
+type ActiveTurn struct {
+	StartedAt     string              `json:"startedAt"`
+	PromptRequest protocol.RawMessage `json:"promptRequest"`
+}
+
+// activeTurns are this process's sessions with a running turn (session id
+// → *ActiveTurn), for session/list: the list is read from the store in a
+// goroutine and asks no session actor. Sessions another process holds are
+// not in it (see docs/resilience.md).
+type activeTurns struct{ m sync.Map }
+
+func (a *activeTurns) get(id string) *ActiveTurn {
+	if a == nil {
+		return nil
+	}
+	if v, ok := a.m.Load(id); ok {
+		return v.(*ActiveTurn)
+	}
+	return nil
+}
+
+// Bounds of the message so far: past them the rest of that message is not
+// kept (a load meanwhile misses it in its replay; the log says so). A
+// message is one model answer or one round of tool results; these bounds
+// are far above what one holds.
+const (
+	maxSoFarFrames = 10000
+	maxSoFarBytes  = 16 << 20
+)
+
+// turnSoFar is what the running turn sent to its clients since its last
+// completed message was recorded: the frames, in order, as they were sent.
+type turnSoFar struct {
+	active *ActiveTurn
+	frames [][]byte
+	bytes  int
+	// full: a frame was not kept (the bounds).
+	full bool
+	// recordedCalls are the tool calls of the turn's recorded messages: the
+	// history replays their tool_call, so the one their tool actor sends
+	// once it starts (after the record) is not kept again.
+	recordedCalls map[string]bool
+}
+
+// beginTurn notes the turn of prompt request id starting now.
+func (s *session) beginTurn(id protocol.RawMessage) {
+	s.soFar = turnSoFar{active: &ActiveTurn{StartedAt: time.Now().UTC().Format(time.RFC3339Nano), PromptRequest: id}}
+	s.deps.active.m.Store(s.id, s.soFar.active)
+}
+
+// keepSoFar keeps a frame the running turn sends its clients.
+func (s *session) keepSoFar(f []byte) {
+	if s.turn == nil || s.soFar.active == nil {
+		return
+	}
+	if id, ok := toolCallAnnounced(f); ok && s.soFar.recordedCalls[id] {
+		return
+	}
+	if len(s.soFar.frames) >= maxSoFarFrames || s.soFar.bytes+len(f) > maxSoFarBytes {
+		if !s.soFar.full {
+			s.log.Warn().Msg("running message too large to keep for a load: a load meanwhile misses part of it")
+		}
+		s.soFar.full = true
+		return
+	}
+	s.soFar.frames = append(s.soFar.frames, f)
+	s.soFar.bytes += len(f)
+}
+
+// messageRecorded: the message so far is msg, in the history now.
+func (s *session) messageRecorded(msg *llm.Message) {
+	s.soFar.frames, s.soFar.bytes, s.soFar.full = nil, 0, false
+	if s.soFar.active == nil {
+		return
+	}
+	for i := range msg.Content {
+		if b := &msg.Content[i]; b.Type == llm.BlockToolUse {
+			if s.soFar.recordedCalls == nil {
+				s.soFar.recordedCalls = map[string]bool{}
+			}
+			s.soFar.recordedCalls[b.ToolCallID] = true
+		}
+	}
+}
+
+// toolCallAnnounced is the toolCallId of a `tool_call` update frame.
+func toolCallAnnounced(f []byte) (string, bool) {
+	if !bytes.Contains(f, []byte(`"sessionUpdate":"tool_call"`)) {
+		return "", false
+	}
+	var n struct {
+		Params struct {
+			Update protocol.ToolCallUpdate `json:"update"`
+		} `json:"params"`
+	}
+	if protocol.Unmarshal(f, &n) != nil || n.Params.Update.SessionUpdate != protocol.UpdateToolCall {
+		return "", false
+	}
+	return n.Params.Update.ToolCallID, true
+}
+
+// finishTurn forgets the running turn and tells every attached client that
+// it is over.
+func (s *session) finishTurn(ctx actor.Context) {
+	if s.soFar.active == nil {
+		return
+	}
+	s.deps.active.m.CompareAndDelete(s.id, s.soFar.active)
+	s.soFar = turnSoFar{}
+	s.emit(ctx, protocol.SessionInfoUpdate{SessionUpdate: protocol.UpdateSessionInfo, Meta: map[string]any{activeTurnKey: nil}})
+}
+
+// forgetTurn drops the registry entry when the actor stops.
+func (s *session) forgetTurn() {
+	if s.soFar.active != nil {
+		s.deps.active.m.CompareAndDelete(s.id, s.soFar.active)
+	}
+}
+
+// replaySoFar sends conn the running turn's message so far (after the
+// history of a load).
+func (s *session) replaySoFar(ctx actor.Context, conn *actor.PID) {
+	for _, f := range s.soFar.frames {
+		ctx.Send(conn, &outbound{frame: Frame{Data: f, SessionID: s.id}})
+	}
+}
+
+// withActiveTurn adds _meta.activeTurn to meta while a turn runs.
+func (s *session) withActiveTurn(meta map[string]any) map[string]any {
+	if s.turn == nil || s.soFar.active == nil {
+		return meta
+	}
+	if meta == nil {
+		meta = map[string]any{}
+	}
+	meta[activeTurnKey] = s.soFar.active
+	return meta
+}
