@@ -42,8 +42,12 @@ func (s *session) sandboxJail() *sandbox.Jail {
 	return s.jail
 }
 
+// closeSandbox closes the jail off the actor: its temporary directory can
+// hold a build cache of tens of thousands of files.
 func (s *session) closeSandbox() {
-	s.jail.Close()
+	if s.jail != nil {
+		go s.jail.Close()
+	}
 	s.jail, s.jailRoots = nil, nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 )
@@ -102,6 +103,12 @@ func (j *Jail) Start(cmd *exec.Cmd, start func() error, readOnly ...string) erro
 // else new ones (an MCP server's directory: for this start only). Called
 // with j.mu read-locked.
 func (j *Jail) ruleset(tmp string, getenv func(string) string, readOnly []string) (*ruleset, Policy, func(), error) {
+	// A directory a root holds is granted already: asking for it again
+	// (the repository root when it is the cwd) keeps the cached ruleset.
+	readOnly = slices.DeleteFunc(slices.Clone(readOnly), func(r string) bool {
+		dir := resolve(r)
+		return dir != "" && slices.ContainsFunc(j.roots, func(root string) bool { return within(dir, resolve(root)) })
+	})
 	key := strings.Join(append([]string{getenv("PATH"), getenv("HOME"), getenv("GOPATH"), getenv("GOMODCACHE")}, readOnly...), "\x00")
 	j.state.Lock()
 	if j.key == key && j.cached != nil {
@@ -110,7 +117,7 @@ func (j *Jail) ruleset(tmp string, getenv func(string) string, readOnly []string
 		return rs, p, func() {}, nil
 	}
 	j.state.Unlock()
-	req := Request{Writable: j.roots, TempDir: tmp, ReadOnly: append(append([]string(nil), j.readOnly...), readOnly...)}
+	req := Request{Writable: j.roots, TempDir: tmp, Listless: j.readOnly, ReadOnly: readOnly}
 	p := BuildPolicy(j.status.Settings, req, getenv)
 	rs, err := newRuleset(p)
 	if err != nil {

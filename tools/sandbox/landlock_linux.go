@@ -62,6 +62,7 @@ func newRuleset(p Policy) (*ruleset, error) {
 		landlock.RWFiles(rwFiles...).WithResolveUnix().IgnoreIfMissing(),
 		landlock.RODirs(rxDirs...).IgnoreIfMissing(),
 		landlock.ROFiles(rxFiles...).IgnoreIfMissing(),
+		landlock.PathAccess(landlock.AccessFSSet(ll.AccessFSReadFile), p.ReadFiles...).IgnoreIfMissing(),
 		landlock.RWFiles(p.Devices...).WithIoctlDev().IgnoreIfMissing(),
 	)
 	if err != nil {

@@ -213,3 +213,33 @@ func BenchmarkStart(b *testing.B) {
 		})
 	}
 }
+
+// The spill directory is shared by every session: a jailed process reads a
+// spilled output by its name but cannot list the others.
+func TestAJailedProcessReadsTheSpillDirectoryByNameOnly(t *testing.T) {
+	st := Probe(Settings{Mode: On, Network: true})
+	if !st.Active() {
+		t.Skip("no Landlock: " + st.Reason)
+	}
+	ws, spill := t.TempDir(), t.TempDir()
+	known := filepath.Join(spill, "known.txt")
+	if err := os.WriteFile(known, []byte("spilled"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	j := st.NewJail([]string{ws}, spill)
+	defer j.Close()
+	run := func(script string) error {
+		cmd := exec.Command("bash", "-c", script)
+		cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
+		if err := j.Start(cmd, nil); err != nil {
+			t.Fatal(err)
+		}
+		return cmd.Wait()
+	}
+	if err := run("cat " + known); err != nil {
+		t.Errorf("reading a spilled output by name failed: %v", err)
+	}
+	if err := run("ls " + spill); err == nil {
+		t.Error("the spill directory could be listed")
+	}
+}

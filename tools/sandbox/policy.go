@@ -15,6 +15,10 @@ type Policy struct {
 	ReadWrite []string
 	// ReadExec: read and execute beneath (directories or single files).
 	ReadExec []string
+	// ReadFiles: read the files beneath, but not list the directories:
+	// only a name the process already knows can be opened (the spill
+	// directory, shared by every session).
+	ReadFiles []string
 	// Devices: read, write and ioctl on these device files.
 	Devices []string
 	// Network: TCP connect and bind are allowed.
@@ -27,8 +31,13 @@ type Request struct {
 	Writable []string
 	// TempDir is the session's own temporary directory (TMPDIR).
 	TempDir string
-	// ReadOnly are more directories to read: the tool-output spill
-	// directory, an MCP server's own directory.
+	// Listless are directories whose files may be read by name, without
+	// listing them: the tool-output spill directory.
+	Listless []string
+	// ReadOnly are more directories a start asks to read: an MCP server's
+	// own directory, the repository root above the cwd. They come from
+	// what a client or a repository names, so one that would open the home
+	// or the server's state (see opens) is left out.
 	ReadOnly []string
 }
 
@@ -103,8 +112,13 @@ func BuildPolicy(s Settings, req Request, getenv func(string) string) Policy {
 	for _, w := range s.Write {
 		b.rw(w)
 	}
+	for _, r := range req.Listless {
+		b.add(&b.p.ReadFiles, r)
+	}
 	for _, r := range req.ReadOnly {
-		b.rx(r)
+		if dir := resolve(r); dir != "" && !opens(dir, home, state) {
+			b.rx(dir)
+		}
 	}
 	for _, r := range s.Read {
 		b.rx(r)

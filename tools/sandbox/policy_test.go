@@ -215,3 +215,31 @@ func TestStatusMeta(t *testing.T) {
 		t.Error("auto without Landlock and off must not sandbox")
 	}
 }
+
+// What a start asks to read comes from a client (an MCP server's command
+// and arguments) or a repository (its root): never the home or the
+// server's state. The spill directory, inside the state, is read by name
+// only: it holds every session's outputs.
+func TestPolicyRefusesAskedDirectoriesThatOpenTheHomeOrTheState(t *testing.T) {
+	l := newLayout(t)
+	mcpDir := filepath.Join(l.home, "mcp", "server")
+	spill := filepath.Join(l.state, "tool-outputs")
+	for _, d := range []string{mcpDir, spill} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := BuildPolicy(Settings{Home: l.state}, Request{Writable: []string{l.ws}, TempDir: l.tmp, Listless: []string{spill},
+		ReadOnly: []string{l.home, l.state, filepath.Join(l.state, "sessions"), l.root, mcpDir}}, l.env("/usr/bin"))
+	for _, path := range p.ReadExec {
+		if path == l.home || path == l.root || within(path, l.state) {
+			t.Errorf("%s is granted: an asked directory opened the home or the state", path)
+		}
+	}
+	if !slices.Contains(p.ReadExec, mcpDir) {
+		t.Errorf("read lacks the MCP server's own directory %s: %v", mcpDir, p.ReadExec)
+	}
+	if !slices.Equal(p.ReadFiles, []string{spill}) {
+		t.Errorf("read-by-name = %v, want only the spill directory", p.ReadFiles)
+	}
+}
