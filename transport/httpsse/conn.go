@@ -109,6 +109,9 @@ type conn struct {
 	// while they ran (detach.go). c.mu.
 	prompts  map[string]struct{}
 	detached bool
+	// detachTimer ends a detached WebSocket's turns at DetachedTurnMax;
+	// stopped when the connection closes first (its last prompt answered).
+	detachTimer *time.Timer
 	// principal initialized the connection; only it may use it.
 	principal string
 

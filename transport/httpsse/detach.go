@@ -104,11 +104,17 @@ func (e *Edge) detachSocket(c *conn) bool {
 	if !counted {
 		e.met.detached.Inc()
 	}
-	time.AfterFunc(e.cfg.DetachedTurnMax, func() {
+	t := time.AfterFunc(e.cfg.DetachedTurnMax, func() {
 		if c.pendingPrompts() > 0 {
 			c.log.Info().Dur("after", e.cfg.DetachedTurnMax).Msg("detached turns still running after IAC_CODE_DETACHED_TURN_MAX: cancelling them")
 		}
 		e.closeConn(c, reasonWebSocket, false, e.cfg.CloseTimeout)
 	})
+	c.mu.Lock()
+	if c.detachTimer != nil {
+		c.detachTimer.Stop()
+	}
+	c.detachTimer = t
+	c.mu.Unlock()
 	return true
 }

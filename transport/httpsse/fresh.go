@@ -5,6 +5,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -121,6 +122,17 @@ func (l *freshListener) served(nc net.Conn) {
 		c.elem = nil
 	}
 	l.mu.Unlock()
+}
+
+// SyscallConn is the accepted connection's descriptor, for the stream's
+// direct writes and peer probe (rawConnOf); nil, nil when it has none, as
+// rawConnOf says of a connection that is no syscall.Conn.
+func (c *trackedConn) SyscallConn() (syscall.RawConn, error) {
+	sc, ok := c.Conn.(syscall.Conn)
+	if !ok {
+		return nil, nil
+	}
+	return sc.SyscallConn()
 }
 
 // SetKeepAlive and SetKeepAlivePeriod let fasthttp turn TCP keep-alive on

@@ -3,6 +3,7 @@ package httpsse
 import (
 	"net"
 	"testing"
+	"time"
 
 	"github.com/rs/zerolog"
 )
@@ -58,4 +59,39 @@ func counts(l *freshListener) (open, pending int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.open, l.pending
+}
+
+// A tracked TCP connection keeps its descriptor: the stream's direct
+// writes and the peer probe reach it through rawConnOf (without it they
+// silently fall back, and a gone client is never noticed).
+func TestTrackedConnKeepsItsDescriptor(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := newFreshListener(ln, 64, zerolog.Nop())
+	defer l.Close()
+	client, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := l.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	if rc, err := rawConnOf(nc); rc == nil || err != nil {
+		t.Fatalf("rawConnOf(tracked) = %v, %v; want the socket's descriptor", rc, err)
+	}
+	if !peerOpen(nc) {
+		t.Fatal("peerOpen: the client is connected")
+	}
+	client.Close()
+	deadline := time.Now().Add(2 * time.Second)
+	for peerOpen(nc) && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if peerOpen(nc) {
+		t.Fatal("peerOpen still reports a closed client as open")
+	}
 }

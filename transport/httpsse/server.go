@@ -262,12 +262,6 @@ func (e *Edge) Shutdown(ctx context.Context) error {
 // connState starts the writer of a late stream whose hijack handler will
 // not run: fasthttp closed its connection instead (see route).
 func (e *Edge) connState(nc net.Conn, state fasthttp.ConnState) {
-	if state == fasthttp.StateActive {
-		if e.fresh != nil {
-			e.fresh.served(nc)
-		}
-		return
-	}
 	if state != fasthttp.StateClosed {
 		return
 	}
@@ -361,6 +355,11 @@ func (e *Edge) route(ctx *fasthttp.RequestCtx) {
 // opened, which route runs once the request is accounted for (the request
 // duration of a GET is the time until its stream starts).
 func (e *Edge) serve(ctx *fasthttp.RequestCtx) (stream func()) {
+	if e.fresh != nil {
+		// A whole request came (fasthttp's StateActive is its first byte):
+		// the connection is no longer one to evict for room.
+		e.fresh.served(ctx.Conn())
+	}
 	start := time.Now()
 	route := routeOther
 	defer func() { e.met.observe(route, ctx, start) }()
@@ -752,6 +751,11 @@ func (e *Edge) delete(ctx *fasthttp.RequestCtx, who string) {
 // The sessions stay with the session store.
 func (e *Edge) closeConn(c *conn, reason string, drain bool, timeout time.Duration) {
 	c.closeOnce.Do(func() {
+		c.mu.Lock()
+		if c.detachTimer != nil {
+			c.detachTimer.Stop() // it would keep c (and its buffer) for DetachedTurnMax
+		}
+		c.mu.Unlock()
 		e.mu.Lock()
 		delete(e.conns, c.id)
 		e.leaveUserLocked(c.principal)
