@@ -161,6 +161,9 @@ var _ = Describe("JWT", func() {
 			delete(c, "sub")
 			return iss.Token("RS256", c)
 		}),
+		Entry("the operator's principal as the user claim", func() string {
+			return iss.Token("RS256", iss.Claims(auth.Default, time.Minute))
+		}),
 		Entry("a user claim that cannot be a principal", func() string {
 			return iss.Token("RS256", iss.Claims("../../etc", time.Minute))
 		}),

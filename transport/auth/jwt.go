@@ -208,6 +208,11 @@ func (v *JWTVerifier) Verify(token []byte) (string, error) {
 	if !validName(name) {
 		return "", fmt.Errorf("%w: no valid %q claim", ErrBadJWT, v.cfg.UserClaim)
 	}
+	if name == Default {
+		// The operator's principal (stdio, the shared token): it owns the
+		// sessions stored before owners and the server's key.
+		return "", fmt.Errorf("%w: %q is reserved", ErrBadJWT, Default)
+	}
 	exp, err := claims.GetExpirationTime()
 	if err == nil && exp != nil {
 		v.remember(string(token), cachedToken{principal: name, exp: exp.Time})
