@@ -87,6 +87,11 @@ func (AskUser) Prepare(_ *Env, input json.RawMessage) (Call, error) {
 		seen[o] = true
 		in.Options[i] = o
 	}
+	if len(in.Options) == 0 {
+		// "options": [] means a free text answer, as no options does: the
+		// client asks for text and the answer is not held to a list.
+		in.Options = nil
+	}
 	return &askCall{q: Question{Message: strings.TrimSpace(*in.Question), Options: in.Options}}, nil
 }
 
