@@ -197,6 +197,12 @@ func (s *session) detachClient(ctx actor.Context, conn *actor.PID) bool {
 	return true
 }
 
+// deletedNotice tells a client that the session it has open was deleted
+// by another connection.
+func deletedNotice() protocol.SessionInfoUpdate {
+	return protocol.SessionInfoUpdate{SessionUpdate: protocol.UpdateSessionInfo, Meta: map[string]any{"iac-code/deleted": true}}
+}
+
 // endForDelete lets go of every connection but by before its
 // session/delete closes the session: each is told (a session_info_update
 // whose _meta says the session was deleted), its prompts end cancelled,
@@ -206,8 +212,7 @@ func (s *session) endForDelete(ctx actor.Context, by *actor.PID) {
 		if c.pid.Equal(by) {
 			continue
 		}
-		s.emitTo(ctx, c.pid, protocol.SessionInfoUpdate{SessionUpdate: protocol.UpdateSessionInfo,
-			Meta: map[string]any{"iac-code/deleted": true}})
+		s.emitTo(ctx, c.pid, deletedNotice())
 		s.detachClient(ctx, c.pid)
 	}
 }

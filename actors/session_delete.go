@@ -88,7 +88,10 @@ func deleteStored(st store.Store, home, id string) *protocol.Error {
 	if err != nil {
 		return deleteError(id, err)
 	}
-	outputs := spilledOutputs(home, entries)
+	var outputs []string
+	if !sharesHistory(st, sess.Meta()) {
+		outputs = spilledOutputs(home, entries)
+	}
 	if err := sess.Close(); err != nil {
 		return deleteError(id, err)
 	}
@@ -99,6 +102,31 @@ func deleteStored(st store.Store, home, id string) *protocol.Error {
 		_ = os.Remove(p) // gone already is fine
 	}
 	return nil
+}
+
+// sharesHistory reports whether another session may name the same spilled
+// outputs: a fork copies its source's history, so neither a fork nor a
+// session forked from keeps its outputs to itself. When the store cannot
+// say, it is assumed to (an output kept is better than one lost).
+func sharesHistory(st store.Store, m store.Meta) bool {
+	if m.ForkedFrom != "" {
+		return true
+	}
+	for cursor := ""; ; {
+		metas, next, err := st.List("", cursor, 500)
+		if err != nil {
+			return true
+		}
+		for i := range metas {
+			if metas[i].ForkedFrom == m.ID {
+				return true
+			}
+		}
+		if next == "" {
+			return false
+		}
+		cursor = next
+	}
 }
 
 func deleteError(id string, err error) *protocol.Error {

@@ -143,6 +143,18 @@ func (s *session) relay(ctx actor.Context, m *protocol.Message) {
 }
 
 // receiveRemote is the stub's behaviour.
+// endStubForDelete ends the stub for a session/delete on this pod: its
+// client (unless it is the deleting one) is told, and the stub stops (its
+// proxy on the holding pod with it). The deleting connection then deletes
+// from the store, which answers -32010 while the other pod holds the
+// session.
+func (s *session) endStubForDelete(ctx actor.Context, tell *client) {
+	if tell != nil {
+		s.emitTo(ctx, tell.pid, deletedNotice())
+	}
+	ctx.Stop(ctx.Self())
+}
+
 func (s *session) receiveRemote(ctx actor.Context) {
 	client := s.clients.only()
 	switch m := ctx.Message().(type) {
@@ -150,10 +162,16 @@ func (s *session) receiveRemote(ctx actor.Context) {
 		if client != nil {
 			s.fromProxy(ctx, client.pid, m.Body)
 		}
+	case *deleteLive:
+		s.endStubForDelete(ctx, client)
 	case *sessionRequest:
 		if client == nil || !client.pid.Equal(m.conn) {
 			s.respondTo(ctx, m.conn, m.id, nil, errSessionMoved())
 			ctx.Send(m.conn, &sessionMoved{id: s.id, pid: ctx.Self()})
+			return
+		}
+		if m.method == protocol.MethodSessionDelete {
+			s.endStubForDelete(ctx, nil)
 			return
 		}
 		client.seen++
