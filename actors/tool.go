@@ -10,7 +10,6 @@ import (
 	"github.com/iac-code/iac-code/llm"
 	"github.com/iac-code/iac-code/protocol"
 	"github.com/iac-code/iac-code/tools"
-	"github.com/iac-code/iac-code/tools/sandbox"
 )
 
 // Messages of the tool actor.
@@ -109,11 +108,10 @@ type toolActor struct {
 	deps      *Deps
 	sessionID string
 	cwd       string
-	dirs      []string
 	model     string
-	// mode is the session's mode at the turn's start, for a sub-agent's
-	// system prompt.
-	mode      string
+	// inherit are the session's settings a sub-agent's turn runs with
+	// (its directories, mode, sandbox, thought level, compaction).
+	inherit   turnOptions
 	session   *actor.PID
 	call      toolCall
 	parentCtx context.Context
@@ -128,8 +126,6 @@ type toolActor struct {
 	subUsage   llm.Usage
 	// mcp is the session's MCP tool list, for a sub-agent's turn.
 	mcp *mcpToolSet
-	// jail is the session's sandbox, handed to a sub-agent's turn.
-	jail *sandbox.Jail
 
 	// Requests to the client (see client.go). turnID tags them so the
 	// session sends none for a turn that has ended; caps are the client's,
@@ -166,12 +162,11 @@ func (a *toolActor) startSubagent(ctx actor.Context, in tools.AgentInput) {
 		return
 	}
 	keep, _ := tools.SubagentKeep(in.SubagentType)
-	opts := turnOptions{
-		sessionID: a.sessionID, cwd: a.cwd, dirs: a.dirs, model: a.model, tools: reg, session: ctx.Self(),
-		mcp: a.mcp, mcpKeep: keep,
-		history:  []llm.Message{{Role: llm.RoleUser, Content: []llm.Block{{Type: llm.BlockText, Text: in.Prompt}}}},
-		subagent: in.SubagentType, maxCalls: subagentMaxCalls, turnID: a.turnID, mode: a.mode, jail: a.jail,
-	}
+	opts := a.inherit
+	opts.sessionID, opts.cwd, opts.model, opts.tools, opts.session = a.sessionID, a.cwd, a.model, reg, ctx.Self()
+	opts.mcp, opts.mcpKeep = a.mcp, keep
+	opts.history = []llm.Message{{Role: llm.RoleUser, Content: []llm.Block{{Type: llm.BlockText, Text: in.Prompt}}}}
+	opts.subagent, opts.maxCalls, opts.turnID = in.SubagentType, subagentMaxCalls, a.turnID
 	props := actor.PropsFromProducer(func() actor.Actor { return newTurn(a.deps, opts) },
 		actor.WithReceiverMiddleware(keepStack), actor.WithSupervisor(reportAndStop{}))
 	a.subTurn = ctx.Spawn(props)

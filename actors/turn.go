@@ -163,6 +163,12 @@ type turn struct {
 	reported bool
 }
 
+// inherited are the session's settings a sub-agent of this turn runs with.
+func (t *turn) inherited() turnOptions {
+	return turnOptions{dirs: t.dirs, mode: t.mode, jail: t.jail, thinkingBudget: t.thinkingBudget,
+		compactionUpdates: t.compactionUpdates, noAutoCompact: t.noAutoCompact}
+}
+
 func newTurn(deps *Deps, o turnOptions) *turn {
 	if o.tools == nil {
 		o.tools = deps.Tools
@@ -423,7 +429,7 @@ func (t *turn) runTools(ctx actor.Context, msg llm.Message, calls []toolCall) {
 		t.emit(ctx, b.Display)
 		props := actor.PropsFromProducer(func() actor.Actor {
 			a := newToolActor(t.deps, t.sessionID, t.cwd, t.model, session, call, t.ctx, t.turnID, t.mcp)
-			a.jail, a.mode, a.dirs = t.jail, t.mode, t.dirs
+			a.inherit = t.inherited()
 			return a
 		}, actor.WithReceiverMiddleware(keepStack))
 		pid := ctx.Spawn(props)
