@@ -2,8 +2,11 @@ package auth_test
 
 import (
 	"bytes"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
@@ -199,6 +202,28 @@ var _ = Describe("JWT", func() {
 		_, err = v2.Verify([]byte(iss.WithKid("rotated", iss.Claims("a", time.Minute))))
 		Expect(err).To(HaveOccurred())
 		Expect(iss.Fetches.Load() - before).To(Equal(int64(1)))
+	})
+
+	It("checks tokens of known keys while a refresh for an unknown kid waits on the identity provider", func() {
+		release := make(chan struct{})
+		var fetches atomic.Int64
+		slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			if fetches.Add(1) > 1 {
+				<-release // the provider hangs on the refresh
+			}
+			_, _ = w.Write(iss.JWKS())
+		}))
+		DeferCleanup(slow.Close)
+		DeferCleanup(func() { close(release) })
+		vs, err := auth.NewJWTVerifier(auth.JWTConfig{JWKSURL: slow.URL, Issuer: iss.Name, Audience: iss.Audience,
+			MinRefresh: time.Millisecond}, zerolog.Nop())
+		Expect(err).NotTo(HaveOccurred())
+		time.Sleep(2 * time.Millisecond)
+		go func() { _, _ = vs.Verify([]byte(iss.WithKid("rotated", iss.Claims("a", time.Minute)))) }()
+		Eventually(fetches.Load).Should(Equal(int64(2)), "the refresh started")
+		start := time.Now()
+		Expect(vs.Verify([]byte(iss.Token("ES256", iss.Claims("bob", time.Minute))))).To(Equal("bob"))
+		Expect(time.Since(start)).To(BeNumerically("<", time.Second), "a known key's token waited for the refresh")
 	})
 
 	It("reads a JWKS file, and refuses a missing one at start", func() {

@@ -55,7 +55,9 @@ type JWTVerifier struct {
 	log    zerolog.Logger
 	parser *jwt.Parser
 
-	mu      sync.RWMutex
+	mu sync.RWMutex
+	// refresh serialises key set refreshes (held while fetching; mu not).
+	refresh sync.Mutex
 	keys    map[string]publicKey
 	fetched time.Time
 
@@ -147,21 +149,32 @@ func (v *JWTVerifier) key(kid string) (publicKey, bool) {
 	if ok {
 		return k, true
 	}
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	if k, ok := pick(v.keys, kid); ok {
-		return k, true
+	// One refresh at a time, and never under mu: a token with a made-up
+	// kid must not hold up the checks of tokens whose key is known while
+	// the identity provider answers (up to 10 s).
+	v.refresh.Lock()
+	defer v.refresh.Unlock()
+	v.mu.RLock()
+	k, ok = pick(v.keys, kid)
+	fetched := v.fetched
+	v.mu.RUnlock()
+	if ok {
+		return k, true // another refresh brought it
 	}
-	if !v.fetched.IsZero() && time.Since(v.fetched) < v.cfg.MinRefresh {
+	if !fetched.IsZero() && time.Since(fetched) < v.cfg.MinRefresh {
 		return publicKey{}, false
 	}
+	v.mu.Lock()
 	v.fetched = time.Now()
+	v.mu.Unlock()
 	keys, err := v.load()
 	if err != nil {
 		v.log.Warn().Err(err).Msg("JWKS refresh failed; keeping the previous keys")
 		return publicKey{}, false
 	}
+	v.mu.Lock()
 	v.keys = keys
+	v.mu.Unlock()
 	return pick(keys, kid)
 }
 
