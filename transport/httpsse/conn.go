@@ -212,8 +212,14 @@ func (c *conn) Send(f actors.Frame) {
 
 // answers reports whether frame is the response to the request with id.
 func answers(frame []byte, id protocol.RawMessage) bool {
-	got, ok := responseID(frame)
-	return ok && bytes.Equal(got, bytes.TrimSpace(id))
+	var head struct {
+		ID     protocol.RawMessage `json:"id"`
+		Method string              `json:"method"`
+	}
+	if protocol.Unmarshal(frame, &head) != nil || head.Method != "" {
+		return false
+	}
+	return bytes.Equal(bytes.TrimSpace(head.ID), bytes.TrimSpace(id))
 }
 
 // trackRequest records a request posted in cluster mode (see requests);
