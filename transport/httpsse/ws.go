@@ -107,6 +107,9 @@ func (e *Edge) upgrade(ctx *fasthttp.RequestCtx, who string) {
 		jsonError(ctx, fasthttp.StatusServiceUnavailable, "Too many open streams")
 		return
 	}
+	// Counted before the 101 goes out, so a client that sees the 101 sees
+	// its socket in /metrics too.
+	e.met.websockets.Add(1)
 	id := e.newConnID()
 	ident := actors.Identity{Principal: who, Remote: ctx.RemoteAddr().String()}
 	allowed := e.stillAllowed(ctx, who)
@@ -123,6 +126,7 @@ func (e *Edge) upgrade(ctx *fasthttp.RequestCtx, who string) {
 				e.leaveUser(who)
 			}
 			e.streams.Add(-1)
+			e.met.websockets.Add(-1)
 			e.late.Done()
 		})
 	}
@@ -153,8 +157,6 @@ func (e *Edge) serveWebSocket(id string, who actors.Identity, allowed func() boo
 		nc = u.UnsafeConn()
 	}
 	st := c.attachSocket(nc)
-	e.met.websockets.Add(1)
-	defer e.met.websockets.Add(-1)
 	written := make(chan struct{})
 	stop := make(chan struct{})
 	var revoked atomic.Bool
