@@ -209,6 +209,15 @@ func cleanCwd(cwd string) string {
 const leaseFree = `(s.lease_owner IS NULL OR s.lease_expires <= now()
 	OR EXISTS (SELECT 1 FROM iac_incarnations i WHERE i.id = s.lease_owner AND i.dead_at IS NOT NULL))`
 
+// noTurn clears the running turn of a session row (TurnRecorder): with
+// every release and acquisition of its lease.
+const noTurn = `turn_started_at = NULL, turn_prompt_request = NULL`
+
+// listedTurn are the running turn's columns of a session row as List
+// reports them: only while the lease that recorded it is live.
+const listedTurn = `CASE WHEN s.turn_started_at IS NOT NULL AND NOT ` + leaseFree + ` THEN s.turn_started_at END,
+	CASE WHEN s.turn_started_at IS NOT NULL AND NOT ` + leaseFree + ` THEN s.turn_prompt_request END`
+
 // Create implements Store.
 func (s *PGStore) Create(meta Meta) (Session, error) {
 	if !ValidID(meta.ID) {
@@ -259,7 +268,7 @@ func (s *PGStore) renewing(h *pgSession, on bool) {
 // left it, so exactly one wins. It returns the new epoch, the meta and the
 // previous owner (for the takeover count).
 const acquireSQL = `UPDATE iac_sessions s
-	SET lease_owner = $2, lease_epoch = s.lease_epoch + 1, lease_expires = now() + $3::interval
+	SET lease_owner = $2, lease_epoch = s.lease_epoch + 1, lease_expires = now() + $3::interval, ` + noTurn + `
 	FROM (SELECT lease_owner FROM iac_sessions WHERE id = $1) AS old
 	WHERE s.id = $1 AND (` + leaseFree + ` OR (s.lease_owner = $2 AND s.lease_epoch = $4))
 	RETURNING s.lease_epoch, s.meta, old.lease_owner`
@@ -549,7 +558,7 @@ func (s *PGStore) ListOwned(owner, cwd, cursor string, limit int) ([]Meta, strin
 		n := len(args)
 		conds = append(conds, fmt.Sprintf("updated_at <= $%d AND (updated_at < $%d OR id > $%d)", n-1, n-1, n))
 	}
-	q := "SELECT id, meta FROM iac_sessions"
+	q := "SELECT s.id, s.meta, " + listedTurn + " FROM iac_sessions s"
 	if len(conds) > 0 {
 		q += " WHERE " + strings.Join(conds, " AND ")
 	}
@@ -566,10 +575,11 @@ func (s *PGStore) ListOwned(owner, cwd, cursor string, limit int) ([]Meta, strin
 	more := false
 	for rows.Next() {
 		var (
-			id  string
-			raw []byte
+			id          string
+			raw, prompt []byte
+			started     *time.Time
 		)
-		if err := rows.Scan(&id, &raw); err != nil {
+		if err := rows.Scan(&id, &raw, &started, &prompt); err != nil {
 			return nil, "", s.dbErr("list", err)
 		}
 		if len(metas) == limit {
@@ -582,6 +592,9 @@ func (s *PGStore) ListOwned(owner, cwd, cursor string, limit int) ([]Meta, strin
 			continue
 		}
 		m.ID = id
+		if started != nil && prompt != nil {
+			m.RunningTurn = &RunningTurn{StartedAt: started.UTC(), PromptRequest: prompt}
+		}
 		metas = append(metas, m)
 	}
 	if err := rows.Err(); err != nil {
@@ -600,7 +613,7 @@ func (s *PGStore) ListOwned(owner, cwd, cursor string, limit int) ([]Meta, strin
 func (s *PGStore) releaseLease(id string, epoch int64) error {
 	ctx, cancel := opCtx()
 	defer cancel()
-	_, err := s.pool.Exec(ctx, `UPDATE iac_sessions SET lease_owner = NULL, lease_expires = NULL
+	_, err := s.pool.Exec(ctx, `UPDATE iac_sessions SET lease_owner = NULL, lease_expires = NULL, `+noTurn+`
 		WHERE id = $1 AND lease_owner = $2 AND lease_epoch = $3`, id, s.self, epoch)
 	return s.dbErr("release lease of "+id, err)
 }
@@ -819,7 +832,7 @@ func (s *PGStore) MarkDead(ctx context.Context, id string) error {
 // its sessions can be opened elsewhere at once) and returns how many. The
 // epochs stay, so the old holder's handles are fenced.
 func (s *PGStore) ReleaseLeases(ctx context.Context, id string) (int64, error) {
-	tag, err := s.pool.Exec(ctx, `UPDATE iac_sessions SET lease_owner = NULL, lease_expires = NULL
+	tag, err := s.pool.Exec(ctx, `UPDATE iac_sessions SET lease_owner = NULL, lease_expires = NULL, `+noTurn+`
 		WHERE lease_owner = $1`, id)
 	if err != nil {
 		return 0, s.dbErr("release leases", err)
@@ -842,7 +855,10 @@ type pgSession struct {
 	lost     bool // the renewal found the lease gone (logged once)
 }
 
-var _ Session = (*pgSession)(nil)
+var (
+	_ Session      = (*pgSession)(nil)
+	_ TurnRecorder = (*pgSession)(nil)
+)
 
 func (h *pgSession) ID() string { return h.id }
 
@@ -967,6 +983,37 @@ func (h *pgSession) SaveMeta(m Meta) error {
 		return h.fenced(ctx)
 	}
 	h.meta = m
+	return nil
+}
+
+// RecordTurn implements TurnRecorder: one UPDATE, at this handle's lease.
+func (h *pgSession) RecordTurn(turn *RunningTurn) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err := h.writable(); err != nil {
+		return err
+	}
+	var (
+		started *time.Time
+		prompt  []byte
+	)
+	if turn != nil {
+		t := turn.StartedAt.UTC()
+		started, prompt = &t, turn.PromptRequest
+		if prompt == nil {
+			prompt = []byte("null")
+		}
+	}
+	ctx, cancel := opCtx()
+	defer cancel()
+	tag, err := h.st.pool.Exec(ctx, `UPDATE iac_sessions SET turn_started_at = $4, turn_prompt_request = $5
+		WHERE id = $1 AND lease_owner = $2 AND lease_epoch = $3`, h.id, h.st.self, h.epoch, started, prompt)
+	if err != nil {
+		return h.st.dbErr("record the turn of "+h.id, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return h.fenced(ctx)
+	}
 	return nil
 }
 
