@@ -30,10 +30,16 @@ const (
 )
 
 // The session actor lives in several files, one per concern, each with its
-// messages: session.go (lifecycle, the connection it serves), session_store.go
-// (its store entry and lease), session_config.go (modes, models, config
-// options), session_prompt.go (prompts and the turn's end), session_replay.go
-// (history as updates), session_mcp.go (MCP servers), permission.go.
+// messages: session.go (lifecycle, the connection it serves),
+// session_attach.go (the connections attached to it, updates to them),
+// session_store.go (its store entry and lease), session_config.go (modes,
+// models, config options), session_prompt.go (prompts and the turn's end),
+// session_queue.go (prompts waiting for the turn), session_active.go (the
+// running turn as a newcomer sees it), session_commands.go (slash
+// commands), session_replay.go (history as updates), session_mcp.go and
+// session_mcp_prompts.go (MCP servers, their prompts), session_sandbox.go
+// (its jail), session_remote.go (a stub of a session another pod holds),
+// permission.go.
 
 // Messages of the session actor: its lifecycle and the connections it serves.
 type (

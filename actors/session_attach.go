@@ -42,7 +42,7 @@ func (*withdrawRequest) IgnoreDeadLetterLogging() {}
 
 type (
 	// attach attaches a live session to another connection too (load/resume
-	// there; see session_attach.go).
+	// there).
 	attach struct {
 		kind  startKind
 		reqID protocol.RawMessage
