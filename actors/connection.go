@@ -103,6 +103,10 @@ type connection struct {
 	// prompt racing an idle eviction, is never lost.
 	stopping map[string]*actor.PID
 	deferred map[string][]*protocol.Message
+	// checking: the sessions whose owner is being read from the store, with
+	// what runs once it is known (checkOwner); their requests wait in
+	// deferred meanwhile, as for stopping.
+	checking map[string]func(actor.Context, bool)
 	// deletingLive: a session/delete of a session live on other
 	// connections waits for it to end there (session_delete.go).
 	deletingLive map[string]bool
@@ -180,6 +184,8 @@ func (c *connection) Receive(ctx actor.Context) {
 		c.finishDrain(ctx)
 	case *retireRequest:
 		c.retire(ctx, m)
+	case *ownerChecked:
+		c.ownerKnown(ctx, m)
 	case *actor.Terminated:
 		if c.stub != nil && m.Who.Equal(c.stub) {
 			ctx.Stop(ctx.Self()) // a proxy whose stub went away (session_remote.go)
@@ -547,13 +553,18 @@ func (c *connection) openSession(ctx actor.Context, id string, kind startKind, r
 // sessionActorName is the actor name of session id in its process.
 func sessionActorName(id string) string { return "session-" + id }
 
-// deferIfStopping keeps m for later when session id is still stopping.
-func (c *connection) deferIfStopping(id string, m *protocol.Message) bool {
-	if _, ok := c.stopping[id]; !ok {
-		return false
+// deferIfBusy keeps m for later when session id is still stopping, or its
+// owner is being read (checkOwner).
+func (c *connection) deferIfBusy(id string, m *protocol.Message) bool {
+	_, stopping := c.stopping[id]
+	return c.deferIf(stopping || c.checking[id] != nil, id, m)
+}
+
+func (c *connection) deferIf(busy bool, id string, m *protocol.Message) bool {
+	if busy {
+		c.deferred[id] = append(c.deferred[id], m)
 	}
-	c.deferred[id] = append(c.deferred[id], m)
-	return true
+	return busy
 }
 
 // stopped: the session's actor is gone; what waited for it runs now, in order.
@@ -573,7 +584,10 @@ func (c *connection) reopenSession(ctx actor.Context, m *protocol.Message, metho
 		c.fail(m.ID, protocol.ErrInvalidParams(map[string]string{"sessionId": "sessionId is required"}))
 		return
 	}
-	if method != protocol.MethodSessionFork && c.deferIfStopping(ref.SessionID, m) {
+	// A fork reads the stored source: it need not wait for the source's
+	// actor to stop, only for a check of its owner already under way.
+	if method == protocol.MethodSessionFork && c.deferIf(c.checking[ref.SessionID] != nil, ref.SessionID, m) ||
+		method != protocol.MethodSessionFork && c.deferIfBusy(ref.SessionID, m) {
 		return
 	}
 	if ref.Cwd != "" {
@@ -584,10 +598,18 @@ func (c *connection) reopenSession(ctx actor.Context, m *protocol.Message, metho
 		}
 		ref.Cwd = cwd
 	}
-	if !c.owns(ref.SessionID) {
-		c.fail(m.ID, protocol.ErrSessionNotFound(ref.SessionID))
-		return
-	}
+	c.checkOwner(ctx, ref.SessionID, func(ctx actor.Context, owned bool) {
+		if !owned {
+			c.fail(m.ID, protocol.ErrSessionNotFound(ref.SessionID))
+			return
+		}
+		c.reopenOwned(ctx, m, method, ref)
+	})
+}
+
+// reopenOwned goes on with reopenSession once the session is known to be
+// the caller's.
+func (c *connection) reopenOwned(ctx actor.Context, m *protocol.Message, method string, ref protocol.SessionRef) {
 	target := ref.SessionID
 	if method == protocol.MethodSessionFork {
 		target = ""
@@ -657,7 +679,7 @@ func (c *connection) toSession(ctx actor.Context, m *protocol.Message, method st
 		c.fail(m.ID, protocol.ErrInvalidParams(map[string]string{"sessionId": "sessionId is required"}))
 		return
 	}
-	if c.deferIfStopping(ref.SessionID, m) {
+	if c.deferIfBusy(ref.SessionID, m) {
 		return
 	}
 	if c.moved[ref.SessionID] {
