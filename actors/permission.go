@@ -167,6 +167,9 @@ func (s *session) sendAsk(ctx actor.Context, a *permissionAsk) {
 
 // askOne sends the request of a to the client of conn.
 func (s *session) askOne(ctx actor.Context, a *permissionAsk, conn *actor.PID) {
+	if a.preview != nil {
+		return // its diff is being read: sendAsk asks every client, conn too
+	}
 	tag := &permissionTag{ask: a, conn: conn}
 	s.permAsked = append(s.permAsked, tag)
 	ctx.Send(conn, &outboundRequest{

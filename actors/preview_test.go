@@ -20,6 +20,8 @@ import (
 type countedPreviews struct {
 	tools.Tool
 	n *atomic.Int32
+	// gate, when set, holds every Preview until it is closed.
+	gate chan struct{}
 }
 
 func (t countedPreviews) Prepare(env *tools.Env, input json.RawMessage) (tools.Call, error) {
@@ -27,16 +29,20 @@ func (t countedPreviews) Prepare(env *tools.Env, input json.RawMessage) (tools.C
 	if err != nil {
 		return nil, err
 	}
-	return countedCall{c, t.n}, nil
+	return countedCall{c, t.n, t.gate}, nil
 }
 
 type countedCall struct {
 	tools.Call
-	n *atomic.Int32
+	n    *atomic.Int32
+	gate chan struct{}
 }
 
 func (c countedCall) Preview() *tools.Diff {
 	c.n.Add(1)
+	if c.gate != nil {
+		<-c.gate
+	}
 	return c.Call.(tools.Previewer).Preview()
 }
 
@@ -67,7 +73,7 @@ var _ = Describe("the diff of a write or an edit", func() {
 		Expect(os.WriteFile(filepath.Join(cwd, "a.txt"), []byte("one\n"), 0o644)).To(Succeed())
 		previews = &atomic.Int32{}
 		p = &scriptedProvider{}
-		h = newHarness(p, countedPreviews{tools.EditFile{}, previews}, countedPreviews{tools.WriteFile{}, previews})
+		h = newHarness(p, countedPreviews{tools.EditFile{}, previews, nil}, countedPreviews{tools.WriteFile{}, previews, nil})
 		DeferCleanup(h.close)
 		sid = h.newSession(cwd)
 	})
@@ -129,5 +135,28 @@ var _ = Describe("the diff of a write or an edit", func() {
 		Expect(os.ReadFile(filepath.Join(cwd, "a.txt"))).To(Equal([]byte("three\n")))
 		Expect(h.out.requests("session/request_permission")).To(HaveLen(2), "remembered: not asked again")
 		Expect(previews.Load()).To(BeEquivalentTo(2))
+	})
+
+	It("is shown to a client that joins the session while it is read, in one request", func() {
+		gate := make(chan struct{})
+		s := newSessionHarness(p, GinkgoT().TempDir(), nil, countedPreviews{tools.EditFile{}, previews, gate})
+		defer s.close()
+		a, b := s.connect(), s.connect()
+		sid := a.result(a.call("session/new", map[string]any{"cwd": cwd, "mcpServers": []any{}}))["sessionId"].(string)
+		p.then(callTools(edit("e1", "one", "two"))).then(say("done"))
+		id := a.call("session/prompt", textPrompt(sid, "go"))
+		Eventually(previews.Load, 5*time.Second).Should(BeEquivalentTo(1), "the diff is being read")
+		b.result(b.call("session/load", map[string]any{"sessionId": sid, "cwd": cwd, "mcpServers": []any{}}))
+		close(gate)
+		for _, x := range []*harness{a, b} {
+			Eventually(func() int { return len(x.out.requests("session/request_permission")) }, 5*time.Second).Should(Equal(1))
+			req := x.out.requests("session/request_permission")[0]
+			Expect(req["params"].(map[string]any)["toolCall"].(map[string]any)["content"]).
+				To(ContainElement(HaveKeyWithValue("type", "diff")))
+		}
+		a.answer(a.out.requests("session/request_permission")[0]["id"],
+			map[string]any{"outcome": map[string]any{"outcome": "selected", "optionId": "allow_once"}})
+		Expect(a.result(id)).To(HaveKeyWithValue("stopReason", "end_turn"))
+		Consistently(func() int { return len(b.out.requests("session/request_permission")) }, 100*time.Millisecond).Should(Equal(1))
 	})
 })
