@@ -148,12 +148,11 @@ func (s *session) defaultsPrincipal() string {
 // value: the one way session/set_mode, session/set_config_option and the
 // /mode and /model commands change a session. A value the option does not
 // take is an error naming it, and changes nothing. The change is kept (the
-// meta; a thought level also as the default of new sessions), answer
-// replies to the request (fenced: the change could not be written), then
-// every client of the session is told of a change: current_mode_update
-// for the mode (modes and config options are kept in sync) and
-// config_option_update, so that a client other than the one that asked
-// sees it too.
+// meta; a thought level also as the default of new sessions), every client
+// of the session is told of a change: current_mode_update for the mode
+// (modes and config options are kept in sync) and config_option_update, so
+// that a client other than the one that asked sees it too; then answer
+// replies to the request (fenced: the change could not be written).
 func (s *session) chooseOption(ctx actor.Context, id, value string, answer func(fenced *protocol.Error)) *protocol.Error {
 	var changed bool
 	switch {
@@ -189,20 +188,21 @@ func (s *session) setConfigValue(id, value string, changed bool) {
 	}
 }
 
-// optionChosen writes a change, answers, and tells the clients (see
+// optionChosen writes a change, tells the clients, and answers (see
 // chooseOption).
 func (s *session) optionChosen(ctx actor.Context, id string, changed bool, answer func(fenced *protocol.Error)) {
 	if changed {
 		s.changeMeta()
 	}
+	// The updates go before the answer: a slash command's prompt answer
+	// ends its turn, and a turn's updates come before that.
+	if changed && s.fenced == nil {
+		if id == "mode" {
+			s.emit(ctx, protocol.CurrentModeUpdate{SessionUpdate: protocol.UpdateCurrentMode, CurrentModeID: s.meta.Mode})
+		}
+		s.emit(ctx, protocol.ConfigOptionUpdate{SessionUpdate: protocol.UpdateConfigOption, ConfigOptions: s.configOptions()})
+	}
 	answer(s.fenced)
-	if !changed || s.fenced != nil {
-		return
-	}
-	if id == "mode" {
-		s.emit(ctx, protocol.CurrentModeUpdate{SessionUpdate: protocol.UpdateCurrentMode, CurrentModeID: s.meta.Mode})
-	}
-	s.emit(ctx, protocol.ConfigOptionUpdate{SessionUpdate: protocol.UpdateConfigOption, ConfigOptions: s.configOptions()})
 }
 
 // setMode answers session/set_mode (mode is valid: session.go checks it).
