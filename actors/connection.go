@@ -84,9 +84,12 @@ type connection struct {
 	pending map[int64]pendingRequest
 	nextID  int64
 	// drainer is the future waiting for drain; waitIdle counts sessions
-	// that still run a turn.
+	// that still run a turn; joining are sessions opened while draining (a
+	// load that waited for its owner check), sent drain once the requests
+	// deferred behind them are on their way (joinDrain).
 	drainer   *actor.PID
 	waitIdle  map[string]bool
+	joining   []string
 	attaching map[string]attachRequest
 	// stopping are sessions this connection closed or let retire, until
 	// their Terminated: the actor still holds its name (and store handle)
@@ -156,6 +159,7 @@ func (c *connection) Receive(ctx actor.Context) {
 			return
 		}
 		c.dispatch(ctx, m.msg)
+		c.joinDrain(ctx)
 	case *outboundRequest:
 		c.nextID++
 		c.pending[c.nextID] = pendingRequest{replyTo: m.replyTo, tag: m.tag}
@@ -227,6 +231,7 @@ func (c *connection) Receive(ctx actor.Context) {
 		if a, ok := c.attaching[m.Target.Id]; ok {
 			delete(c.attaching, m.Target.Id)
 			c.openSession(ctx, a.id, a.kind, a.reqID, a.cwd, "", a.servers, a.dirs)
+			c.joinDrain(ctx)
 		}
 	case *actor.Stopping:
 		for _, pid := range c.sessions {
@@ -392,8 +397,24 @@ func (c *connection) startDrain(ctx actor.Context) {
 	c.finishDrain(ctx)
 }
 
+// joinDrain sends drain to the sessions opened since the drain started,
+// after what was deferred behind them (a prompt queued behind a load's
+// owner check is then answered, cancelled, before the session is idle).
+func (c *connection) joinDrain(ctx actor.Context) {
+	for _, id := range c.joining {
+		if pid, ok := c.sessions[id]; ok && c.drainer != nil {
+			c.waitIdle[id] = true
+			ctx.Send(pid, &drain{from: ctx.Self()})
+		}
+	}
+	c.joining = nil
+}
+
+// finishDrain answers the drain once no session runs a turn and no request
+// waits (for an owner check, or for a session to stop): every request with
+// an id is answered before the connection goes.
 func (c *connection) finishDrain(ctx actor.Context) {
-	if c.drainer == nil || len(c.waitIdle) > 0 {
+	if c.drainer == nil || len(c.waitIdle) > 0 || len(c.checking) > 0 || len(c.deferred) > 0 {
 		return
 	}
 	ctx.Send(c.drainer, &drained{})

@@ -54,6 +54,8 @@ func (c *connection) ownerKnown(ctx actor.Context, m *ownerChecked) {
 	for _, w := range waiting {
 		c.dispatch(ctx, w) // deferred again, after what then deferred, while still busy
 	}
+	c.joinDrain(ctx)
+	c.finishDrain(ctx)
 }
 
 // owns reports whether who owns stored session id. It reads the stored

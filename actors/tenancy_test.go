@@ -167,15 +167,20 @@ func (g *gatedStat) Stat(id string) (store.Meta, error) {
 	return g.Store.Stat(id)
 }
 
+// newGatedHarness is a harness on a gatedStat store; release opens its
+// gate (once).
+func newGatedHarness() (*harness, *gatedStat, func()) {
+	st, err := store.New(GinkgoT().TempDir())
+	Expect(err).NotTo(HaveOccurred())
+	gated := &gatedStat{Store: st, entered: make(chan struct{}, 1), gate: make(chan struct{})}
+	var once sync.Once
+	return newHarnessOn(gated, Config{}, &scriptedProvider{}), gated, func() { once.Do(func() { close(gated.gate) }) }
+}
+
 var _ = Describe("a slow ownership read", func() {
 	It("holds only the requests naming that session: the others are served meanwhile, the held ones after it in order", func() {
-		st, err := store.New(GinkgoT().TempDir())
-		Expect(err).NotTo(HaveOccurred())
-		gated := &gatedStat{Store: st, entered: make(chan struct{}, 1), gate: make(chan struct{})}
-		h := newHarnessOn(gated, Config{}, &scriptedProvider{})
+		h, gated, release := newGatedHarness()
 		defer h.close()
-		var once sync.Once
-		release := func() { once.Do(func() { close(gated.gate) }) }
 		defer release()
 		cwd := GinkgoT().TempDir()
 		live := h.newSession(cwd)
@@ -206,5 +211,33 @@ var _ = Describe("a slow ownership read", func() {
 			return -1
 		}
 		Expect(at(load)).To(BeNumerically("<", at(setMode)))
+	})
+})
+
+var _ = Describe("a connection closed while an ownership read waits", func() {
+	It("answers the load and the prompt queued behind it before it goes (stdin EOF right after the last line)", func() {
+		h, gated, release := newGatedHarness()
+		defer h.srv.Shutdown()
+		defer release()
+		cwd := GinkgoT().TempDir()
+		stored := h.newSession(cwd)
+		h.result(h.call("session/close", map[string]any{"sessionId": stored}))
+		gated.id = stored
+
+		load := h.call("session/load", map[string]any{"sessionId": stored, "cwd": cwd, "mcpServers": []any{}})
+		prompt := h.call("session/prompt", textPrompt(stored, "hi"))
+		Eventually(gated.entered, 5*time.Second).Should(Receive(), "the load reads the owner")
+		closed := make(chan struct{})
+		go func() {
+			defer close(closed)
+			h.conn.Close(5 * time.Second)
+		}()
+		Consistently(closed, 100*time.Millisecond).ShouldNot(BeClosed(), "the close waits for the read")
+		release()
+		Eventually(closed, 5*time.Second).Should(BeClosed())
+		Expect(h.out.response(load)).To(HaveKey("result"), "the load is answered")
+		res := h.out.response(prompt)
+		Expect(res).To(HaveKey("result"), "the prompt is answered")
+		Expect(res["result"]).To(HaveKeyWithValue("stopReason", BeElementOf("end_turn", "cancelled")))
 	})
 })
