@@ -103,6 +103,10 @@ type connection struct {
 	// what runs once it is known (checkOwner); their requests wait in
 	// deferred meanwhile, as for stopping.
 	checking map[string]func(actor.Context, bool)
+	// reading counts the owner reads under way (at most maxOwnerReads);
+	// readQueue are the sessions whose read waits for one to end, in order.
+	reading   int
+	readQueue []string
 	// deletingLive: a session/delete of a session live on other
 	// connections waits for it to end there (session_delete.go).
 	deletingLive map[string]bool

@@ -241,3 +241,59 @@ var _ = Describe("a connection closed while an ownership read waits", func() {
 		Expect(res["result"]).To(HaveKeyWithValue("stopReason", BeElementOf("end_turn", "cancelled")))
 	})
 })
+
+// countedStat is the real store whose Stat waits for a gate and counts the
+// reads under way (the most seen at once).
+type countedStat struct {
+	store.Store
+	gate           chan struct{}
+	mu             sync.Mutex
+	inFlight, most int
+}
+
+func (c *countedStat) Stat(id string) (store.Meta, error) {
+	c.mu.Lock()
+	c.inFlight++
+	c.most = max(c.most, c.inFlight)
+	c.mu.Unlock()
+	<-c.gate
+	c.mu.Lock()
+	c.inFlight--
+	c.mu.Unlock()
+	return c.Store.Stat(id)
+}
+
+func (c *countedStat) counts() (int, int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.inFlight, c.most
+}
+
+var _ = Describe("ownership reads of one connection", func() {
+	It("run at most 4 at once; the others wait their turn and every load is answered", func() {
+		st, err := store.New(GinkgoT().TempDir())
+		Expect(err).NotTo(HaveOccurred())
+		counted := &countedStat{Store: st, gate: make(chan struct{})}
+		h := newHarnessOn(counted, Config{}, &scriptedProvider{})
+		defer h.close()
+		var once sync.Once
+		release := func() { once.Do(func() { close(counted.gate) }) }
+		defer release()
+		h.result(h.call("initialize", map[string]any{"protocolVersion": 1}))
+		cwd := GinkgoT().TempDir()
+		var loads []float64
+		for i := range 12 {
+			loads = append(loads, h.call("session/load", map[string]any{"sessionId": "made-up-" + itoa(i), "cwd": cwd, "mcpServers": []any{}}))
+		}
+		inFlight := func() int { n, _ := counted.counts(); return n }
+		Eventually(inFlight, 5*time.Second).Should(Equal(4))
+		Consistently(inFlight, 100*time.Millisecond).Should(Equal(4), "the others wait")
+		Expect(h.out.response(loads[0])).To(BeNil())
+		release()
+		for i, id := range loads {
+			Expect(h.errorOf(id)["data"]).To(HaveKeyWithValue("sessionId", "made-up-"+itoa(i)))
+		}
+		_, most := counted.counts()
+		Expect(most).To(Equal(4))
+	})
+})
