@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"bytes"
 	"errors"
 	"time"
 
@@ -177,6 +178,7 @@ func (c *connection) Receive(ctx actor.Context) {
 	case *clusterpb.Relay:
 		c.relayed(ctx, m)
 	case *cancelTurns:
+		c.cancelDeferred(ctx, nil)
 		for _, pid := range c.sessions {
 			ctx.Send(pid, &cancelTurns{conn: ctx.Self(), requestID: m.requestID})
 		}
@@ -311,12 +313,38 @@ func (c *connection) cancelRequest(ctx actor.Context, m *protocol.Message) {
 		c.fail(m.ID, protocol.ErrInvalidParams(map[string]string{"requestId": "requestId must be a number or a string"}))
 		return
 	}
+	c.cancelDeferred(ctx, target)
 	for _, pid := range c.sessions {
 		ctx.Send(pid, &cancelTurns{conn: ctx.Self(), requestID: target})
 	}
 	if m.ID != nil {
 		c.reply(m.ID, struct{}{})
 	}
+}
+
+// cancelDeferred answers cancelled, as a queued prompt is, the prompts
+// waiting here for their session (an owner check, a session stopping):
+// the one with requestID, or every one when it is nil. They never reach
+// their session.
+func (c *connection) cancelDeferred(ctx actor.Context, requestID protocol.RawMessage) {
+	for id, waiting := range c.deferred {
+		kept := waiting[:0]
+		for _, w := range waiting {
+			if w.ID != nil && protocol.CanonicalMethod(w.Method) == protocol.MethodSessionPrompt &&
+				(requestID == nil || bytes.Equal(requestID, protocol.CanonicalID(w.ID))) {
+				c.reply(w.ID, cancelledPrompt())
+				continue
+			}
+			kept = append(kept, w)
+		}
+		clear(waiting[len(kept):])
+		if len(kept) == 0 {
+			delete(c.deferred, id)
+		} else {
+			c.deferred[id] = kept
+		}
+	}
+	c.finishDrain(ctx)
 }
 
 func (c *connection) routeAnswer(ctx actor.Context, m *protocol.Message) {

@@ -7,7 +7,6 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
-	"github.com/iac-code/iac-code/llm"
 	"github.com/iac-code/iac-code/protocol"
 	"github.com/iac-code/iac-code/tools"
 )
@@ -231,7 +230,7 @@ func (s *session) cancelHeldPrompt(ctx actor.Context) {
 			s.mcp.stopGet()
 		}
 		s.mcp.held, s.mcp.resolving, s.mcp.stopGet = nil, false, nil
-		s.respondTo(ctx, r.conn, r.id, protocol.PromptResponse{StopReason: protocol.StopCancelled, Usage: promptUsage(llm.Usage{})}, nil)
+		s.respondTo(ctx, r.conn, r.id, cancelledPrompt(), nil)
 	}
 }
 

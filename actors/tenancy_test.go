@@ -177,6 +177,18 @@ func newGatedHarness() (*harness, *gatedStat, func()) {
 	return newHarnessOn(gated, Config{}, &scriptedProvider{}), gated, func() { once.Do(func() { close(gated.gate) }) }
 }
 
+// loadBehindRead loads a closed session of h whose owner read waits for
+// gated's gate; it returns once the read is under way.
+func (h *harness) loadBehindRead(gated *gatedStat) (stored string, load float64) {
+	cwd := GinkgoT().TempDir()
+	stored = h.newSession(cwd)
+	h.result(h.call("session/close", map[string]any{"sessionId": stored}))
+	gated.id = stored
+	load = h.call("session/load", map[string]any{"sessionId": stored, "cwd": cwd, "mcpServers": []any{}})
+	Eventually(gated.entered, 5*time.Second).Should(Receive(), "the load reads the owner")
+	return stored, load
+}
+
 var _ = Describe("a slow ownership read", func() {
 	It("holds only the requests naming that session: the others are served meanwhile, the held ones after it in order", func() {
 		h, gated, release := newGatedHarness()
@@ -219,14 +231,8 @@ var _ = Describe("a connection closed while an ownership read waits", func() {
 		h, gated, release := newGatedHarness()
 		defer h.srv.Shutdown()
 		defer release()
-		cwd := GinkgoT().TempDir()
-		stored := h.newSession(cwd)
-		h.result(h.call("session/close", map[string]any{"sessionId": stored}))
-		gated.id = stored
-
-		load := h.call("session/load", map[string]any{"sessionId": stored, "cwd": cwd, "mcpServers": []any{}})
+		stored, load := h.loadBehindRead(gated)
 		prompt := h.call("session/prompt", textPrompt(stored, "hi"))
-		Eventually(gated.entered, 5*time.Second).Should(Receive(), "the load reads the owner")
 		closed := make(chan struct{})
 		go func() {
 			defer close(closed)
@@ -295,5 +301,31 @@ var _ = Describe("ownership reads of one connection", func() {
 		}
 		_, most := counted.counts()
 		Expect(most).To(Equal(4))
+	})
+})
+
+var _ = Describe("$/cancel_request of a prompt waiting for an ownership read", func() {
+	It("answers it cancelled at once, and it never runs", func() {
+		h, gated, release := newGatedHarness()
+		defer h.close()
+		defer release()
+		stored, load := h.loadBehindRead(gated)
+		prompt := h.call("session/prompt", textPrompt(stored, "hi"))
+		kept := h.call("session/prompt", textPrompt(stored, "kept"))
+		h.notify("$/cancel_request", map[string]any{"requestId": prompt})
+		Expect(h.result(prompt)).To(HaveKeyWithValue("stopReason", "cancelled"), "answered while the read waits")
+		Expect(h.out.response(load)).To(BeNil())
+
+		release()
+		Expect(h.result(load)).To(HaveKey("modes"))
+		Expect(h.result(kept)).To(HaveKeyWithValue("stopReason", "end_turn"), "the other prompt runs")
+		Expect(h.provider.requests()).To(HaveLen(1), "the cancelled prompt never ran")
+		answers := 0
+		for _, f := range h.out.all() {
+			if f["id"] == prompt && f["method"] == nil {
+				answers++
+			}
+		}
+		Expect(answers).To(Equal(1))
 	})
 })
