@@ -350,6 +350,8 @@ func (s *session) receive(ctx actor.Context) {
 		s.permissionAnswered(ctx, m)
 	case *drain:
 		s.drainFor(ctx, m.from)
+	case *actor.Terminated:
+		s.previewGone(ctx, m.Who) // only tools' actors are watched
 	}
 }
 
