@@ -108,10 +108,11 @@ func (a *permissionAsk) options() []protocol.PermissionOption {
 func (s *session) decidePermission(ctx actor.Context, a *permissionAsk) {
 	if a.previewOf != nil {
 		// The diff of the ask being asked (askClient); when that ask is
-		// gone (the turn ended), it is too.
+		// gone (the turn ended), or its turn is being cancelled, it is too
+		// (no dialog for a turn that ends).
 		ctx.Unwatch(a.previewOf.replyTo)
 		switch {
-		case a.previewOf != s.permActive:
+		case a.previewOf != s.permActive, s.cancelling:
 		case a.withdrawn:
 			s.permActive = nil
 			s.decideQueued(ctx)

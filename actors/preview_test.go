@@ -160,6 +160,22 @@ var _ = Describe("the diff of a write or an edit", func() {
 		Expect(previews.Load()).To(BeEquivalentTo(2))
 	})
 
+	It("is not asked when the turn is cancelled while it is read", func() {
+		gate := make(chan struct{})
+		g := newHarness(p, countedPreviews{tools.EditFile{}, previews, gate})
+		defer g.close()
+		sid := g.newSession(cwd)
+		p.then(callTools(edit("e1", "one", "two"))).then(say("done"))
+		id := g.call("session/prompt", textPrompt(sid, "go"))
+		Eventually(previews.Load, 5*time.Second).Should(BeEquivalentTo(1), "the diff is being read")
+		g.result(g.call("session/cancel", map[string]any{"sessionId": sid}))
+		close(gate)
+		Expect(g.result(id)).To(HaveKeyWithValue("stopReason", "cancelled"))
+		Consistently(func() []map[string]any { return g.out.requests("session/request_permission") }, 100*time.Millisecond).
+			Should(BeEmpty(), "no dialog for the ended turn")
+		Expect(os.ReadFile(filepath.Join(cwd, "a.txt"))).To(Equal([]byte("one\n")))
+	})
+
 	It("is shown to a client that joins the session while it is read, in one request", func() {
 		gate := make(chan struct{})
 		s := newSessionHarness(p, GinkgoT().TempDir(), nil, countedPreviews{tools.EditFile{}, previews, gate})
