@@ -366,8 +366,9 @@ var _ = Describe("WebSocket on /acp across pods", Label("e2e", "remote", "cluste
 		Expect(chunkText(run.Updates, "agent_message_chunk")).To(HaveSuffix("Loaded on another pod."))
 	})
 
-	It("loses nothing with 60 WebSockets over 3 pods at once; sessions loaded on another pod go on there", func() {
-		const n = 60
+	It("loses nothing with 1,000 WebSockets over 3 pods, one prompt each, all at once; sessions loaded on another pod go on there", func() {
+		const n, dialing = 1000, 64
+		raiseFileLimit(4*n + 1024) // the sockets, the model's connections, the pods'
 		var words []string
 		for i := range 40 {
 			words = append(words, "w"+jsonText(i)+" ")
@@ -385,23 +386,39 @@ var _ = Describe("WebSocket on /acp across pods", Label("e2e", "remote", "cluste
 			ExpectWithOffset(1, p.check.Violations()).To(BeEmpty())
 		}
 		sids := make([]string, n)
-		var wg sync.WaitGroup
+		// The sockets open and create their sessions dialing at a time; the
+		// prompts all start once every socket is open.
+		slots := make(chan struct{}, dialing)
+		var opened, wg sync.WaitGroup
+		start := make(chan struct{})
+		opened.Add(n)
 		for i := range n {
 			wg.Add(1)
 			go func() {
 				defer GinkgoRecover()
 				defer wg.Done()
-				p := openWS(cl.pods[i%3].base, nil, nil)
-				sids[i] = p.call("session/new", map[string]any{"cwd": cwd, "mcpServers": []any{}})["sessionId"].(string)
+				ready := sync.OnceFunc(opened.Done) // also when this one fails
+				defer ready()
+				slots <- struct{}{}
+				p := func() *wsPeer {
+					defer func() { <-slots }()
+					p := openWS(cl.pods[i%3].base, nil, nil)
+					sids[i] = p.call("session/new", map[string]any{"cwd": cwd, "mcpServers": []any{}})["sessionId"].(string)
+					return p
+				}()
+				ready()
+				<-start
 				prompt(p, sids[i])
 				Expect(p.ws.Close()).To(Succeed())
 			}()
 		}
+		opened.Wait()
+		close(start)
 		wg.Wait()
 		Expect(sids).NotTo(ContainElement(""))
 
-		By("every tenth session, loaded on the next pod, goes on there")
-		for i := 0; i < n; i += 10 {
+		By("every fiftieth session, loaded on the next pod, goes on there")
+		for i := 0; i < n; i += 50 {
 			wg.Add(1)
 			go func() {
 				defer GinkgoRecover()
