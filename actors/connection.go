@@ -638,7 +638,7 @@ func (c *connection) listSessions(ctx actor.Context, m *protocol.Message) {
 				info := protocol.SessionInfo{SessionID: meta.ID, Cwd: meta.Cwd,
 					AdditionalDirectories: meta.AdditionalDirectories,
 					Title:                 meta.Title, UpdatedAt: meta.UpdatedAt.UTC().Format(time.RFC3339)}
-				if t := active.get(meta.ID); t != nil {
+				if t := active.of(meta); t != nil {
 					info.Meta = map[string]any{activeTurnKey: t}
 				}
 				res.Sessions = append(res.Sessions, info)

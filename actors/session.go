@@ -30,10 +30,16 @@ const (
 )
 
 // The session actor lives in several files, one per concern, each with its
-// messages: session.go (lifecycle, the connection it serves), session_store.go
-// (its store entry and lease), session_config.go (modes, models, config
-// options), session_prompt.go (prompts and the turn's end), session_replay.go
-// (history as updates), session_mcp.go (MCP servers), permission.go.
+// messages: session.go (lifecycle, the connection it serves),
+// session_attach.go (the connections attached to it, updates to them),
+// session_store.go (its store entry and lease), session_config.go (modes,
+// models, config options), session_prompt.go (prompts and the turn's end),
+// session_queue.go (prompts waiting for the turn), session_active.go (the
+// running turn as a newcomer sees it), session_commands.go (slash
+// commands), session_replay.go (history as updates), session_mcp.go and
+// session_mcp_prompts.go (MCP servers, their prompts), session_sandbox.go
+// (its jail), session_remote.go (a stub of a session another pod holds),
+// permission.go.
 
 // Messages of the session actor: its lifecycle and the connections it serves.
 type (
@@ -45,28 +51,6 @@ type (
 		params protocol.RawMessage
 		conn   *actor.PID
 	}
-	// attach attaches a live session to another connection too (load/resume
-	// there; see session_attach.go).
-	attach struct {
-		kind  startKind
-		reqID protocol.RawMessage
-		cwd   string
-		conn  *actor.PID
-		who   sessionWho
-		// servers are the MCP servers of the request; notices: the
-		// connection's client shows notices.
-		servers []protocol.McpServerConfig
-		notices bool
-		caps    tools.ClientCaps
-		// dirs are the request's additionalDirectories (the complete list).
-		dirs []string
-		// compaction, booleanOptions: the connection's client shows
-		// compaction updates, boolean config options.
-		compaction, booleanOptions bool
-	}
-	// detach: the connection is going away; a session it was the last one
-	// attached to stops (it is on disk).
-	detach struct{ conn *actor.PID }
 	// retireRequest asks the connection to forget a session (idle eviction,
 	// failed start); seen counts the requests the session got from it, so
 	// the connection only agrees when none is in flight.
@@ -77,26 +61,12 @@ type (
 		force bool
 	}
 	retireAnswer struct{ ok bool }
-	// sessionMoved tells a connection that the session it addressed now
-	// belongs to another connection, or that its session/close detached it
-	// from a session other connections keep (see connection.stopping).
-	sessionMoved struct {
-		id  string
-		pid *actor.PID
-	}
 )
 
 func (*retireAnswer) IgnoreDeadLetterLogging() {}
-func (*sessionMoved) IgnoreDeadLetterLogging() {}
 func (*idleTick) IgnoreDeadLetterLogging()     {}
 func (*releaseTick) IgnoreDeadLetterLogging()  {}
 func (*cancelTurns) IgnoreDeadLetterLogging()  {}
-
-// errSessionMoved answers a request for a session that another connection
-// (or another process) took over.
-func errSessionMoved() *protocol.Error {
-	return protocol.ErrInvalidParams(map[string]string{"session_id": "Session moved to another connection"})
-}
 
 // idleTick is the session's idle timer firing (see armIdle); releaseTick
 // its store-release timer (see armRelease).
@@ -552,55 +522,6 @@ func (s *session) answerStart(ctx actor.Context, kind startKind, reqID protocol.
 		s.mcp.commandsSent = s.availableCommands()
 		s.emitTo(ctx, conn, protocol.AvailableCommandsUpdate{SessionUpdate: protocol.UpdateAvailableCommands, AvailableCommands: s.mcp.commandsSent})
 	}
-}
-
-func (s *session) attach(ctx actor.Context, m *attach) {
-	if s.failed {
-		s.respondTo(ctx, m.conn, m.reqID, nil, s.failErr)
-		return
-	}
-	// The connection counts its requests to this session afresh from the
-	// attach on (openSession resets its count), also when it is the same
-	// connection: without this an idle session loaded again is never
-	// retired (seen and sent would never match).
-	s.attachClient(ctx, m)
-	// The last client attached decides how compaction and boolean options
-	// are shown (as it decides the MCP notices).
-	s.compactionUpdates, s.booleanOptions = m.compaction, m.booleanOptions
-	if m.kind != startRestore && !slices.Equal(m.dirs, s.meta.AdditionalDirectories) {
-		s.meta.AdditionalDirectories = m.dirs
-		s.changeMeta()
-	}
-	if m.cwd != "" && m.cwd != s.meta.Cwd {
-		s.meta.Cwd = m.cwd
-		s.changeMeta()
-		if s.fenced != nil {
-			s.respondError(ctx, m.reqID, s.fenced)
-			return
-		}
-	}
-	s.configureMCP(ctx, m.servers, s.meta.Cwd)
-	s.answerWhenReady(ctx, m.kind, m.reqID, m.conn)
-}
-
-// forwardRequest sends a tool's request to the connection whose prompt
-// runs (its editor's buffers and terminals), if the tool's turn still runs:
-// after a prompt's answer no request of its turn reaches the client. A
-// refused request is answered at once, so the tool does not wait for
-// nothing; so is one whose connection left (its turn is being cancelled).
-func (s *session) forwardRequest(ctx actor.Context, m *outboundRequest) {
-	if s.turn == nil || m.turn != s.turnID || s.clients.find(s.promptConn) == nil {
-		ctx.Send(m.replyTo, &clientAnswer{tag: m.tag, err: protocol.NewError(protocol.CodeRequestCancelled, "the turn has ended", nil)})
-		return
-	}
-	ctx.Send(s.promptConn, m)
-}
-
-// emit sends an update to every attached connection.
-func (s *session) emit(ctx actor.Context, update any) {
-	data := protocol.EncodeNotification(protocol.MethodSessionUpdate,
-		protocol.SessionNotification{SessionID: s.id, Update: update})
-	s.broadcast(ctx, &outbound{frame: Frame{Data: data, SessionID: s.id}})
 }
 
 func (s *session) respond(ctx actor.Context, id protocol.RawMessage, result any) {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/iac-code/iac-code/llm"
 	"github.com/iac-code/iac-code/protocol"
+	"github.com/iac-code/iac-code/store"
 )
 
 // The running turn as a client that comes in during it sees it (issue 22):
@@ -28,13 +29,35 @@ const activeTurnKey = "activeTurn"
 type ActiveTurn struct {
 	StartedAt     string              `json:"startedAt"`
 	PromptRequest protocol.RawMessage `json:"promptRequest"`
+	// started is StartedAt as a time, for the store (markTurn).
+	started time.Time
+}
+
+// record is the turn as the session's store records it for the lists of
+// other processes (store.TurnRecorder).
+func (t *ActiveTurn) record() *store.RunningTurn {
+	return &store.RunningTurn{StartedAt: t.started, PromptRequest: t.PromptRequest}
 }
 
 // activeTurns are this process's sessions with a running turn (session id
 // → *ActiveTurn), for session/list: the list is read from the store in a
-// goroutine and asks no session actor. Sessions another process holds are
-// not in it (see docs/resilience.md).
+// goroutine and asks no session actor. The turns of sessions another
+// process holds come from the store (store.Meta.RunningTurn, see of).
 type activeTurns struct{ m sync.Map }
+
+// of is the running turn session/list shows for meta: this process's own,
+// else the one the session's holder recorded in the store — another
+// process, or a pod of the cluster; the store reports it only while that
+// holder's hold is live.
+func (a *activeTurns) of(meta store.Meta) *ActiveTurn {
+	if t := a.get(meta.ID); t != nil {
+		return t
+	}
+	if rt := meta.RunningTurn; rt != nil {
+		return &ActiveTurn{StartedAt: rt.StartedAt.UTC().Format(time.RFC3339Nano), PromptRequest: protocol.RawMessage(rt.PromptRequest)}
+	}
+	return nil
+}
 
 func (a *activeTurns) get(id string) *ActiveTurn {
 	if a == nil {
@@ -69,9 +92,12 @@ type turnSoFar struct {
 	recordedCalls map[string]bool
 }
 
-// beginTurn notes the turn of prompt request id starting now.
+// beginTurn notes the turn of prompt request id starting now. The time is
+// cut to microseconds, as the shared store keeps it, so that every pod
+// shows the same startedAt.
 func (s *session) beginTurn(id protocol.RawMessage) {
-	s.soFar = turnSoFar{active: &ActiveTurn{StartedAt: time.Now().UTC().Format(time.RFC3339Nano), PromptRequest: id}}
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	s.soFar = turnSoFar{active: &ActiveTurn{StartedAt: now.Format(time.RFC3339Nano), PromptRequest: id, started: now}}
 	s.deps.active.m.Store(s.id, s.soFar.active)
 }
 

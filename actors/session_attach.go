@@ -1,6 +1,8 @@
 package actors
 
 import (
+	"slices"
+
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/iac-code/iac-code/protocol"
@@ -37,6 +39,46 @@ const (
 type withdrawRequest struct{ tag any }
 
 func (*withdrawRequest) IgnoreDeadLetterLogging() {}
+
+type (
+	// attach attaches a live session to another connection too (load/resume
+	// there).
+	attach struct {
+		kind  startKind
+		reqID protocol.RawMessage
+		cwd   string
+		conn  *actor.PID
+		who   sessionWho
+		// servers are the MCP servers of the request; notices: the
+		// connection's client shows notices.
+		servers []protocol.McpServerConfig
+		notices bool
+		caps    tools.ClientCaps
+		// dirs are the request's additionalDirectories (the complete list).
+		dirs []string
+		// compaction, booleanOptions: the connection's client shows
+		// compaction updates, boolean config options.
+		compaction, booleanOptions bool
+	}
+	// detach: the connection is going away; a session it was the last one
+	// attached to stops (it is on disk).
+	detach struct{ conn *actor.PID }
+	// sessionMoved tells a connection that the session it addressed now
+	// belongs to another connection, or that its session/close detached it
+	// from a session other connections keep (see connection.stopping).
+	sessionMoved struct {
+		id  string
+		pid *actor.PID
+	}
+)
+
+func (*sessionMoved) IgnoreDeadLetterLogging() {}
+
+// errSessionMoved answers a request for a session that another connection
+// (or another process) took over.
+func errSessionMoved() *protocol.Error {
+	return protocol.ErrInvalidParams(map[string]string{"session_id": "Session moved to another connection"})
+}
 
 // client is one connection attached to the session.
 type client struct {
@@ -112,6 +154,13 @@ func (s *session) broadcast(ctx actor.Context, m *outbound) {
 	}
 }
 
+// emit sends an update to every attached connection.
+func (s *session) emit(ctx actor.Context, update any) {
+	data := protocol.EncodeNotification(protocol.MethodSessionUpdate,
+		protocol.SessionNotification{SessionID: s.id, Update: update})
+	s.broadcast(ctx, &outbound{frame: Frame{Data: data, SessionID: s.id}})
+}
+
 // emitTo sends an update to one connection only (a replay for the one that
 // loads the session).
 func (s *session) emitTo(ctx actor.Context, conn *actor.PID, update any) {
@@ -132,6 +181,48 @@ func (s *session) emitNotice(ctx actor.Context, update any) {
 // promptCaps are the capabilities of the client whose prompt runs: its
 // editor serves the turn's fs/* and terminal/* calls.
 func (s *session) promptCaps() tools.ClientCaps { return s.clients.capsOf(s.promptConn) }
+
+// forwardRequest sends a tool's request to the connection whose prompt
+// runs (its editor's buffers and terminals), if the tool's turn still runs:
+// after a prompt's answer no request of its turn reaches the client. A
+// refused request is answered at once, so the tool does not wait for
+// nothing; so is one whose connection left (its turn is being cancelled).
+func (s *session) forwardRequest(ctx actor.Context, m *outboundRequest) {
+	if s.turn == nil || m.turn != s.turnID || s.clients.find(s.promptConn) == nil {
+		ctx.Send(m.replyTo, &clientAnswer{tag: m.tag, err: protocol.NewError(protocol.CodeRequestCancelled, "the turn has ended", nil)})
+		return
+	}
+	ctx.Send(s.promptConn, m)
+}
+
+func (s *session) attach(ctx actor.Context, m *attach) {
+	if s.failed {
+		s.respondTo(ctx, m.conn, m.reqID, nil, s.failErr)
+		return
+	}
+	// The connection counts its requests to this session afresh from the
+	// attach on (openSession resets its count), also when it is the same
+	// connection: without this an idle session loaded again is never
+	// retired (seen and sent would never match).
+	s.attachClient(ctx, m)
+	// The last client attached decides how compaction and boolean options
+	// are shown (as it decides the MCP notices).
+	s.compactionUpdates, s.booleanOptions = m.compaction, m.booleanOptions
+	if m.kind != startRestore && !slices.Equal(m.dirs, s.meta.AdditionalDirectories) {
+		s.meta.AdditionalDirectories = m.dirs
+		s.changeMeta()
+	}
+	if m.cwd != "" && m.cwd != s.meta.Cwd {
+		s.meta.Cwd = m.cwd
+		s.changeMeta()
+		if s.fenced != nil {
+			s.respondError(ctx, m.reqID, s.fenced)
+			return
+		}
+	}
+	s.configureMCP(ctx, m.servers, s.meta.Cwd)
+	s.answerWhenReady(ctx, m.kind, m.reqID, m.conn)
+}
 
 // attachClient attaches m.conn. In move mode the connection attached until
 // now loses the session: its running prompt ends cancelled (answered to it,

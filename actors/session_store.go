@@ -164,14 +164,30 @@ func (s *session) releaseBetweenTurns() {
 	s.released = true
 }
 
-// markTurn tells other processes on the same home whether a turn runs here
-// (store.TurnMarker): one asking for the session then fails at once,
-// naming this process, instead of waiting for it to let go.
+// markTurn records in the store whether a turn runs here, and which
+// (store.TurnRecorder): the session lists of other processes and pods show
+// it; the file store's lock says so too (store.TurnMarker), so another
+// process asking for the session fails at once, naming this one, instead
+// of waiting for it to let go. One synchronous write at the turn's start
+// and one at its end, like the history's appends around them; a fenced
+// handle is refused it (writeFailed).
 func (s *session) markTurn(running bool) {
-	if m, ok := s.store.(store.TurnMarker); ok && s.fenced == nil {
-		if err := m.MarkTurn(running); err != nil {
-			s.log.Warn().Err(err).Msg("mark the session's lock")
+	if s.fenced != nil || s.released || s.store == nil {
+		return
+	}
+	var err error
+	switch m := s.store.(type) {
+	case store.TurnRecorder:
+		var turn *store.RunningTurn
+		if running && s.soFar.active != nil {
+			turn = s.soFar.active.record()
 		}
+		err = m.RecordTurn(turn)
+	case store.TurnMarker:
+		err = m.MarkTurn(running)
+	}
+	if err != nil {
+		s.writeFailed(err, "record the running turn")
 	}
 }
 

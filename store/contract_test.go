@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
@@ -29,6 +30,10 @@ type backend struct {
 	// expire ends the lease of session id as if its holder had stopped
 	// renewing it; nil when the backend has no leases to lose.
 	expire func(id string)
+	// crash makes holder, which holds s, look dead to every other process
+	// (killed with -9): the shared store declares it dead; the file store
+	// leaves s's lock file as it is with no lock on it.
+	crash func(holder store.Store, s store.Session)
 }
 
 // The one contract of store.Store, run against every implementation so that
@@ -46,6 +51,13 @@ func fileBackend() backend {
 		},
 		// The pid written in the lock file: this test process.
 		holder: func(store.Store) store.InUseError { return store.InUseError{PID: os.Getpid()} },
+		crash: func(holder store.Store, s store.Session) {
+			lock := filepath.Join(holder.(*store.FileStore).Dir(), s.ID(), "lock")
+			left, err := os.ReadFile(lock)
+			Expect(err).NotTo(HaveOccurred())
+			Expect(s.Close()).To(Succeed())
+			Expect(os.WriteFile(lock, left, 0o600)).To(Succeed())
+		},
 	}
 }
 
@@ -782,6 +794,137 @@ func describeStoreContract(name string, fresh func() backend) bool {
 				Expect(s.Close()).To(Succeed())
 				_, es = reopen("s1")
 				Expect(seqs(es)).To(Equal([]int64{1, 2, 3}))
+			})
+		})
+
+		Describe("running turn", func() {
+			// listed is the running turn List and ListOwned of in report for
+			// session id (they must agree).
+			listed := func(in store.Store, id string) *store.RunningTurn {
+				GinkgoHelper()
+				var turns []*store.RunningTurn
+				all, _, err := in.List("", "", 0)
+				Expect(err).NotTo(HaveOccurred())
+				owned, _, err := in.ListOwned(store.DefaultOwner, "/p", "", 0)
+				Expect(err).NotTo(HaveOccurred())
+				for _, ms := range [][]store.Meta{all, owned} {
+					found := false
+					for _, m := range ms {
+						if m.ID == id {
+							turns, found = append(turns, m.RunningTurn), true
+						}
+					}
+					Expect(found).To(BeTrue(), "%s listed", id)
+				}
+				Expect(turns[0]).To(Equal(turns[1]), "List and ListOwned agree")
+				return turns[0]
+			}
+			started := time.Date(2026, 12, 1, 23, 59, 58, 123456000, time.UTC)
+			turn := func(prompt string) *store.RunningTurn {
+				return &store.RunningTurn{StartedAt: started, PromptRequest: []byte(prompt)}
+			}
+			recorder := func(s store.Session) store.TurnRecorder {
+				GinkgoHelper()
+				r, ok := s.(store.TurnRecorder)
+				Expect(ok).To(BeTrue(), "the session records its turn")
+				return r
+			}
+			newSession := func(id string) store.Session {
+				s := create(id, "/p", userMsg("one"))
+				DeferCleanup(s.Close)
+				return s
+			}
+
+			It("is listed by every process while the holder records it, the prompt request's bytes as given; cleared, it is gone", func() {
+				s := newSession("s1")
+				newSession("s2")
+				other := another()
+				Expect(listed(st, "s1")).To(BeNil())
+
+				for _, prompt := range []string{`"p-\u00e9 7"`, `42`, `1.50`} {
+					Expect(recorder(s).RecordTurn(turn(prompt))).To(Succeed())
+					for _, in := range []store.Store{st, other} {
+						got := listed(in, "s1")
+						Expect(got).NotTo(BeNil())
+						Expect(string(got.PromptRequest)).To(Equal(prompt), "byte for byte")
+						Expect(got.StartedAt).To(BeTemporally("==", started))
+						Expect(listed(in, "s2")).To(BeNil(), "only the session it runs in")
+					}
+				}
+
+				By("not in the handle's meta, nor stored with a meta saved from a listed one")
+				Expect(s.Meta().RunningTurn).To(BeNil())
+				ms, _, err := other.List("", "", 0)
+				Expect(err).NotTo(HaveOccurred())
+				var fromList store.Meta
+				for _, m := range ms {
+					if m.ID == "s1" {
+						fromList = m
+					}
+				}
+				Expect(fromList.RunningTurn).NotTo(BeNil())
+				Expect(s.SaveMeta(fromList)).To(Succeed())
+				Expect(s.Meta().RunningTurn).To(BeNil())
+				stat, err := other.Stat("s1")
+				Expect(err).NotTo(HaveOccurred())
+				Expect(stat.RunningTurn).To(BeNil())
+
+				Expect(recorder(s).RecordTurn(nil)).To(Succeed())
+				Expect(listed(st, "s1")).To(BeNil())
+				Expect(listed(other, "s1")).To(BeNil())
+			})
+
+			It("goes with Release and Close; a released handle records nothing; acquired again, none runs", func() {
+				s := newSession("s1")
+				other := another()
+				Expect(recorder(s).RecordTurn(turn("1"))).To(Succeed())
+				Expect(s.Release()).To(Succeed())
+				Expect(listed(other, "s1")).To(BeNil())
+				Expect(recorder(s).RecordTurn(turn("2"))).To(MatchError(store.ErrReleased))
+				_, _, err := s.Acquire()
+				Expect(err).NotTo(HaveOccurred())
+				Expect(listed(other, "s1")).To(BeNil())
+
+				Expect(recorder(s).RecordTurn(turn("3"))).To(Succeed())
+				Expect(listed(other, "s1")).NotTo(BeNil())
+				Expect(s.Close()).To(Succeed())
+				Expect(listed(other, "s1")).To(BeNil())
+				Expect(recorder(s).RecordTurn(turn("4"))).To(MatchError(store.ErrClosed))
+				s2, _ := reopenIn(other, "s1")
+				Expect(listed(other, "s1")).To(BeNil(), "the next holder starts without a turn")
+				Expect(recorder(s2).RecordTurn(turn("5"))).To(Succeed())
+				Expect(string(listed(st, "s1").PromptRequest)).To(Equal("5"))
+			})
+
+			It("is not listed once its holder died mid-turn, and the next holder starts without it", func() {
+				s := newSession("s1")
+				other := another()
+				Expect(recorder(s).RecordTurn(turn(`"dying"`))).To(Succeed())
+				Expect(listed(other, "s1")).NotTo(BeNil())
+				b.crash(st, s)
+				Expect(listed(other, "s1")).To(BeNil())
+				Expect(listed(st, "s1")).To(BeNil())
+				reopenIn(other, "s1")
+				Expect(listed(other, "s1")).To(BeNil())
+			})
+
+			It("is not listed once the holder's lease expired; a fenced handle can neither set nor clear one", func() {
+				if b.expire == nil {
+					Skip("no lease to lose: the session stays held until Release, Close or the process exits")
+				}
+				s := newSession("s1")
+				Expect(recorder(s).RecordTurn(turn("1"))).To(Succeed())
+				b.expire("s1")
+				other := another()
+				Expect(listed(other, "s1")).To(BeNil())
+
+				s2, _ := reopenIn(other, "s1")
+				Expect(listed(other, "s1")).To(BeNil(), "the takeover starts without a turn")
+				Expect(recorder(s).RecordTurn(turn("2"))).To(MatchError(store.ErrFenced))
+				Expect(listed(other, "s1")).To(BeNil())
+				Expect(recorder(s2).RecordTurn(turn("3"))).To(Succeed())
+				Expect(recorder(s).RecordTurn(nil)).To(MatchError(store.ErrFenced))
+				Expect(string(listed(st, "s1").PromptRequest)).To(Equal("3"))
 			})
 		})
 	})

@@ -513,6 +513,7 @@ func (s *FileStore) ListOwned(owner, cwd, cursor string, limit int) ([]Meta, str
 	page := metas[start:end:end]
 	for i := range page {
 		page[i] = page[i].clone() // cached maps stay private
+		page[i].RunningTurn = readRunningTurn(filepath.Join(s.dir, page[i].ID))
 	}
 	next := ""
 	if end < len(metas) {
@@ -586,7 +587,11 @@ type fileSession struct {
 	histInfo, metaInfo os.FileInfo
 }
 
-var _ Session = (*fileSession)(nil)
+var (
+	_ Session      = (*fileSession)(nil)
+	_ TurnMarker   = (*fileSession)(nil)
+	_ TurnRecorder = (*fileSession)(nil)
+)
 
 func (s *fileSession) ID() string { return s.id }
 
@@ -757,7 +762,18 @@ func (s *fileSession) MarkTurn(running bool) error {
 	if s.closed || s.released {
 		return nil
 	}
-	return s.lock.markTurn(running)
+	return s.lock.markTurn(running, nil)
+}
+
+// RecordTurn implements TurnRecorder: in the lock file, which also marks
+// the turn as MarkTurn does.
+func (s *fileSession) RecordTurn(turn *RunningTurn) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.writable(); err != nil {
+		return err
+	}
+	return s.lock.markTurn(turn != nil, turn)
 }
 
 func (s *fileSession) Release() error {

@@ -11,6 +11,9 @@ func lockSession(dir, id string, wait time.Duration) (*sessionLock, error) {
 	return &sessionLock{}, nil
 }
 
-func (l *sessionLock) markTurn(running bool) error { return nil }
+func (l *sessionLock) markTurn(running bool, turn *RunningTurn) error { return nil }
+
+// readRunningTurn: without flock(2) no process can tell another's turn.
+func readRunningTurn(dir string) *RunningTurn { return nil }
 
 func (l *sessionLock) unlock() error { return nil }

@@ -3,6 +3,7 @@
 package store
 
 import (
+	"bytes"
 	"errors"
 	"os"
 	"runtime"
@@ -22,6 +23,8 @@ const lockFile = "lock"
 // crashed server never leaves a session locked.
 type sessionLock struct {
 	fd int
+	// turn: the file says a turn runs (markTurn), to clear at unlock.
+	turn bool
 	// closeLost closes fd if the lock is dropped without unlock, as an
 	// *os.File's finalizer would.
 	closeLost runtime.Cleanup
@@ -41,6 +44,7 @@ func lockSession(dir, id string, wait time.Duration) (*sessionLock, error) {
 		return nil, err
 	}
 	deadline := time.Now().Add(wait)
+	sawTurn := false
 	for {
 		err = syscall.Flock(fd, syscall.LOCK_EX|syscall.LOCK_NB)
 		if errors.Is(err, syscall.EINTR) {
@@ -50,6 +54,13 @@ func lockSession(dir, id string, wait time.Duration) (*sessionLock, error) {
 			break
 		}
 		pid, turn := readHolder(fd)
+		// A turn mark is looked at twice: a session list probing the lock of
+		// a holder that died mid-turn (readRunningTurn) holds it for a moment.
+		if turn && !sawTurn {
+			sawTurn = true
+			time.Sleep(lockPoll)
+			continue
+		}
 		if turn || !time.Now().Before(deadline) {
 			_ = syscall.Close(fd)
 			return nil, &InUseError{ID: id, PID: pid, Turn: turn}
@@ -62,8 +73,10 @@ func lockSession(dir, id string, wait time.Duration) (*sessionLock, error) {
 	}
 	// Who holds it, for the error another process reports. Best effort: the
 	// lock, not the content, is what excludes. Always holderWidth bytes, so
-	// each holder overwrites the last one's line without a truncate.
+	// each holder overwrites the last one's line; the truncate drops the
+	// running turn a holder killed mid-turn left behind.
 	_, _ = syscall.Pwrite(fd, holderLine(false), 0)
+	_ = syscall.Ftruncate(fd, holderWidth)
 	l := &sessionLock{fd: fd}
 	l.closeLost = runtime.AddCleanup(l, func(fd int) { _ = syscall.Close(fd) }, fd)
 	return l, nil
@@ -107,13 +120,78 @@ func readHolder(fd int) (pid int, turn bool) {
 	return pid, len(fields) > 1 && fields[1] == "turn"
 }
 
-// markTurn tells processes that find the lock held whether a turn runs.
-func (l *sessionLock) markTurn(running bool) error {
+// The lock file's second line, while a turn runs whose details the holder
+// recorded (TurnRecorder): "<startedAt RFC 3339> <prompt request id>", the
+// id's bytes as its client sent them. An id that would make the line longer
+// than maxTurnLine, or that has a line break, is not written: the lock then
+// says only that a turn runs, and session lists show none.
+const maxTurnLine = 4096
+
+func turnLine(turn *RunningTurn) []byte {
+	if turn == nil || len(turn.PromptRequest) == 0 || bytes.ContainsAny(turn.PromptRequest, "\r\n") {
+		return nil
+	}
+	b := turn.StartedAt.UTC().AppendFormat(make([]byte, 0, 40+len(turn.PromptRequest)), time.RFC3339Nano)
+	b = append(append(append(b, ' '), turn.PromptRequest...), '\n')
+	if len(b) > maxTurnLine {
+		return nil
+	}
+	return b
+}
+
+// markTurn tells processes that find the lock held whether a turn runs,
+// and which (turn, nil when unknown) for their session lists.
+func (l *sessionLock) markTurn(running bool, turn *RunningTurn) error {
 	if l == nil || l.fd < 0 {
 		return nil
 	}
-	_, err := syscall.Pwrite(l.fd, holderLine(running), 0)
-	return err
+	b := holderLine(running)
+	if running {
+		b = append(b, turnLine(turn)...)
+	}
+	if _, err := syscall.Pwrite(l.fd, b, 0); err != nil {
+		return err
+	}
+	l.turn = running
+	return syscall.Ftruncate(l.fd, int64(len(b)))
+}
+
+// readRunningTurn is the running turn the lock file of session directory
+// dir names, when a live process holds that lock: a process killed mid-turn
+// leaves the lines but not the lock. Nothing is read past the first line of
+// a session without a turn. The probe takes the lock shared for a moment
+// when nobody holds it (see lockSession).
+func readRunningTurn(dir string) *RunningTurn {
+	fd, err := openFD(dir+"/"+lockFile, os.O_RDONLY, 0)
+	if err != nil {
+		return nil
+	}
+	defer syscall.Close(fd)
+	if _, turn := readHolder(fd); !turn {
+		return nil
+	}
+	buf := make([]byte, maxTurnLine)
+	n, _ := syscall.Pread(fd, buf, holderWidth)
+	line, _, ok := bytes.Cut(buf[:max(n, 0)], []byte{'\n'})
+	started, prompt, cut := bytes.Cut(line, []byte{' '})
+	at, perr := time.Parse(time.RFC3339Nano, string(started))
+	if !ok || !cut || perr != nil || len(prompt) == 0 {
+		return nil
+	}
+	for {
+		err = syscall.Flock(fd, syscall.LOCK_SH|syscall.LOCK_NB)
+		if !errors.Is(err, syscall.EINTR) {
+			break
+		}
+	}
+	if err == nil {
+		_ = syscall.Flock(fd, syscall.LOCK_UN)
+		return nil
+	}
+	if !errors.Is(err, syscall.EWOULDBLOCK) {
+		return nil
+	}
+	return &RunningTurn{StartedAt: at, PromptRequest: bytes.Clone(prompt)}
 }
 
 // unlock releases the lock (closing the descriptor releases the flock).
@@ -122,6 +200,11 @@ func (l *sessionLock) unlock() error {
 		return nil
 	}
 	l.closeLost.Stop()
+	if l.turn { // the turn is over for every reader, whatever they check
+		_, _ = syscall.Pwrite(l.fd, holderLine(false), 0)
+		_ = syscall.Ftruncate(l.fd, holderWidth)
+		l.turn = false
+	}
 	err := syscall.Close(l.fd)
 	l.fd = -1
 	return err

@@ -74,6 +74,9 @@ func pgBackend() backend {
 		expire: func(id string) {
 			db.exec("UPDATE iac_sessions SET lease_expires = now() - interval '1 second' WHERE id = $1", id)
 		},
+		crash: func(holder store.Store, _ store.Session) {
+			Expect(holder.(*store.PGStore).MarkDead(context.Background(), holder.(*store.PGStore).Incarnation())).To(Succeed())
+		},
 	}
 }
 

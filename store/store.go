@@ -111,6 +111,29 @@ type TurnMarker interface {
 	MarkTurn(running bool) error
 }
 
+// RunningTurn is the turn running in a session as its holder recorded it
+// (TurnRecorder), for the session lists of every process on the store.
+type RunningTurn struct {
+	StartedAt time.Time
+	// PromptRequest is the JSON-RPC id of the turn's session/prompt request,
+	// byte for byte as its client sent it.
+	PromptRequest []byte
+}
+
+// TurnRecorder is a Session that records the turn running in it with its
+// hold: List and ListOwned of any process on the same store report it
+// (Meta.RunningTurn) while the handle holds the session — the shared store:
+// while its lease is live, so a holder killed mid-turn stops showing one
+// once its lease expires or it is declared dead; the file store: while a
+// live process holds the session's lock. Release, Close and every new
+// acquisition clear it. Unlike TurnMarker it says nothing about how cheap
+// the hold is.
+type TurnRecorder interface {
+	// RecordTurn records turn as running in the session, or that none runs
+	// (nil). ErrFenced once the handle lost its hold, ErrReleased, ErrClosed.
+	RecordTurn(turn *RunningTurn) error
+}
+
 // Is makes errors.Is(err, ErrInUse) true.
 func (e *InUseError) Is(target error) bool { return target == ErrInUse }
 
@@ -283,6 +306,10 @@ type Meta struct {
 	// before sessions had owners, which are DefaultOwner's (see OwnedBy).
 	// It never changes after Create (Fork: the source's owner).
 	Owner string `json:"owner,omitempty"`
+	// RunningTurn is the turn its holder records as running in the session
+	// (TurnRecorder), filled in by List and ListOwned only; never part of
+	// meta.json or of the meta a handle keeps.
+	RunningTurn *RunningTurn `json:"-"`
 }
 
 // DefaultOwner owns the sessions stored before sessions had owners; it is
@@ -304,6 +331,7 @@ const FormatVersion = 1
 // version, created and updated now.
 func (m Meta) born(id, forkedFrom string, now time.Time) Meta {
 	m = m.clone()
+	m.RunningTurn = nil
 	m.Version = FormatVersion
 	m.ID = id
 	m.ForkedFrom = forkedFrom
@@ -317,6 +345,7 @@ func (m Meta) born(id, forkedFrom string, now time.Time) Meta {
 // time and fork origin stay as stored; updated now.
 func (m Meta) replacing(stored Meta, now time.Time) Meta {
 	m = m.clone()
+	m.RunningTurn = nil
 	m.Version = FormatVersion
 	m.ID = stored.ID
 	m.CreatedAt = stored.CreatedAt

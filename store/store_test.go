@@ -326,6 +326,36 @@ var _ = Describe("FileStore", func() {
 			Expect(s2.Close()).To(Succeed())
 		})
 
+		It("records a turn for other processes' lists; one whose prompt id does not fit on a line is marked but not listed", func() {
+			s := create("s1", "/p", userMsg("one"))
+			DeferCleanup(s.Close)
+			other, err := store.New(root)
+			Expect(err).NotTo(HaveOccurred())
+			DeferCleanup(other.Close)
+			runningIn := func() *store.RunningTurn {
+				ms, _, err := other.List("", "", 0)
+				Expect(err).NotTo(HaveOccurred())
+				Expect(ms).To(HaveLen(1))
+				return ms[0].RunningTurn
+			}
+			at := time.Date(2026, 12, 1, 0, 0, 0, 1, time.UTC)
+			for _, id := range []string{"[\n1]", `"` + strings.Repeat("x", 5000) + `"`} {
+				Expect(s.(store.TurnRecorder).RecordTurn(&store.RunningTurn{StartedAt: at, PromptRequest: []byte(id)})).To(Succeed())
+				Expect(runningIn()).To(BeNil())
+				_, _, err = other.Open("s1")
+				var inUse *store.InUseError
+				Expect(errors.As(err, &inUse)).To(BeTrue(), "%v", err)
+				Expect(inUse.Turn).To(BeTrue(), "the turn is marked all the same")
+			}
+			Expect(s.(store.TurnRecorder).RecordTurn(&store.RunningTurn{StartedAt: at, PromptRequest: []byte(`"a b"`)})).To(Succeed())
+			Expect(runningIn()).To(Equal(&store.RunningTurn{StartedAt: at, PromptRequest: []byte(`"a b"`)}))
+			Expect(s.(store.TurnRecorder).RecordTurn(nil)).To(Succeed())
+			Expect(runningIn()).To(BeNil())
+			data, err := os.ReadFile(filepath.Join(root, "sessions", "s1", "lock"))
+			Expect(err).NotTo(HaveOccurred())
+			Expect(data).To(HaveLen(20), "back to the holder's line alone")
+		})
+
 		It("names its holder's pid, over whatever pid an older holder left", func() {
 			Expect(create("s1", "/p").Close()).To(Succeed())
 			lock := filepath.Join(sessionDir("s1"), "lock")

@@ -39,6 +39,25 @@ func attachRemote(e *env, conn string, last *uint64) *remoteReader {
 
 // takeUntil takes events until one answers id; it returns them all.
 func (r *remoteReader) takeUntil(id float64) []httpsse.Event {
+	return r.take(func(m map[string]any) bool { return m["method"] == nil && m["id"] == id })
+}
+
+// takeNewSession takes events until session/new id is answered and its
+// session's available_commands_update, which follows the answer, is in.
+func (r *remoteReader) takeNewSession(id float64) []httpsse.Event {
+	sid := ""
+	return r.take(func(m map[string]any) bool {
+		if res, ok := m["result"].(map[string]any); ok && m["id"] == id {
+			sid, _ = res["sessionId"].(string)
+		}
+		p, _ := m["params"].(map[string]any)
+		u, _ := p["update"].(map[string]any)
+		return sid != "" && p["sessionId"] == sid && u["sessionUpdate"] == "available_commands_update"
+	})
+}
+
+// take takes events until done holds for one; it returns them all.
+func (r *remoteReader) take(done func(map[string]any) bool) []httpsse.Event {
 	var out []httpsse.Event
 	deadline := time.After(10 * time.Second)
 	for {
@@ -52,7 +71,7 @@ func (r *remoteReader) takeUntil(id float64) []httpsse.Event {
 		for _, ev := range batch {
 			var m map[string]any
 			Expect(json.Unmarshal(ev.Data, &m)).To(Succeed())
-			if m["method"] == nil && m["id"] == id {
+			if done(m) {
 				return out
 			}
 		}
@@ -66,9 +85,11 @@ var _ = Describe("serving another pod's stream (Owner)", func() {
 		conn := e.initialize()
 		r := attachRemote(e, conn, nil)
 		e.send(conn, rpc(2, "session/new", map[string]any{"cwd": e.cwd}))
-		first := r.takeUntil(2)
+		// Each session's available_commands_update follows its answer: taken
+		// too, so the replay below has nothing the batches lack.
+		first := r.takeNewSession(2)
 		e.send(conn, rpc(3, "session/new", map[string]any{"cwd": e.cwd}))
-		second := r.takeUntil(3)
+		second := r.takeNewSession(3)
 		all := append(first, second...)
 		for i, ev := range all {
 			Expect(ev.ID).To(Equal(uint64(i + 1)))

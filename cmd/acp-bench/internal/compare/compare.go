@@ -20,6 +20,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"text/tabwriter"
 
 	"github.com/iac-code/iac-code/cmd/acp-bench/internal/bench"
@@ -45,8 +46,12 @@ type Ref struct {
 
 // Build resolves ref in the repository at repo and builds its server (and
 // profiling build, when the ref has one) into cacheDir/<commit>/, reusing
-// binaries built earlier. Build output goes to log.
+// binaries built earlier. Build output goes to log, which need not be safe
+// for concurrent use.
 func Build(ctx context.Context, repo, ref, cacheDir string, log io.Writer) (*Ref, error) {
+	// git archive and tar run at once: exec copies the stderr of each into
+	// log from a goroutine of its own.
+	log = &lockedWriter{w: log}
 	out, err := exec.CommandContext(ctx, "git", "-C", repo, "rev-parse", "--verify", "--quiet", ref+"^{commit}").Output()
 	if err != nil {
 		return nil, fmt.Errorf("unknown git ref %q", ref)
@@ -108,6 +113,18 @@ func Build(ctx context.Context, repo, ref, cacheDir string, log io.Writer) (*Ref
 		return nil, fmt.Errorf("build %s of %s: %w", ServerPkg, ref, err)
 	}
 	return r, nil
+}
+
+// lockedWriter serializes the writes of several goroutines to w.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
 
 func exists(path string) bool {
