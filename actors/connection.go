@@ -2,21 +2,14 @@ package actors
 
 import (
 	"errors"
-	"fmt"
-	"os"
-	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
-	"github.com/google/uuid"
 	"github.com/rs/zerolog"
 
-	"github.com/iac-code/iac-code/llm"
 	"github.com/iac-code/iac-code/protocol"
 	"github.com/iac-code/iac-code/store"
 	"github.com/iac-code/iac-code/tools"
-	"github.com/iac-code/iac-code/tools/sandbox"
 	"github.com/iac-code/iac-code/transport/cluster/clusterpb"
 )
 
@@ -103,6 +96,10 @@ type connection struct {
 	// prompt racing an idle eviction, is never lost.
 	stopping map[string]*actor.PID
 	deferred map[string][]*protocol.Message
+	// checking: the sessions whose owner is being read from the store, with
+	// what runs once it is known (checkOwner); their requests wait in
+	// deferred meanwhile, as for stopping.
+	checking map[string]func(actor.Context, bool)
 	// deletingLive: a session/delete of a session live on other
 	// connections waits for it to end there (session_delete.go).
 	deletingLive map[string]bool
@@ -180,6 +177,8 @@ func (c *connection) Receive(ctx actor.Context) {
 		c.finishDrain(ctx)
 	case *retireRequest:
 		c.retire(ctx, m)
+	case *ownerChecked:
+		c.ownerKnown(ctx, m)
 	case *actor.Terminated:
 		if c.stub != nil && m.Who.Equal(c.stub) {
 			ctx.Stop(ctx.Self()) // a proxy whose stub went away (session_remote.go)
@@ -311,19 +310,6 @@ func (c *connection) cancelRequest(ctx actor.Context, m *protocol.Message) {
 	}
 }
 
-// full reports whether opening session id would exceed MaxSessions, and
-// answers reqID with the limit error if so (a session already live here
-// does not count twice).
-func (c *connection) full(id string, reqID protocol.RawMessage) bool {
-	if _, live := c.sessions[id]; live || len(c.sessions) < c.deps.Config.MaxSessions {
-		return false
-	}
-	c.fail(reqID, protocol.ErrLimit(fmt.Sprintf(
-		"Too many live sessions on this connection (limit %d); close some with session/close", c.deps.Config.MaxSessions),
-		"too_many_sessions", c.deps.Config.MaxSessions))
-	return true
-}
-
 func (c *connection) routeAnswer(ctx actor.Context, m *protocol.Message) {
 	n, ok := protocol.IntID(m.ID)
 	if !ok {
@@ -337,277 +323,6 @@ func (c *connection) routeAnswer(ctx actor.Context, m *protocol.Message) {
 	}
 	delete(c.pending, n)
 	ctx.Send(p.replyTo, &clientAnswer{tag: p.tag, result: m.Result, err: m.Error})
-}
-
-func (c *connection) initialize(m *protocol.Message) {
-	var req protocol.InitializeRequest
-	if len(m.Params) > 0 {
-		if err := protocol.Unmarshal(m.Params, &req); err != nil {
-			c.fail(m.ID, protocol.ErrInvalidParams(map[string]string{"error": err.Error()}))
-			return
-		}
-	}
-	c.initialized = true
-	if caps := req.ClientCapabilities; caps != nil && caps.Session != nil {
-		c.notices = caps.Session.Notices != nil
-		c.compaction = caps.Session.Compaction != nil
-		c.booleanOptions = caps.Session.ConfigOptions != nil && caps.Session.ConfigOptions.Boolean != nil
-	}
-	c.caps = capsOf(req.ClientCapabilities)
-	c.terminalAuth = req.ClientCapabilities != nil && req.ClientCapabilities.Auth != nil && req.ClientCapabilities.Auth.Terminal
-	c.reply(m.ID, protocol.InitializeResponse{
-		ProtocolVersion: protocol.ProtocolVersion,
-		AgentCapabilities: protocol.AgentCapabilities{
-			LoadSession:        true,
-			PromptCapabilities: protocol.PromptCapabilities{Image: true, EmbeddedContext: true},
-			McpCapabilities:    &protocol.McpCapabilities{HTTP: true, SSE: true},
-			SessionCapabilities: protocol.SessionCapabilities{
-				List:   &protocol.Empty{},
-				Close:  &protocol.Empty{},
-				Resume: &protocol.Empty{},
-				Fork:   &protocol.Empty{},
-				Delete: &protocol.Empty{},
-
-				AdditionalDirectories: &protocol.Empty{},
-			},
-			Auth: &protocol.AgentAuthCapabilities{Logout: &protocol.Empty{}},
-		},
-		AgentInfo:   protocol.Implementation{Name: "iac-code", Version: c.deps.Config.Version},
-		AuthMethods: c.authMethods(),
-		Meta:        map[string]any{sandbox.MetaKey: c.deps.Config.Sandbox.Meta()},
-	})
-}
-
-// authenticate re-reads the configuration (environment and files), so a key
-// set after the server started is picked up.
-func (c *connection) authenticate(m *protocol.Message) {
-	var req protocol.AuthenticateRequest
-	if err := protocol.Unmarshal(m.Params, &req); err != nil || req.MethodID != authAPIKey {
-		c.fail(m.ID, protocol.ErrInvalidParams(map[string]string{"methodId": "unknown authentication method"}))
-		return
-	}
-	if c.deps.LLM != nil {
-		if _, err := c.deps.LLM.Reload(); err != nil {
-			c.log.Warn().Err(err).Msg("authenticate: configuration did not reload")
-		}
-	}
-	if !c.deps.hasCredentials() {
-		c.fail(m.ID, c.deps.errAuthRequired())
-		return
-	}
-	c.reply(m.ID, struct{}{})
-}
-
-func (d *Deps) errAuthRequired() *protocol.Error {
-	return protocol.NewError(protocol.CodeAuthRequired, "Authentication required",
-		map[string]string{"code": "auth_required", "hint": d.authHint()})
-}
-
-func (d *Deps) authHint() string {
-	if d.LLM != nil {
-		return d.LLM.Config().AuthHint()
-	}
-	return llm.AuthHint
-}
-
-func (d *Deps) hasCredentials() bool {
-	if d.LLM != nil {
-		return d.LLM.Config().HasCredentials()
-	}
-	return d.Config.LLM.APIKey != ""
-}
-
-func (c *connection) newSession(ctx actor.Context, m *protocol.Message) {
-	var req protocol.NewSessionRequest
-	if err := protocol.Unmarshal(m.Params, &req); err != nil {
-		c.fail(m.ID, protocol.ErrInvalidParams(map[string]string{"error": err.Error()}))
-		return
-	}
-	if !c.deps.usableCredentials(c.log) {
-		// At once, so the client shows its auth methods before the user
-		// types a prompt.
-		c.fail(m.ID, c.deps.errAuthRequired())
-		return
-	}
-	cwd, bad := c.workspaceCwd(req.Cwd)
-	if bad != nil {
-		c.fail(m.ID, bad)
-		return
-	}
-	dirs, ok := c.additionalDirs(m.ID, req.AdditionalDirectories)
-	if !ok {
-		return
-	}
-	servers, ok := c.mcpServersOf(m.ID, req.McpServers)
-	if !ok || c.full("", m.ID) {
-		return
-	}
-	// The session actor creates its store entry and answers the request.
-	c.openSession(ctx, uuid.NewString(), startNew, m.ID, cwd, "", servers, dirs)
-}
-
-// mcpServersOf parses mcpServers, answering reqID with -32602 (naming the
-// entry) when it is invalid.
-func (c *connection) mcpServersOf(reqID protocol.RawMessage, raw protocol.RawMessage) ([]protocol.McpServerConfig, bool) {
-	servers, warnings, e := protocol.ParseMcpServers(raw)
-	if e != nil {
-		c.fail(reqID, e)
-		return nil, false
-	}
-	for _, w := range warnings {
-		c.log.Warn().Msg(w)
-	}
-	return servers, true
-}
-
-// additionalDirs checks additionalDirectories as cwd is checked (an
-// absolute path of an existing directory, inside the workspace root when
-// one is set), answering reqID with -32602 naming the entry otherwise.
-func (c *connection) additionalDirs(reqID protocol.RawMessage, dirs []string) ([]string, bool) {
-	if len(dirs) == 0 {
-		return nil, true
-	}
-	out := make([]string, 0, len(dirs))
-	for i, d := range dirs {
-		dir, bad := c.workspaceCwd(d)
-		if bad != nil {
-			why := bad.Message
-			if m, ok := bad.Data.(map[string]string); ok && m["cwd"] != "" && bad.Message == "Invalid params" {
-				why = m["cwd"]
-			}
-			c.fail(reqID, protocol.ErrInvalidParams(map[string]string{
-				"additionalDirectories": fmt.Sprintf("entry %d (%q): %s", i, d, strings.Replace(why, "cwd", "an additional directory", 1))}))
-			return nil, false
-		}
-		out = append(out, filepath.Clean(dir))
-	}
-	return out, true
-}
-
-func checkCwd(cwd string) string {
-	if cwd == "" {
-		return "cwd is required"
-	}
-	if !filepath.IsAbs(cwd) {
-		return "cwd must be an absolute path"
-	}
-	st, err := os.Stat(cwd)
-	if err != nil || !st.IsDir() {
-		return "cwd must be an existing directory"
-	}
-	return ""
-}
-
-// attachRequest remembers an attach sent to a live session, in case the
-// session stopped before it got it.
-type attachRequest struct {
-	id      string
-	kind    startKind
-	reqID   protocol.RawMessage
-	cwd     string
-	servers []protocol.McpServerConfig
-	dirs    []string
-}
-
-// openSession spawns the session actor, which opens its store entry, starts
-// its MCP servers and answers reqID. A session already live (on any
-// connection) is attached to this one instead.
-func (c *connection) openSession(ctx actor.Context, id string, kind startKind, reqID protocol.RawMessage, cwd, forkSrc string,
-	servers []protocol.McpServerConfig, dirs []string) {
-	notices := c.notices
-	props := actor.PropsFromProducer(func() actor.Actor {
-		s := newSession(c.deps, id, sessionWho{Identity: c.who, connID: c.id}, ctx.Self(), c.caps, kind, reqID, cwd, forkSrc, servers, notices)
-		s.startDirs, s.compactionUpdates, s.booleanOptions = dirs, c.compaction, c.booleanOptions
-		return s
-	}, actor.WithSupervisor(reportAndStop{}), actor.WithGuardian(c.deps.sessionGuardian),
-		actor.WithReceiverMiddleware(keepStack))
-	name := sessionActorName(id)
-	delete(c.moved, id)
-	pid, err := ctx.ActorSystem().Root.SpawnNamed(props, name)
-	if errors.Is(err, actor.ErrNameExists) {
-		pid = actor.NewPID(ctx.ActorSystem().Address(), name)
-		if c.attaching == nil {
-			c.attaching = map[string]attachRequest{}
-		}
-		c.attaching[pid.Id] = attachRequest{id: id, kind: kind, reqID: reqID, cwd: cwd, servers: servers, dirs: dirs}
-		ctx.Request(pid, &attach{kind: kind, reqID: reqID, cwd: cwd, conn: ctx.Self(), who: sessionWho{Identity: c.who, connID: c.id},
-			servers: servers, notices: notices, caps: c.caps, dirs: dirs, compaction: c.compaction, booleanOptions: c.booleanOptions})
-	} else if err != nil {
-		c.log.Error().Err(err).Str("session", id).Msg("spawn session")
-		c.fail(reqID, protocol.ErrInternal("could not start the session", newErrorID()))
-		return
-	}
-	c.sessions[id] = pid
-	c.sent[id] = 0
-	c.known[id] = true
-	c.mcpServers[id] = servers
-	ctx.Watch(pid)
-}
-
-// sessionActorName is the actor name of session id in its process.
-func sessionActorName(id string) string { return "session-" + id }
-
-// deferIfStopping keeps m for later when session id is still stopping.
-func (c *connection) deferIfStopping(id string, m *protocol.Message) bool {
-	if _, ok := c.stopping[id]; !ok {
-		return false
-	}
-	c.deferred[id] = append(c.deferred[id], m)
-	return true
-}
-
-// stopped: the session's actor is gone; what waited for it runs now, in order.
-func (c *connection) stopped(ctx actor.Context, id string) {
-	delete(c.stopping, id)
-	waiting := c.deferred[id]
-	delete(c.deferred, id)
-	for _, m := range waiting {
-		c.dispatch(ctx, m)
-	}
-}
-
-// reopenSession handles session/load, session/resume and session/fork.
-func (c *connection) reopenSession(ctx actor.Context, m *protocol.Message, method string) {
-	var ref protocol.SessionRef
-	if err := protocol.Unmarshal(m.Params, &ref); err != nil || ref.SessionID == "" {
-		c.fail(m.ID, protocol.ErrInvalidParams(map[string]string{"sessionId": "sessionId is required"}))
-		return
-	}
-	if method != protocol.MethodSessionFork && c.deferIfStopping(ref.SessionID, m) {
-		return
-	}
-	if ref.Cwd != "" {
-		cwd, bad := c.workspaceCwd(ref.Cwd)
-		if bad != nil {
-			c.fail(m.ID, bad)
-			return
-		}
-		ref.Cwd = cwd
-	}
-	if !c.owns(ref.SessionID) {
-		c.fail(m.ID, protocol.ErrSessionNotFound(ref.SessionID))
-		return
-	}
-	target := ref.SessionID
-	if method == protocol.MethodSessionFork {
-		target = ""
-	}
-	dirs, ok := c.additionalDirs(m.ID, ref.AdditionalDirectories)
-	if !ok {
-		return
-	}
-	servers, ok := c.mcpServersOf(m.ID, ref.McpServers)
-	if !ok || c.full(target, m.ID) {
-		return
-	}
-	switch method {
-	case protocol.MethodSessionFork:
-		c.openSession(ctx, uuid.NewString(), startFork, m.ID, ref.Cwd, ref.SessionID, servers, dirs)
-	case protocol.MethodSessionLoad:
-		c.openSession(ctx, ref.SessionID, startLoad, m.ID, ref.Cwd, "", servers, dirs)
-	default:
-		c.openSession(ctx, ref.SessionID, startResume, m.ID, ref.Cwd, "", servers, dirs)
-	}
 }
 
 // listSessions reads the store off the actor's goroutine; the answer is
@@ -647,45 +362,6 @@ func (c *connection) listSessions(ctx actor.Context, m *protocol.Message) {
 		}
 		root.Send(self, &outbound{frame: Frame{Data: frame}})
 	}()
-}
-
-// toSession forwards a session-scoped request to its session actor,
-// bringing an evicted session of this connection back from disk first.
-func (c *connection) toSession(ctx actor.Context, m *protocol.Message, method string) {
-	var ref protocol.SessionIDParams
-	if err := protocol.Unmarshal(m.Params, &ref); err != nil || ref.SessionID == "" {
-		c.fail(m.ID, protocol.ErrInvalidParams(map[string]string{"sessionId": "sessionId is required"}))
-		return
-	}
-	if c.deferIfStopping(ref.SessionID, m) {
-		return
-	}
-	if c.moved[ref.SessionID] {
-		c.fail(m.ID, errSessionMoved())
-		return
-	}
-	pid, ok := c.sessions[ref.SessionID]
-	if !ok && c.known[ref.SessionID] {
-		if c.full(ref.SessionID, m.ID) {
-			return
-		}
-		c.openSession(ctx, ref.SessionID, startRestore, nil, "", "", c.mcpServers[ref.SessionID], nil)
-		pid, ok = c.sessions[ref.SessionID]
-	}
-	if !ok {
-		c.fail(m.ID, protocol.ErrSessionNotFound(ref.SessionID))
-		return
-	}
-	if method == protocol.MethodSessionClose {
-		// Later requests must already see the session as gone, and wait
-		// until it is (see stopping).
-		delete(c.sessions, ref.SessionID)
-		delete(c.known, ref.SessionID)
-		delete(c.mcpServers, ref.SessionID)
-		c.stopping[ref.SessionID] = pid
-	}
-	c.sent[ref.SessionID]++
-	ctx.Send(pid, &sessionRequest{id: m.ID, method: method, params: m.Params, conn: ctx.Self()})
 }
 
 // retire forgets a session that wants to stop (idle, or failed to open), but

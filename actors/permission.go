@@ -38,6 +38,18 @@ type (
 		// says so).
 		contained tools.Contained
 		replyTo   *actor.PID
+		// preview: the call shows its diff in the request, read only once
+		// a client is going to be asked (askClient), not for a call the
+		// policy lets through. previewOf: this is the ask previewOf with
+		// its diff, back from the tool's actor.
+		preview   tools.Previewer
+		previewOf *permissionAsk
+	}
+	// previewWanted asks the tool's actor for the diff of ask; it sends
+	// ask back to session with the diff (previewOf set).
+	previewWanted struct {
+		ask     *permissionAsk
+		session *actor.PID
 	}
 	// permissionDecision answers a permissionAsk. caps are the capabilities
 	// of the client that owns the session now, for a call that may run
@@ -91,6 +103,14 @@ func (a *permissionAsk) options() []protocol.PermissionOption {
 // once; bypass never asks; accept_edits lets edits inside the cwd through.
 // Everything else asks.
 func (s *session) decidePermission(ctx actor.Context, a *permissionAsk) {
+	if a.previewOf != nil {
+		// The diff of the ask being asked (askClient); when that ask is
+		// gone (the turn ended), it is too.
+		if a.previewOf == s.permActive {
+			s.sendAsk(ctx, a)
+		}
+		return
+	}
 	allow := func(why string) {
 		s.auditPermission(a, "allow", why)
 		ctx.Send(a.replyTo, &permissionDecision{allow: true, caps: s.promptCaps()})
@@ -126,6 +146,17 @@ type permissionTag struct {
 }
 
 func (s *session) askClient(ctx actor.Context, a *permissionAsk) {
+	s.permActive = a // later asks queue behind this one meanwhile
+	if a.preview != nil {
+		// The tool's actor reads the file, off this one.
+		ctx.Send(a.replyTo, &previewWanted{ask: a, session: ctx.Self()})
+		return
+	}
+	s.sendAsk(ctx, a)
+}
+
+// sendAsk sends the request of a to every client of the session.
+func (s *session) sendAsk(ctx actor.Context, a *permissionAsk) {
 	s.permActive = a
 	sandboxedToolCall(a, s.promptCaps())
 	s.permAsked = nil
@@ -136,6 +167,9 @@ func (s *session) askClient(ctx actor.Context, a *permissionAsk) {
 
 // askOne sends the request of a to the client of conn.
 func (s *session) askOne(ctx actor.Context, a *permissionAsk, conn *actor.PID) {
+	if a.preview != nil {
+		return // its diff is being read: sendAsk asks every client, conn too
+	}
 	tag := &permissionTag{ask: a, conn: conn}
 	s.permAsked = append(s.permAsked, tag)
 	ctx.Send(conn, &outboundRequest{

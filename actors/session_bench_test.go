@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -86,8 +88,13 @@ type benchClient struct {
 // newBenchClient starts a server on st with a scripted model and no tools,
 // and connects to it; both end with the benchmark.
 func newBenchClient(b *testing.B, st store.Store) *benchClient {
+	return newBenchClientWith(b, st, &scriptedProvider{})
+}
+
+// newBenchClientWith is newBenchClient with provider and tools.
+func newBenchClientWith(b *testing.B, st store.Store, provider *scriptedProvider, ts ...tools.Tool) *benchClient {
 	srv := NewServer(Deps{Store: st, Config: Config{Version: "bench", LLM: llm.Config{APIKey: "k", Model: "m"}},
-		Provider: &scriptedProvider{}, Tools: tools.NewRegistry(), Log: zerolog.New(io.Discard)})
+		Provider: provider, Tools: tools.NewRegistry(ts...), Log: zerolog.New(io.Discard)})
 	out := &responseOutlet{done: make(chan struct{}, 1)}
 	conn := srv.Connect(out)
 	b.Cleanup(func() {
@@ -222,5 +229,45 @@ func BenchmarkPromptCycle(b *testing.B) {
 				c.call("session/prompt", prompt)
 			}
 		})
+	}
+}
+
+// BenchmarkAllowedEdit measures one session/prompt whose model edits a
+// 1 MiB file in bypass mode (no permission request): the model call, the
+// edit (read, replace, write) and its diff update, then the closing answer.
+func BenchmarkAllowedEdit(b *testing.B) {
+	st, err := store.New(b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	cwd := b.TempDir()
+	body := strings.Repeat("0123456789abcdef", 1<<16)
+	if err := os.WriteFile(filepath.Join(cwd, "big.txt"), []byte(body+"marker-a\n"), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	p := &scriptedProvider{}
+	c := newBenchClientWith(b, st, p, tools.EditFile{})
+	c.call("initialize", map[string]any{"protocolVersion": 1})
+	sid := c.call("session/new", map[string]any{"cwd": cwd, "mcpServers": []any{}})["sessionId"]
+	c.call("session/set_mode", map[string]any{"sessionId": sid, "modeId": "bypass"})
+	prompt := map[string]any{"sessionId": sid, "prompt": []any{map[string]any{"type": "text", "text": "edit"}}}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		from, to := "marker-a", "marker-b"
+		if i%2 == 1 {
+			from, to = to, from
+		}
+		args, _ := json.Marshal(map[string]any{"path": "big.txt", "old_string": from, "new_string": to})
+		p.then(callTool("e", "edit_file", string(args))).then(say("done"))
+		c.call("session/prompt", prompt)
+	}
+	b.StopTimer()
+	want := "marker-a\n"
+	if b.N%2 == 1 {
+		want = "marker-b\n"
+	}
+	if data, _ := os.ReadFile(filepath.Join(cwd, "big.txt")); !strings.HasSuffix(string(data), want) {
+		b.Fatal("the edits did not run")
 	}
 }

@@ -48,14 +48,13 @@ func parseCommand(m *llm.Message) (name, arg string) {
 // prompt; it reports whether the prompt was answered.
 func (s *session) localCommand(ctx actor.Context, r *sessionRequest, user *llm.Message) bool {
 	name, arg := parseCommand(user)
-	var reply string
 	switch name {
 	case "model":
-		reply = s.modelCommand(ctx, arg)
+		s.modelCommand(ctx, r, arg)
 	case "mode":
-		reply = s.modeCommand(ctx, arg)
+		s.modeCommand(ctx, r, arg)
 	case "status":
-		reply = s.status()
+		s.commandReply(ctx, r, s.status())
 	case "init":
 		user.Content = []llm.Block{{Type: llm.BlockText, Text: initPrompt}}
 		return false
@@ -64,9 +63,7 @@ func (s *session) localCommand(ctx actor.Context, r *sessionRequest, user *llm.M
 			return false
 		}
 		s.mcpPromptCommand(ctx, r, user, name, arg) // session_mcp_prompts.go
-		return true
 	}
-	s.commandReply(ctx, r, reply)
 	return true
 }
 
@@ -80,39 +77,37 @@ func (s *session) commandReply(ctx actor.Context, r *sessionRequest, reply strin
 	s.respondTo(ctx, r.conn, r.id, protocol.PromptResponse{StopReason: protocol.StopEndTurn, Usage: promptUsage(llm.Usage{})}, nil)
 }
 
-func (s *session) modelCommand(ctx actor.Context, name string) string {
-	switch {
-	case name == "":
-		return "Model: " + s.meta.Model + "\nAvailable: " + strings.Join(s.models(), ", ")
-	case !s.validModel(name):
-		return fmt.Sprintf("Unknown model %q. Available: %s", name, strings.Join(s.models(), ", "))
+// modelCommand answers /model: the models, or a switch to one.
+func (s *session) modelCommand(ctx actor.Context, r *sessionRequest, name string) {
+	if name == "" {
+		s.commandReply(ctx, r, "Model: "+s.meta.Model+"\nAvailable: "+strings.Join(s.models(), ", "))
+		return
 	}
-	if name != s.meta.Model {
-		s.meta.Model = name
-		s.changeMeta()
-		s.emit(ctx, protocol.ConfigOptionUpdate{SessionUpdate: protocol.UpdateConfigOption, ConfigOptions: s.configOptions()})
-	}
-	return "Model set to " + name + "."
+	s.optionCommand(ctx, r, "model", name, "Unknown model %q. Available: %s", s.models())
 }
 
-func (s *session) modeCommand(ctx actor.Context, id string) string {
+// modeCommand answers /mode: the modes, or a switch to one.
+func (s *session) modeCommand(ctx actor.Context, r *sessionRequest, id string) {
 	ids := make([]string, len(sessionModes))
 	for i, m := range sessionModes {
 		ids[i] = m.ID
 	}
-	switch {
-	case id == "":
-		return "Mode: " + s.meta.Mode + "\nAvailable: " + strings.Join(ids, ", ")
-	case !validMode(id):
-		return fmt.Sprintf("Unknown mode %q. Available: %s", id, strings.Join(ids, ", "))
+	if id == "" {
+		s.commandReply(ctx, r, "Mode: "+s.meta.Mode+"\nAvailable: "+strings.Join(ids, ", "))
+		return
 	}
-	if id != s.meta.Mode {
-		s.meta.Mode = id
-		s.changeMeta()
-		s.emit(ctx, protocol.CurrentModeUpdate{SessionUpdate: protocol.UpdateCurrentMode, CurrentModeID: id})
-		s.emit(ctx, protocol.ConfigOptionUpdate{SessionUpdate: protocol.UpdateConfigOption, ConfigOptions: s.configOptions()})
+	s.optionCommand(ctx, r, "mode", id, "Unknown mode %q. Available: %s", ids)
+}
+
+// optionCommand sets option to value as set_config_option does, answering
+// the prompt in text; unknown: the values it takes, in text too.
+func (s *session) optionCommand(ctx actor.Context, r *sessionRequest, option, value, unknown string, values []string) {
+	name := strings.ToUpper(option[:1]) + option[1:]
+	if s.chooseOption(ctx, option, value, func(*protocol.Error) {
+		s.commandReply(ctx, r, name+" set to "+value+".") // fenced: commandReply answers so
+	}) != nil {
+		s.commandReply(ctx, r, fmt.Sprintf(unknown, value, strings.Join(values, ", ")))
 	}
-	return "Mode set to " + id + "."
 }
 
 // describeSandbox is the sandbox's _meta entry in words.

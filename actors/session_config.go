@@ -144,22 +144,76 @@ func (s *session) defaultsPrincipal() string {
 	return s.owner
 }
 
-// setMode changes the mode, answers reqID, and tells the client both ways
-// (modes and config options are kept in sync).
+// chooseOption sets the select option id (mode, model, thought_level) to
+// value: the one way session/set_mode, session/set_config_option and the
+// /mode and /model commands change a session. A value the option does not
+// take is an error naming it, and changes nothing. The change is kept (the
+// meta; a thought level also as the default of new sessions), every client
+// of the session is told of a change: current_mode_update for the mode
+// (modes and config options are kept in sync) and config_option_update, so
+// that a client other than the one that asked sees it too; then answer
+// replies to the request (fenced: the change could not be written).
+func (s *session) chooseOption(ctx actor.Context, id, value string, answer func(fenced *protocol.Error)) *protocol.Error {
+	var changed bool
+	switch {
+	case id == "mode" && validMode(value):
+		changed = value != s.meta.Mode
+		s.meta.Mode = value
+	case id == "model" && s.validModel(value):
+		changed = value != s.meta.Model
+		s.meta.Model = value
+	case id == optThoughtLevel && s.takesThoughtLevel() && thoughtLevelNames[value] != "":
+		changed = value != s.thoughtLevel()
+		s.setConfigValue(optThoughtLevel, value, changed)
+	case id == "mode" || id == "model" || id == optThoughtLevel:
+		return protocol.ErrInvalidParams(map[string]string{"value": "unknown value for " + id})
+	default:
+		return protocol.ErrInvalidParams(map[string]string{"configId": "unknown config option"})
+	}
+	s.optionChosen(ctx, id, changed, answer)
+	return nil
+}
+
+// setConfigValue keeps value of an option held in meta.Config, and as the
+// default of the owner's new sessions whether it changed or not.
+func (s *session) setConfigValue(id, value string, changed bool) {
+	if changed {
+		if s.meta.Config == nil {
+			s.meta.Config = map[string]string{}
+		}
+		s.meta.Config[id] = value
+	}
+	if err := llm.SaveSessionDefault(s.deps.Config.Home, s.defaultsPrincipal(), id, value); err != nil {
+		s.log.Warn().Err(err).Str("option", id).Msg("cannot keep the value as the default of new sessions")
+	}
+}
+
+// optionChosen writes a change, tells the clients, and answers (see
+// chooseOption).
+func (s *session) optionChosen(ctx actor.Context, id string, changed bool, answer func(fenced *protocol.Error)) {
+	if changed {
+		s.changeMeta()
+	}
+	// The updates go before the answer: a slash command's prompt answer
+	// ends its turn, and a turn's updates come before that.
+	if changed && s.fenced == nil {
+		if id == "mode" {
+			s.emit(ctx, protocol.CurrentModeUpdate{SessionUpdate: protocol.UpdateCurrentMode, CurrentModeID: s.meta.Mode})
+		}
+		s.emit(ctx, protocol.ConfigOptionUpdate{SessionUpdate: protocol.UpdateConfigOption, ConfigOptions: s.configOptions()})
+	}
+	answer(s.fenced)
+}
+
+// setMode answers session/set_mode (mode is valid: session.go checks it).
 func (s *session) setMode(ctx actor.Context, reqID protocol.RawMessage, mode string) {
-	if mode == s.meta.Mode {
+	_ = s.chooseOption(ctx, "mode", mode, func(fenced *protocol.Error) {
+		if fenced != nil {
+			s.respondError(ctx, reqID, fenced)
+			return
+		}
 		s.respond(ctx, reqID, struct{}{})
-		return
-	}
-	s.meta.Mode = mode
-	s.changeMeta()
-	if s.fenced != nil {
-		s.respondError(ctx, reqID, s.fenced)
-		return
-	}
-	s.respond(ctx, reqID, struct{}{})
-	s.emit(ctx, protocol.CurrentModeUpdate{SessionUpdate: protocol.UpdateCurrentMode, CurrentModeID: mode})
-	s.emit(ctx, protocol.ConfigOptionUpdate{SessionUpdate: protocol.UpdateConfigOption, ConfigOptions: s.configOptions()})
+	})
 }
 
 func (s *session) setConfig(ctx actor.Context, r *sessionRequest) {
@@ -173,41 +227,21 @@ func (s *session) setConfig(ctx actor.Context, r *sessionRequest) {
 		s.respondError(ctx, r.id, protocol.ErrInvalidParams(map[string]string{"value": "a string value is required"}))
 		return
 	}
-	switch {
-	case p.ConfigID == "mode" && validMode(value):
-		if value != s.meta.Mode {
-			s.meta.Mode = value
-			s.changeMeta()
-			s.emit(ctx, protocol.CurrentModeUpdate{SessionUpdate: protocol.UpdateCurrentMode, CurrentModeID: value})
-		}
-	case p.ConfigID == "model" && s.validModel(value):
-		if value != s.meta.Model {
-			s.meta.Model = value
-			s.changeMeta()
-		}
-	case p.ConfigID == optThoughtLevel && s.takesThoughtLevel() && thoughtLevelNames[value] != "":
-		if value != s.thoughtLevel() {
-			if s.meta.Config == nil {
-				s.meta.Config = map[string]string{}
-			}
-			s.meta.Config[optThoughtLevel] = value
-			s.changeMeta()
-		}
-		if err := llm.SaveSessionDefault(s.deps.Config.Home, s.defaultsPrincipal(), optThoughtLevel, value); err != nil {
-			s.log.Warn().Err(err).Msg("cannot keep the thought level as the default of new sessions")
-		}
-	case p.ConfigID == "mode" || p.ConfigID == "model" || p.ConfigID == optThoughtLevel:
-		s.respondError(ctx, r.id, protocol.ErrInvalidParams(map[string]string{"value": "unknown value for " + p.ConfigID}))
-		return
-	default:
-		s.respondError(ctx, r.id, protocol.ErrInvalidParams(map[string]string{"configId": "unknown config option"}))
-		return
+	if e := s.chooseOption(ctx, p.ConfigID, value, s.answerConfig(ctx, r)); e != nil {
+		s.respondError(ctx, r.id, e)
 	}
-	if s.fenced != nil {
-		s.respondError(ctx, r.id, s.fenced)
-		return
+}
+
+// answerConfig answers session/set_config_option with every option as it is
+// now.
+func (s *session) answerConfig(ctx actor.Context, r *sessionRequest) func(fenced *protocol.Error) {
+	return func(fenced *protocol.Error) {
+		if fenced != nil {
+			s.respondError(ctx, r.id, fenced)
+			return
+		}
+		s.respond(ctx, r.id, protocol.SetConfigOptionResponse{ConfigOptions: s.configOptions()})
 	}
-	s.respond(ctx, r.id, protocol.SetConfigOptionResponse{ConfigOptions: s.configOptions()})
 }
 
 // setBoolean sets a boolean option (type "boolean"); the value chosen
@@ -222,20 +256,7 @@ func (s *session) setBoolean(ctx actor.Context, r *sessionRequest, p protocol.Se
 		s.respondError(ctx, r.id, protocol.ErrInvalidParams(map[string]string{"configId": "unknown boolean config option"}))
 		return
 	}
-	value := strconv.FormatBool(on)
-	if on != s.autoCompact() {
-		if s.meta.Config == nil {
-			s.meta.Config = map[string]string{}
-		}
-		s.meta.Config[optAutoCompact] = value
-		s.changeMeta()
-	}
-	if err := llm.SaveSessionDefault(s.deps.Config.Home, s.defaultsPrincipal(), optAutoCompact, value); err != nil {
-		s.log.Warn().Err(err).Msg("cannot keep auto_compact as the default of new sessions")
-	}
-	if s.fenced != nil {
-		s.respondError(ctx, r.id, s.fenced)
-		return
-	}
-	s.respond(ctx, r.id, protocol.SetConfigOptionResponse{ConfigOptions: s.configOptions()})
+	changed := on != s.autoCompact()
+	s.setConfigValue(optAutoCompact, strconv.FormatBool(on), changed)
+	s.optionChosen(ctx, optAutoCompact, changed, s.answerConfig(ctx, r))
 }

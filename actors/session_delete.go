@@ -27,7 +27,7 @@ func (c *connection) deleteSession(ctx actor.Context, m *protocol.Message) {
 		return
 	}
 	id := ref.SessionID
-	if c.deferIfStopping(id, m) {
+	if c.deferIfBusy(id, m) {
 		return
 	}
 	if pid, ok := c.sessions[id]; ok {
@@ -42,11 +42,19 @@ func (c *connection) deleteSession(ctx actor.Context, m *protocol.Message) {
 		c.deferred[id] = append(c.deferred[id], m)
 		return
 	}
-	if !c.owns(id) {
-		// Unknown, or another person's: the same answer.
-		c.fail(m.ID, protocol.ErrSessionNotFound(id))
-		return
-	}
+	c.checkOwner(ctx, id, func(ctx actor.Context, owned bool) {
+		if !owned {
+			// Unknown, or another person's: the same answer.
+			c.fail(m.ID, protocol.ErrSessionNotFound(id))
+			return
+		}
+		c.deleteOwned(ctx, m, id)
+	})
+}
+
+// deleteOwned goes on with deleteSession once the session, not live on this
+// connection, is known to be the caller's.
+func (c *connection) deleteOwned(ctx actor.Context, m *protocol.Message, id string) {
 	if name := sessionActorName(id); !c.deletingLive[id] {
 		if _, live := ctx.ActorSystem().ProcessRegistry.GetLocal(name); live {
 			// Live on other connections only: it ends for them first (they

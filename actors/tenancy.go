@@ -7,27 +7,68 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/asynkron/protoactor-go/actor"
 	"github.com/rs/zerolog"
 
 	"github.com/iac-code/iac-code/protocol"
 	"github.com/iac-code/iac-code/store"
 )
 
-// owns reports whether the connection's principal owns stored session id.
+// ownerChecked is the answer of the store read started by checkOwner.
+type ownerChecked struct {
+	id    string
+	owned bool
+}
+
+func (*ownerChecked) IgnoreDeadLetterLogging() {}
+
+// checkOwner reads whether the connection's principal owns stored session
+// id off the actor's goroutine (a Stat is a database query in cluster
+// mode: one slow round trip must not hold every other frame of the
+// connection), then runs then on the actor with the answer. Until it runs,
+// every request naming id waits (deferIfBusy), so they keep their order.
 // A session of someone else is, to the caller, one that does not exist:
-// the caller answers protocol.ErrSessionNotFound either way. It reads the
-// stored meta only (no lock, no lease), so a refused load never disturbs
-// the owner's session, on this process or on another pod.
-func (c *connection) owns(id string) bool {
-	meta, err := c.deps.Store.Stat(id)
+// then answers protocol.ErrSessionNotFound either way.
+func (c *connection) checkOwner(ctx actor.Context, id string, then func(ctx actor.Context, owned bool)) {
+	if c.checking == nil {
+		c.checking = map[string]func(actor.Context, bool){}
+	}
+	c.checking[id] = then
+	self, root, st, log, who := ctx.Self(), ctx.ActorSystem().Root, c.deps.Store, c.log, c.who
+	go func() {
+		root.Send(self, &ownerChecked{id: id, owned: owns(st, log, who, id)})
+	}()
+}
+
+// ownerKnown runs what waited for the answer about m.id, then the requests
+// for that session deferred meanwhile, in the order they came.
+func (c *connection) ownerKnown(ctx actor.Context, m *ownerChecked) {
+	then, ok := c.checking[m.id]
+	if !ok {
+		return
+	}
+	delete(c.checking, m.id)
+	waiting := c.deferred[m.id]
+	delete(c.deferred, m.id)
+	then(ctx, m.owned)
+	for _, w := range waiting {
+		c.dispatch(ctx, w) // deferred again, after what then deferred, while still busy
+	}
+}
+
+// owns reports whether who owns stored session id. It reads the stored
+// meta only (no lock, no lease), so a refused load never disturbs the
+// owner's session, on this process or on another pod.
+func owns(st store.Store, log zerolog.Logger, who Identity, id string) bool {
+	meta, err := st.Stat(id)
 	if err != nil {
 		if !errors.Is(err, store.ErrNotFound) {
-			c.log.Warn().Err(err).Str("session", id).Msg("cannot read the session's owner")
+			log.Warn().Err(err).Str("session", id).Msg("cannot read the session's owner")
 		}
 		return false
 	}
-	if meta.OwnedBy() != c.who.Principal {
-		c.log.Info().Bool("audit", true).Str("principal", c.who.Principal).Str("remote", c.who.Remote).
+	if meta.OwnedBy() != who.Principal {
+		log.Info().Bool("audit", true).Str("principal", who.Principal).Str("remote", who.Remote).
 			Str("session", id).Str("outcome", "not_owner").Msg("another user's session refused as not found")
 		return false
 	}

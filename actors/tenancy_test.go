@@ -4,12 +4,14 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 
 	"github.com/iac-code/iac-code/llm"
+	"github.com/iac-code/iac-code/store"
 )
 
 // as is another connection of the harness's server, of principal user.
@@ -144,5 +146,65 @@ var _ = Describe("the defaults of new sessions per principal", func() {
 		Expect(err).NotTo(HaveOccurred())
 		Expect(string(data)).To(And(ContainSubstring("sessionDefaults:\n    auto_compact: \"false\""),
 			ContainSubstring("principalDefaults:\n    alice:\n        auto_compact: \"true\"\n    bob:\n        auto_compact: \"true\"")))
+	})
+})
+
+// gatedStat is the real store whose Stat of one session waits for a gate:
+// a slow ownership read (a database round trip in cluster mode), for
+// latency only.
+type gatedStat struct {
+	store.Store
+	id      string
+	entered chan struct{}
+	gate    chan struct{}
+}
+
+func (g *gatedStat) Stat(id string) (store.Meta, error) {
+	if id == g.id {
+		g.entered <- struct{}{}
+		<-g.gate
+	}
+	return g.Store.Stat(id)
+}
+
+var _ = Describe("a slow ownership read", func() {
+	It("holds only the requests naming that session: the others are served meanwhile, the held ones after it in order", func() {
+		st, err := store.New(GinkgoT().TempDir())
+		Expect(err).NotTo(HaveOccurred())
+		gated := &gatedStat{Store: st, entered: make(chan struct{}, 1), gate: make(chan struct{})}
+		h := newHarnessOn(gated, Config{}, &scriptedProvider{})
+		defer h.close()
+		var once sync.Once
+		release := func() { once.Do(func() { close(gated.gate) }) }
+		defer release()
+		cwd := GinkgoT().TempDir()
+		live := h.newSession(cwd)
+		stored := h.result(h.call("session/new", map[string]any{"cwd": cwd, "mcpServers": []any{}}))["sessionId"].(string)
+		h.result(h.call("session/close", map[string]any{"sessionId": stored}))
+		gated.id = stored // set before the load's read, which the channel orders
+
+		load := h.call("session/load", map[string]any{"sessionId": stored, "cwd": cwd, "mcpServers": []any{}})
+		Eventually(gated.entered, 5*time.Second).Should(Receive(), "the load reads the owner")
+		setMode := h.call("session/set_mode", map[string]any{"sessionId": stored, "modeId": "plan"})
+
+		Expect(h.result(h.call("session/prompt", textPrompt(live, "hi")))).To(HaveKeyWithValue("stopReason", "end_turn"),
+			"another session's prompt is answered while the read waits")
+		Expect(h.result(h.call("session/list", map[string]any{}))["sessions"]).To(HaveLen(2))
+		Consistently(func() []map[string]any {
+			return []map[string]any{h.out.response(load), h.out.response(setMode)}
+		}, 100*time.Millisecond).Should(Equal([]map[string]any{nil, nil}), "both wait for the read")
+
+		release()
+		Expect(h.result(load)).To(HaveKey("modes"))
+		Expect(h.result(setMode)).To(BeEmpty(), "run after the load, on the loaded session (not not found)")
+		at := func(id float64) int {
+			for i, f := range h.out.all() {
+				if f["id"] == id && f["method"] == nil {
+					return i
+				}
+			}
+			return -1
+		}
+		Expect(at(load)).To(BeNumerically("<", at(setMode)))
 	})
 })

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 
 	"github.com/asynkron/protoactor-go/actor"
 
@@ -208,6 +209,8 @@ func (a *toolActor) Receive(ctx actor.Context) {
 	case *actor.Stopped:
 		a.deps.Metrics.RunningTools.Add(-1)
 		close(a.gone)
+	case *previewWanted:
+		a.previewed(ctx, m)
 	case *permissionDecision:
 		switch {
 		case a.stopping:
@@ -320,13 +323,26 @@ func (a *toolActor) start(ctx actor.Context) {
 	// the client when needed, about what the prepared call reaches.
 	u := a.call.startUpdate()
 	u.SessionUpdate = ""
-	if p, ok := a.call.call.(tools.Previewer); ok {
-		// The user reviews the change before approving it.
-		if d := p.Preview(); d != nil {
-			u.Content = append(u.Content, diffContent(d))
-		}
+	ask := newPermissionAsk(a.call.name, a.call.tool, a.call.call, u, ctx.Self())
+	// The user reviews the change before approving it: the session asks
+	// for the diff when it asks the user (previewWanted).
+	ask.preview, _ = a.call.call.(tools.Previewer)
+	ctx.Send(a.session, ask)
+}
+
+// previewed reads the diff the session asks for and sends the ask back
+// with it; a call whose turn is ending sends nothing (the session has
+// dropped the ask).
+func (a *toolActor) previewed(ctx actor.Context, m *previewWanted) {
+	if a.done || a.stopping {
+		return
 	}
-	ctx.Send(a.session, newPermissionAsk(a.call.name, a.call.tool, a.call.call, u, ctx.Self()))
+	withDiff := *m.ask
+	withDiff.preview, withDiff.previewOf = nil, m.ask
+	if d := m.ask.preview.Preview(); d != nil {
+		withDiff.toolCall.Content = append(slices.Clip(withDiff.toolCall.Content), diffContent(d))
+	}
+	ctx.Send(m.session, &withDiff)
 }
 
 func (a *toolActor) run(ctx actor.Context) {

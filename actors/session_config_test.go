@@ -1,0 +1,71 @@
+package actors
+
+import (
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+)
+
+var _ = Describe("changing a session's mode and model", func() {
+	// optionUpdates are the mode and config option updates of session sid
+	// that h received.
+	optionUpdates := func(h *harness, sid string) []map[string]any {
+		var out []map[string]any
+		for _, f := range h.out.all() {
+			if f["method"] != "session/update" {
+				continue
+			}
+			params := f["params"].(map[string]any)
+			u := params["update"].(map[string]any)
+			if params["sessionId"] == sid && (u["sessionUpdate"] == "current_mode_update" || u["sessionUpdate"] == "config_option_update") {
+				out = append(out, u)
+			}
+		}
+		return out
+	}
+	current := func(id string) func(u map[string]any) any {
+		return func(u map[string]any) any {
+			for _, o := range u["configOptions"].([]any) {
+				if o.(map[string]any)["id"] == id {
+					return o.(map[string]any)["currentValue"]
+				}
+			}
+			return nil
+		}
+	}
+
+	It("tells every client of the session the same with /mode and /model as with session/set_config_option", func() {
+		s := newSessionHarness(&scriptedProvider{}, GinkgoT().TempDir(), func(c *Config) { c.Models = []string{"m", "m2"} })
+		defer s.close()
+		a, b := s.connect(), s.connect()
+		cwd := GinkgoT().TempDir()
+		open := func() string {
+			sid := a.result(a.call("session/new", map[string]any{"cwd": cwd, "mcpServers": []any{}}))["sessionId"].(string)
+			b.result(b.call("session/load", map[string]any{"sessionId": sid, "cwd": cwd, "mcpServers": []any{}}))
+			return sid
+		}
+		bySlash, byOption := open(), open()
+
+		Expect(a.result(a.call("session/prompt", textPrompt(bySlash, "/mode plan")))).To(HaveKeyWithValue("stopReason", "end_turn"))
+		Expect(a.result(a.call("session/prompt", textPrompt(bySlash, "/model m2")))).To(HaveKeyWithValue("stopReason", "end_turn"))
+		Expect(a.result(a.call("session/prompt", textPrompt(bySlash, "/model m2")))).To(HaveKeyWithValue("stopReason", "end_turn"), "no change, nothing told")
+		for _, set := range [][2]string{{"mode", "plan"}, {"model", "m2"}, {"model", "m2"}} {
+			res := a.result(a.call("session/set_config_option", map[string]any{"sessionId": byOption, "configId": set[0], "value": set[1]}))
+			Expect(res["configOptions"]).To(ContainElement(And(HaveKeyWithValue("id", set[0]), HaveKeyWithValue("currentValue", set[1]))))
+		}
+
+		want := HaveExactElements(
+			And(HaveKeyWithValue("sessionUpdate", "current_mode_update"), HaveKeyWithValue("currentModeId", "plan")),
+			And(HaveKeyWithValue("sessionUpdate", "config_option_update"), WithTransform(current("mode"), Equal("plan")),
+				WithTransform(current("model"), Equal("m"))),
+			And(HaveKeyWithValue("sessionUpdate", "config_option_update"), WithTransform(current("model"), Equal("m2"))),
+		)
+		for _, h := range []*harness{a, b} {
+			Eventually(func() []map[string]any { return optionUpdates(h, bySlash) }, 2*time.Second).Should(want)
+			Eventually(func() []map[string]any { return optionUpdates(h, byOption) }, 2*time.Second).Should(want)
+			Consistently(func() []map[string]any { return optionUpdates(h, byOption) }, 50*time.Millisecond).
+				Should(Equal(optionUpdates(h, bySlash)), "the same updates either way")
+		}
+	})
+})
