@@ -7,7 +7,9 @@
 // base URL, error decoding into *anthropic.Error), with its retries off. The
 // response stream is read here: the SDK's ssestream/MessageStreamEventUnion
 // decoder reflects over every field of every event (see the numbers in the
-// benchmark file); the gjson reader below picks the fields we use.
+// benchmark file); the gjson reader in anthropic_stream.go picks the fields
+// we use. Requests are built in anthropic_request.go, errors mapped in
+// anthropic_errors.go.
 //
 // Wire details:
 //   - thinking blocks are sent back with their signature, redacted_thinking
