@@ -347,10 +347,13 @@ func (s *session) closeShared(ctx actor.Context, r *sessionRequest) bool {
 
 // drainFor serves a connection's drain (it is closing): what it waits for
 // is its own prompts only; the turn of another connection's prompt runs on.
+// Its session/new or load still waiting for MCP servers is answered now,
+// before the connection goes.
 func (s *session) drainFor(ctx actor.Context, from *actor.PID) {
 	if from == nil {
 		from = s.conn
 	}
+	s.answerPendingStartsOf(ctx, from)
 	s.cancelQueued(ctx, from, nil)
 	if h := s.mcp.held; h != nil && from.Equal(h.conn) {
 		s.cancelHeldPrompt(ctx)
