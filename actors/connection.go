@@ -24,6 +24,9 @@ type (
 	}
 	// outbound is a frame to write, in order, to the client.
 	outbound struct{ frame Frame }
+	// offActorAnswer is the answer to a request served off the actor's
+	// goroutine (counted in answering).
+	offActorAnswer struct{ frame Frame }
 	// outboundRequest asks the client something; the answer goes to replyTo
 	// as a *clientAnswer carrying tag. A tool's request names its turn
 	// (turn > 0): its session sends it only while that turn runs.
@@ -55,8 +58,9 @@ type (
 	}
 )
 
-func (*outbound) IgnoreDeadLetterLogging()     {}
-func (*clientAnswer) IgnoreDeadLetterLogging() {}
+func (*outbound) IgnoreDeadLetterLogging()       {}
+func (*offActorAnswer) IgnoreDeadLetterLogging() {}
+func (*clientAnswer) IgnoreDeadLetterLogging()   {}
 
 type pendingRequest struct {
 	replyTo *actor.PID
@@ -108,6 +112,10 @@ type connection struct {
 	// readQueue are the sessions whose read waits for one to end, in order.
 	reading   int
 	readQueue []string
+	// answering counts the requests served off the actor's goroutine
+	// (session/list, session/delete's removal) not answered yet: a drain
+	// waits for them.
+	answering int
 	// deletingLive: a session/delete of a session live on other
 	// connections waits for it to end there (session_delete.go).
 	deletingLive map[string]bool
@@ -154,6 +162,11 @@ func (c *connection) Receive(ctx actor.Context) {
 	case *outbound:
 		c.deps.Metrics.FramesOut.Add(1)
 		c.out.Send(m.frame)
+	case *offActorAnswer:
+		c.answering--
+		c.deps.Metrics.FramesOut.Add(1)
+		c.out.Send(m.frame)
+		c.finishDrain(ctx)
 	case *actor.Started:
 		c.deps.Metrics.Connections.Add(1)
 	case *actor.Stopped:
@@ -374,6 +387,7 @@ func (c *connection) listSessions(ctx actor.Context, m *protocol.Message) {
 	}
 	self, root, st, id, log, owner := ctx.Self(), ctx.ActorSystem().Root, c.deps.Store, m.ID, c.log, c.who.Principal
 	active := c.deps.active
+	c.answering++
 	go func() {
 		metas, next, err := st.ListOwned(owner, req.Cwd, req.Cursor, 50)
 		var frame []byte
@@ -397,7 +411,7 @@ func (c *connection) listSessions(ctx actor.Context, m *protocol.Message) {
 			}
 			frame = protocol.EncodeResult(id, res)
 		}
-		root.Send(self, &outbound{frame: Frame{Data: frame}})
+		root.Send(self, &offActorAnswer{frame: Frame{Data: frame}})
 	}()
 }
 
@@ -443,10 +457,11 @@ func (c *connection) joinDrain(ctx actor.Context) {
 }
 
 // finishDrain answers the drain once no session runs a turn and no request
-// waits (for an owner check, or for a session to stop): every request with
-// an id is answered before the connection goes.
+// waits (for an owner check, for a session to stop, for its answer made
+// off the actor): every request with an id is answered before the
+// connection goes.
 func (c *connection) finishDrain(ctx actor.Context) {
-	if c.drainer == nil || len(c.waitIdle) > 0 || len(c.checking) > 0 || len(c.deferred) > 0 {
+	if c.drainer == nil || len(c.waitIdle) > 0 || len(c.checking) > 0 || len(c.deferred) > 0 || c.answering > 0 {
 		return
 	}
 	ctx.Send(c.drainer, &drained{})

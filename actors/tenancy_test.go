@@ -329,3 +329,54 @@ var _ = Describe("$/cancel_request of a prompt waiting for an ownership read", f
 		Expect(answers).To(Equal(1))
 	})
 })
+
+// gatedListDelete is the real store whose ListOwned and Delete wait for a
+// gate: session/list and session/delete, served off the connection's
+// goroutine, still under way.
+type gatedListDelete struct {
+	store.Store
+	entered chan struct{}
+	gate    chan struct{}
+}
+
+func (g *gatedListDelete) ListOwned(owner, cwd, cursor string, limit int) ([]store.Meta, string, error) {
+	g.entered <- struct{}{}
+	<-g.gate
+	return g.Store.ListOwned(owner, cwd, cursor, limit)
+}
+
+func (g *gatedListDelete) Delete(id string) error {
+	g.entered <- struct{}{}
+	<-g.gate
+	return g.Store.Delete(id)
+}
+
+var _ = Describe("a connection closed while a session/list and a session/delete are served off it", func() {
+	It("answers both before it goes", func() {
+		st, err := store.New(GinkgoT().TempDir())
+		Expect(err).NotTo(HaveOccurred())
+		gated := &gatedListDelete{Store: st, entered: make(chan struct{}, 2), gate: make(chan struct{})}
+		h := newHarnessOn(gated, Config{}, &scriptedProvider{})
+		defer h.srv.Shutdown()
+		var once sync.Once
+		release := func() { once.Do(func() { close(gated.gate) }) }
+		defer release()
+		sid := h.newSession(GinkgoT().TempDir())
+		h.result(h.call("session/close", map[string]any{"sessionId": sid}))
+		list := h.call("session/list", map[string]any{})
+		del := h.call("session/delete", map[string]any{"sessionId": sid})
+		for range 2 {
+			Eventually(gated.entered, 5*time.Second).Should(Receive())
+		}
+		closed := make(chan struct{})
+		go func() {
+			defer close(closed)
+			h.conn.Close(5 * time.Second)
+		}()
+		Consistently(closed, 100*time.Millisecond).ShouldNot(BeClosed(), "the close waits for them")
+		release()
+		Eventually(closed, 5*time.Second).Should(BeClosed())
+		Expect(h.out.response(list)).To(HaveKey("result"))
+		Expect(h.out.response(del)).To(HaveKey("result"))
+	})
+})

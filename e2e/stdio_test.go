@@ -279,7 +279,7 @@ func stdioSpecs(format string) {
 		a.finish()
 	})
 
-	It("answers a session/load and the prompt after it written right before stdin EOF", func() {
+	It("answers a session/load, the prompt after it and a session/list written right before stdin EOF", func() {
 		env := agentEnv(fake, "IAC_CODE_PROVIDER=chaos_"+format)
 		a = startAgent(env)
 		a.initialize()
@@ -290,7 +290,9 @@ func stdioSpecs(format string) {
 		a.initialize()
 		load := a.request("session/load", map[string]any{"sessionId": sid, "cwd": cwd, "mcpServers": []any{}})
 		id := a.prompt(sid, "x")
+		list := a.request("session/list", map[string]any{})
 		a.finish()
+		Expect(a.result(list)["sessions"]).To(HaveLen(1))
 		Expect(a.result(load)).To(HaveKey("modes"))
 		Expect(a.result(id)["stopReason"]).To(BeElementOf("end_turn", "cancelled"))
 	})
