@@ -58,13 +58,18 @@ func (s *session) startQueued(ctx actor.Context) {
 	}
 }
 
+// cancelledPrompt is the answer of a prompt cancelled before its turn ran.
+func cancelledPrompt() protocol.PromptResponse {
+	return protocol.PromptResponse{StopReason: protocol.StopCancelled, Usage: promptUsage(llm.Usage{})}
+}
+
 // cancelQueued answers queued prompts cancelled: those of conn (every one
 // when conn is nil), or only the one with requestID.
 func (s *session) cancelQueued(ctx actor.Context, conn *actor.PID, requestID protocol.RawMessage) {
 	kept := s.queue.waiting[:0]
 	for _, r := range s.queue.waiting {
 		if (conn == nil || conn.Equal(r.conn)) && (requestID == nil || bytes.Equal(requestID, protocol.CanonicalID(r.id))) {
-			s.respondTo(ctx, r.conn, r.id, protocol.PromptResponse{StopReason: protocol.StopCancelled, Usage: promptUsage(llm.Usage{})}, nil)
+			s.respondTo(ctx, r.conn, r.id, cancelledPrompt(), nil)
 			continue
 		}
 		kept = append(kept, r)
