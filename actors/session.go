@@ -154,6 +154,10 @@ type session struct {
 	released     bool
 	releaseTimer *time.Timer
 	releaseArmed bool
+	// acq is the Acquire in flight, held the messages waiting for it
+	// (session_acquire.go).
+	acq  *acquiring
+	held []*heldMessage
 
 	// handingOff are the askers of a handOff, answered once the session
 	// let go of its lease (after its running turn ended).
@@ -215,6 +219,9 @@ func (s *session) receive(ctx actor.Context) {
 		s.receiveRemote(ctx)
 		return
 	}
+	if s.holdWhileAcquiring(ctx) {
+		return
+	}
 	switch m := ctx.Message().(type) {
 	case *outbound:
 		s.keepSoFar(m.frame.Data)
@@ -237,9 +244,12 @@ func (s *session) receive(ctx actor.Context) {
 			s.releaseTimer.Stop()
 		}
 		if s.store != nil {
-			s.closeStore()
+			if !s.abandonAcquire() {
+				s.closeStore()
+			}
 			s.store, s.fenced = nil, nil
 		}
+		s.cancelHeld(ctx, nil, nil)
 		s.cancelQueued(ctx, nil, nil)
 		s.closeSandbox()
 	case *idleTick:
@@ -253,7 +263,8 @@ func (s *session) receive(ctx actor.Context) {
 		s.armIdle(ctx, idle)
 		// A session several connections share stays in memory until they
 		// leave: each would have to agree (see retireRequest).
-		if c := s.clients.only(); c != nil && s.turn == nil && !s.retiring && !s.failed && !s.mcpWaiting() && s.queue.empty() {
+		if c := s.clients.only(); c != nil && s.turn == nil && !s.retiring && !s.failed && !s.mcpWaiting() && s.queue.empty() &&
+			s.acq == nil && len(s.held) == 0 {
 			s.retiring = true
 			ctx.Send(c.pid, &retireRequest{id: s.id, pid: ctx.Self(), seen: c.seen})
 		}
@@ -280,42 +291,15 @@ func (s *session) receive(ctx actor.Context) {
 			ctx.Stop(ctx.Self())
 		}
 	case *sessionRequest:
-		c := s.clients.find(m.conn)
-		if m.conn != nil && c == nil {
-			s.respondTo(ctx, m.conn, m.id, nil, errSessionMoved())
-			ctx.Send(m.conn, &sessionMoved{id: s.id, pid: ctx.Self()})
-			return
-		}
-		if c != nil {
-			c.seen++
-			s.conn, s.who = m.conn, c.who
-		}
-		if s.failed {
-			// e.g. a prompt that brought an evicted session back
-			s.respondError(ctx, m.id, s.failErr)
-			return
-		}
-		s.handle(ctx, m)
+		s.serveRequest(ctx, m, false)
+	case *acquired:
+		s.acquiredStore(ctx, m)
 	case *deleteLive:
 		s.endForDeleteElsewhere(ctx)
 	case *handOff:
-		s.handingOff = append(s.handingOff, ctx.Sender())
-		if len(s.handingOff) > 1 {
-			return
-		}
-		s.cancelHeldPrompt(ctx)
-		s.cancelQueued(ctx, nil, nil)
-		s.answerPendingStarts(ctx)
-		if s.turn != nil {
-			ctx.Send(s.turn, &cancelTurn{})
-			return // see endTurn
-		}
-		s.leave(ctx)
+		s.handOffTo(ctx, ctx.Sender())
 	case *attach:
-		if !s.failed && !s.acquire(ctx, m.conn, m.reqID, true) {
-			return
-		}
-		s.attach(ctx, m)
+		s.attachFor(ctx, m)
 	case *detach:
 		s.detachClient(ctx, m.conn)
 	case *messageDone:
@@ -353,12 +337,60 @@ func (s *session) receive(ctx actor.Context) {
 	}
 }
 
+// serveRequest serves a request of a connection; counted: it was counted
+// in the connection's seen before (it waited for the store handle).
+func (s *session) serveRequest(ctx actor.Context, m *sessionRequest, counted bool) {
+	c := s.clients.find(m.conn)
+	if m.conn != nil && c == nil {
+		s.respondTo(ctx, m.conn, m.id, nil, errSessionMoved())
+		ctx.Send(m.conn, &sessionMoved{id: s.id, pid: ctx.Self()})
+		return
+	}
+	if c != nil {
+		if !counted {
+			c.seen++
+		}
+		s.conn, s.who = m.conn, c.who
+	}
+	if s.failed {
+		// e.g. a prompt that brought an evicted session back
+		s.respondError(ctx, m.id, s.failErr)
+		return
+	}
+	s.handle(ctx, m)
+}
+
+// attachFor attaches a connection that loads or resumes the session.
+func (s *session) attachFor(ctx actor.Context, m *attach) {
+	if !s.failed && !s.acquire(ctx, nil, m.conn, m.reqID, true, func(ctx actor.Context) { s.attachFor(ctx, m) }) {
+		return
+	}
+	s.attach(ctx, m)
+}
+
+// handOffTo lets go of the session for another process once its running
+// turn ended, then answers from.
+func (s *session) handOffTo(ctx actor.Context, from *actor.PID) {
+	s.handingOff = append(s.handingOff, from)
+	if len(s.handingOff) > 1 {
+		return
+	}
+	s.cancelHeldPrompt(ctx)
+	s.cancelQueued(ctx, nil, nil)
+	s.answerPendingStarts(ctx)
+	if s.turn != nil {
+		ctx.Send(s.turn, &cancelTurn{})
+		return // see endTurn
+	}
+	s.leave(ctx)
+}
+
 func (s *session) handle(ctx actor.Context, r *sessionRequest) {
 	switch r.method {
 	case protocol.MethodSessionCancel, protocol.MethodSessionClose:
 		// they write nothing: a released handle stays released
 	default:
-		if !s.acquire(ctx, r.conn, r.id, false) {
+		if !s.acquire(ctx, r, r.conn, r.id, false, func(ctx actor.Context) { s.serveRequest(ctx, r, true) }) {
 			return
 		}
 	}

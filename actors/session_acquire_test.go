@@ -1,0 +1,247 @@
+package actors
+
+import (
+	"sync"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+
+	"github.com/iac-code/iac-code/protocol"
+	"github.com/iac-code/iac-code/store"
+)
+
+// gatedStore is a real file store whose handles' Acquire, once closed is
+// called, waits until open is: a slow lock wait or takeover, on cue.
+type gatedStore struct {
+	store.Store
+	mu      sync.Mutex
+	gate    chan struct{} // nil: Acquire does not wait
+	entered chan struct{} // one value per Acquire that waits
+	// returned gets what each Acquire that waited returned.
+	returned chan error
+}
+
+func (g *gatedStore) close() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.gate = make(chan struct{})
+}
+
+func (g *gatedStore) open() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	close(g.gate)
+	g.gate = nil
+}
+
+func (g *gatedStore) Create(meta store.Meta) (store.Session, error) {
+	s, err := g.Store.Create(meta)
+	if err != nil {
+		return nil, err
+	}
+	return &gatedSession{Session: s, g: g}, nil
+}
+
+func (g *gatedStore) Open(id string) (store.Session, []store.Entry, error) {
+	s, es, err := g.Store.Open(id)
+	if err != nil {
+		return nil, nil, err
+	}
+	return &gatedSession{Session: s, g: g}, es, nil
+}
+
+type gatedSession struct {
+	store.Session
+	g *gatedStore
+}
+
+func (s *gatedSession) Acquire() ([]store.Entry, bool, error) {
+	s.g.mu.Lock()
+	gate := s.g.gate
+	s.g.mu.Unlock()
+	if gate == nil {
+		return s.Session.Acquire()
+	}
+	s.g.entered <- struct{}{}
+	<-gate
+	es, changed, err := s.Session.Acquire()
+	s.g.returned <- err
+	return es, changed, err
+}
+
+// MarkTurn keeps the file store's TurnMarker: the session lets go of its
+// lock between turns, so that every request after a turn acquires.
+func (s *gatedSession) MarkTurn(running bool) error {
+	return s.Session.(store.TurnMarker).MarkTurn(running)
+}
+
+var _ = Describe("a session taking its store handle back", func() {
+	var (
+		p    *scriptedProvider
+		s    *sessionHarness
+		g    *gatedStore
+		root string
+		cwd  string
+	)
+	BeforeEach(func() {
+		root, cwd = GinkgoT().TempDir(), GinkgoT().TempDir()
+		st, err := store.New(root, store.WithLockWait(time.Second))
+		Expect(err).NotTo(HaveOccurred())
+		g = &gatedStore{Store: st, entered: make(chan struct{}, 4), returned: make(chan error, 4)}
+		p = &scriptedProvider{}
+		s = newSessionHarnessOn(p, g, nil)
+	})
+	AfterEach(func() {
+		g.mu.Lock()
+		if g.gate != nil {
+			close(g.gate)
+			g.gate = nil
+		}
+		g.mu.Unlock()
+		s.close()
+	})
+
+	// started opens a session on h and ends one turn in it, after which it
+	// has let go of its handle (file store, between turns).
+	started := func(h *harness) string {
+		GinkgoHelper()
+		sid := h.result(h.call("session/new", map[string]any{"cwd": cwd}))["sessionId"].(string)
+		Expect(h.result(h.call("session/prompt", textPrompt(sid, "one")))["stopReason"]).To(Equal("end_turn"))
+		return sid
+	}
+	// waiting closes the gate, sends a prompt and returns its id once its
+	// Acquire waits at the gate.
+	waiting := func(h *harness, sid, text string) float64 {
+		GinkgoHelper()
+		g.close()
+		id := h.call("session/prompt", textPrompt(sid, text))
+		Eventually(g.entered, 5*time.Second).Should(Receive(), "the prompt's Acquire waits")
+		return id
+	}
+	unanswered := func(h *harness, id float64) {
+		GinkgoHelper()
+		Consistently(func() map[string]any { return h.out.response(id) }, 200*time.Millisecond, 10*time.Millisecond).Should(BeNil())
+	}
+	// otherOpens: another handle on the store can open sid (the session's
+	// hold was let go of).
+	otherOpens := func(sid string) {
+		GinkgoHelper()
+		other, err := store.New(root)
+		Expect(err).NotTo(HaveOccurred())
+		o, _, err := other.Open(sid)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(o.Close()).To(Succeed())
+	}
+
+	It("answers another client's $/cancel_request meanwhile, then runs the waiting prompt", func() {
+		h := s.connect()
+		sid := started(h)
+		h2 := s.connect()
+		h2.result(h2.call("session/load", map[string]any{"sessionId": sid, "cwd": cwd}))
+
+		first := waiting(h, sid, "two")
+		second := h2.call("session/prompt", textPrompt(sid, "from h2"))
+		unanswered(h2, second)
+		h2.notify("$/cancel_request", map[string]any{"requestId": second})
+		// answered while the first prompt still waits for the handle
+		Expect(h2.result(second)["stopReason"]).To(Equal("cancelled"))
+		unanswered(h, first)
+		Expect(p.requests()).To(HaveLen(1))
+
+		g.open()
+		Expect(h.result(first)["stopReason"]).To(Equal("end_turn"))
+		Expect(p.requests()).To(HaveLen(2))
+		var texts []string
+		for _, m := range p.requests()[1].Messages {
+			texts = append(texts, m.TextOf())
+		}
+		Expect(texts).To(Equal([]string{"one", "ok", "two"}))
+	})
+
+	It("answers a waiting prompt cancelled at session/cancel, and serves the requests after it in order", func() {
+		h := s.connect()
+		sid := started(h)
+
+		prompt := waiting(h, sid, "never")
+		setMode := h.call("session/set_mode", map[string]any{"sessionId": sid, "modeId": "plan"})
+		h.notify("session/cancel", map[string]any{"sessionId": sid})
+		Expect(h.result(prompt)["stopReason"]).To(Equal("cancelled"))
+		three := h.call("session/prompt", textPrompt(sid, "three"))
+		unanswered(h, setMode)
+		unanswered(h, three)
+
+		g.open()
+		h.result(setMode)
+		Expect(h.result(three)["stopReason"]).To(Equal("end_turn"))
+		Expect(indexOfResponse(h.out.all(), setMode)).To(BeNumerically("<", indexOfResponse(h.out.all(), three)))
+		Expect(p.requests()).To(HaveLen(2), "the cancelled prompt never reached the model")
+		last := p.requests()[1].Messages
+		Expect(last[len(last)-1].TextOf()).To(Equal("three"))
+	})
+
+	It("answers a waiting prompt cancelled at session/close, and closes the handle before answering the close", func() {
+		h := s.connect()
+		sid := started(h)
+
+		prompt := waiting(h, sid, "never")
+		closeID := h.call("session/close", map[string]any{"sessionId": sid})
+		Expect(h.result(prompt)["stopReason"]).To(Equal("cancelled"))
+		unanswered(h, closeID)
+
+		g.open()
+		h.result(closeID)
+		otherOpens(sid)
+		Expect(p.requests()).To(HaveLen(1))
+	})
+
+	It("answers the error of the store to the request that waited for it", func() {
+		h := s.connect()
+		sid := started(h)
+		other, err := store.New(root)
+		Expect(err).NotTo(HaveOccurred())
+		o, _, err := other.Open(sid)
+		Expect(err).NotTo(HaveOccurred())
+
+		prompt := waiting(h, sid, "held elsewhere")
+		g.open()
+		Expect(h.errorOf(prompt)["code"]).To(Equal(float64(protocol.CodeSessionInUse)))
+		Expect(o.Close()).To(Succeed())
+		Expect(h.result(h.call("session/prompt", textPrompt(sid, "now")))["stopReason"]).To(Equal("end_turn"))
+	})
+
+	It("lets go of a handle taken back after the session stopped", func() {
+		h := s.connect()
+		sid := started(h)
+
+		prompt := waiting(h, sid, "never")
+		h.conn.Close(2 * time.Second)
+		Expect(h.out.response(prompt)).NotTo(HaveKey("error"))
+		Eventually(s.srv.Metrics().Sessions.Load, 5*time.Second, 10*time.Millisecond).Should(BeZero(), "the session stopped")
+
+		g.open()
+		var err error
+		Eventually(g.returned, 5*time.Second).Should(Receive(&err))
+		Expect(err).NotTo(HaveOccurred(), "the hold came back after the session stopped")
+		Eventually(func() error {
+			other, err := store.New(root)
+			Expect(err).NotTo(HaveOccurred())
+			o, _, err := other.Open(sid)
+			if err == nil {
+				err = o.Close()
+			}
+			return err
+		}, 5*time.Second, 20*time.Millisecond).Should(Succeed(), "the late hold is released")
+	})
+})
+
+// indexOfResponse is the position of the answer to id among frames (-1:
+// none).
+func indexOfResponse(frames []map[string]any, id float64) int {
+	for i, f := range frames {
+		if f["id"] == id && f["method"] == nil {
+			return i
+		}
+	}
+	return -1
+}
