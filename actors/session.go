@@ -216,7 +216,7 @@ func (s *session) receive(ctx actor.Context) {
 		s.lastActive = time.Now()
 	}
 	if s.remote != nil {
-		s.receiveRemote(ctx)
+		s.receiveRemote(ctx, ctx.Message())
 		return
 	}
 	if s.holdWhileAcquiring(ctx) {
@@ -243,12 +243,10 @@ func (s *session) receive(ctx actor.Context) {
 		if s.releaseTimer != nil {
 			s.releaseTimer.Stop()
 		}
-		if s.store != nil {
-			if !s.abandonAcquire() {
-				s.closeStore()
-			}
-			s.store, s.fenced = nil, nil
+		if !s.abandonAcquire() && s.store != nil {
+			s.closeStore()
 		}
+		s.store, s.fenced = nil, nil
 		s.cancelHeld(ctx, nil, nil)
 		s.cancelQueued(ctx, nil, nil)
 		s.closeSandbox()
@@ -294,6 +292,8 @@ func (s *session) receive(ctx actor.Context) {
 		s.serveRequest(ctx, m, false)
 	case *acquired:
 		s.acquiredStore(ctx, m)
+	case *opened:
+		s.openedStore(ctx, m)
 	case *deleteLive:
 		s.endForDeleteElsewhere(ctx)
 	case *handOff:
@@ -448,7 +448,9 @@ func (s *session) handle(ctx actor.Context, r *sessionRequest) {
 }
 
 // open creates, loads or forks the session's store entry, then answers the
-// request that started it.
+// request that started it. A load, resume or restore opens it off the
+// actor (startOpen): the store may wait for another process, or another
+// pod share or hand over the session.
 func (s *session) open(ctx actor.Context) {
 	var (
 		entries []store.Entry
@@ -461,14 +463,14 @@ func (s *session) open(ctx actor.Context) {
 	case startFork:
 		s.store, entries, err = s.deps.Store.Fork(s.forkSrc, s.id)
 	default:
-		s.store, entries, err = s.deps.Store.Open(s.id)
-		if s.shareRemote(ctx, err) {
-			return // a stub of the session another pod holds
-		}
-		for try := 0; try < 2 && s.takeOver(err); try++ {
-			s.store, entries, err = s.deps.Store.Open(s.id)
-		}
+		s.startOpen(ctx) // then openWith, or a stub of the session another pod holds
+		return
 	}
+	s.openWith(ctx, entries, err)
+}
+
+// openWith goes on with the session's opening once the store answered.
+func (s *session) openWith(ctx actor.Context, entries []store.Entry, err error) {
 	if err == nil {
 		entries, _, err = store.RepairSession(s.store, entries)
 	}

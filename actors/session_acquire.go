@@ -31,6 +31,8 @@ type (
 		mu      sync.Mutex
 		stopped bool // the session stopped: the goroutine closes the handle
 		sent    bool // the goroutine is done with the handle: acquired sent
+		// opened is the handle an Open made (startOpen), once sent.
+		opened store.Session
 		// trigger answers the request that asked for the handle with an
 		// error of Acquire (nil once that request was cancelled).
 		trigger *heldMessage
@@ -42,10 +44,21 @@ type (
 		changed bool
 		err     error
 	}
+	// opened is the result of an Open made off the actor (startOpen):
+	// the handle, or proxy when the pod holding the session shares it.
+	opened struct {
+		call    *acquiring
+		store   store.Session
+		entries []store.Entry
+		err     error
+		proxy   *actor.PID
+	}
 	// heldMessage is a message that waits for the store handle; req is
 	// the request it serves (nil for a message of the server), so that a
-	// cancel finds the prompts among them.
+	// cancel finds the prompts among them; msg is the message as it came,
+	// for a stub (the session turned out to be held by another pod).
 	heldMessage struct {
+		msg     any
 		req     *sessionRequest
 		run     func(ctx actor.Context)
 		respond func(ctx actor.Context, e *protocol.Error)
@@ -53,6 +66,61 @@ type (
 )
 
 func (*acquired) IgnoreDeadLetterLogging() {}
+func (*opened) IgnoreDeadLetterLogging()   {}
+
+// startOpen opens the session's store entry on a goroutine of its own
+// (load, resume, restore), which sends the result to the session as
+// opened: the store may wait for another process's lock, a pod holding the
+// session may share it (Handover.Share) or hand it over (takeOver). The
+// messages meanwhile wait as they do for an Acquire.
+func (s *session) startOpen(ctx actor.Context) {
+	call := &acquiring{}
+	s.acq = call
+	self, root, st, share := ctx.Self(), ctx.ActorSystem().Root, s.deps.Store, s.shareRequest(ctx)
+	handover, log, id := s.deps.Handover, s.log, s.id
+	go func() {
+		h, entries, err := st.Open(id)
+		proxy := share.share(log, err)
+		for try := 0; proxy == nil && try < 2 && takeOverSession(handover, log, id, err); try++ {
+			h, entries, err = st.Open(id)
+		}
+		call.mu.Lock()
+		defer call.mu.Unlock()
+		if call.stopped {
+			// A proxy made for a stub that is gone stops by itself: it
+			// watches the stub (startShare).
+			if err == nil {
+				if cerr := h.Close(); cerr != nil {
+					log.Error().Err(cerr).Msg("close the store of a session stopped while opening it")
+				}
+			}
+			return
+		}
+		call.sent = true
+		if err == nil {
+			call.opened = h
+		}
+		root.Send(self, &opened{call: call, store: h, entries: entries, err: err, proxy: proxy})
+	}()
+}
+
+// openedStore takes the result of startOpen: the session goes on opening,
+// or becomes the stub of the session another pod holds; then the messages
+// that waited run.
+func (s *session) openedStore(ctx actor.Context, m *opened) {
+	if m.call != s.acq {
+		return
+	}
+	s.acq = nil
+	if m.proxy != nil {
+		s.remote = m.proxy
+		ctx.Watch(m.proxy)
+	} else {
+		s.store = m.store
+		s.openWith(ctx, m.entries, m.err)
+	}
+	s.runHeld(ctx)
+}
 
 // acquire reports whether the store handle is held, so that the request of
 // conn with reqID may be served now. A released handle is taken back off
@@ -140,6 +208,10 @@ func (s *session) runHeld(ctx actor.Context) {
 		h := s.held[0]
 		s.held[0] = nil
 		s.held = s.held[1:]
+		if s.remote != nil {
+			s.receiveRemote(ctx, h.msg)
+			continue
+		}
 		h.run(ctx)
 	}
 }
@@ -155,8 +227,8 @@ func (s *session) unhold(h *heldMessage) {
 }
 
 // hold keeps a message that arrived during an Acquire for after it.
-func (s *session) hold(r *sessionRequest, run func(ctx actor.Context)) {
-	s.held = append(s.held, &heldMessage{req: r, run: run})
+func (s *session) hold(msg any, r *sessionRequest, run func(ctx actor.Context)) {
+	s.held = append(s.held, &heldMessage{msg: msg, req: r, run: run})
 }
 
 // holdWhileAcquiring holds the message being received when it needs the
@@ -176,14 +248,14 @@ func (s *session) holdWhileAcquiring(ctx actor.Context) bool {
 		case protocol.MethodSessionClose:
 			s.cancelHeld(ctx, nil, nil)
 		}
-		s.hold(m, func(ctx actor.Context) { s.serveRequest(ctx, m, false) })
+		s.hold(m, m, func(ctx actor.Context) { s.serveRequest(ctx, m, false) })
 	case *attach:
-		s.hold(nil, func(ctx actor.Context) { s.attachFor(ctx, m) })
+		s.hold(m, nil, func(ctx actor.Context) { s.attachFor(ctx, m) })
 	case *handOff:
 		from := ctx.Sender()
-		s.hold(nil, func(ctx actor.Context) { s.handOffTo(ctx, from) })
+		s.hold(m, nil, func(ctx actor.Context) { s.handOffTo(ctx, from) })
 	case *deleteLive:
-		s.hold(nil, s.endForDeleteElsewhere)
+		s.hold(m, nil, s.endForDeleteElsewhere)
 	case *cancelTurns:
 		s.cancelHeld(ctx, m.conn, m.requestID)
 		return false
@@ -222,9 +294,10 @@ func (s *session) cancelHeld(ctx actor.Context, conn *actor.PID, requestID proto
 	s.held = kept
 }
 
-// abandonAcquire is the session stopping: it reports whether an Acquire is
-// in flight, whose goroutine then closes the handle once it has it back
-// (else the session closes it).
+// abandonAcquire is the session stopping: it reports whether an Acquire or
+// Open is in flight, whose goroutine then closes the handle once it has it
+// (else the session closes s.store, which is then the handle an Open sent
+// and the session did not take yet).
 func (s *session) abandonAcquire() bool {
 	call := s.acq
 	if call == nil {
@@ -233,6 +306,12 @@ func (s *session) abandonAcquire() bool {
 	s.acq = nil
 	call.mu.Lock()
 	defer call.mu.Unlock()
-	call.stopped = !call.sent
-	return call.stopped
+	if call.sent {
+		if call.opened != nil {
+			s.store = call.opened
+		}
+		return false
+	}
+	call.stopped = true
+	return true
 }

@@ -11,8 +11,9 @@ import (
 	"github.com/iac-code/iac-code/store"
 )
 
-// gatedStore is a real file store whose handles' Acquire, once closed is
-// called, waits until open is: a slow lock wait or takeover, on cue.
+// gatedStore is a real file store whose Open and handles' Acquire, once
+// close is called, wait until open is: a slow lock wait or takeover (or,
+// for Open, a Share by another pod), on cue.
 type gatedStore struct {
 	store.Store
 	mu      sync.Mutex
@@ -44,7 +45,17 @@ func (g *gatedStore) Create(meta store.Meta) (store.Session, error) {
 }
 
 func (g *gatedStore) Open(id string) (store.Session, []store.Entry, error) {
+	g.mu.Lock()
+	gate := g.gate
+	g.mu.Unlock()
+	if gate != nil {
+		g.entered <- struct{}{}
+		<-gate
+	}
 	s, es, err := g.Store.Open(id)
+	if gate != nil {
+		g.returned <- err
+	}
 	if err != nil {
 		return nil, nil, err
 	}
@@ -124,14 +135,26 @@ var _ = Describe("a session taking its store handle back", func() {
 		Consistently(func() map[string]any { return h.out.response(id) }, 200*time.Millisecond, 10*time.Millisecond).Should(BeNil())
 	}
 	// otherOpens: another handle on the store can open sid (the session's
-	// hold was let go of).
+	// hold was let go of, by the goroutine that took it back late maybe).
 	otherOpens := func(sid string) {
 		GinkgoHelper()
 		other, err := store.New(root)
 		Expect(err).NotTo(HaveOccurred())
-		o, _, err := other.Open(sid)
-		Expect(err).NotTo(HaveOccurred())
-		Expect(o.Close()).To(Succeed())
+		Eventually(func() error {
+			o, _, err := other.Open(sid)
+			if err == nil {
+				err = o.Close()
+			}
+			return err
+		}, 5*time.Second, 20*time.Millisecond).Should(Succeed(), "the session's hold is let go of")
+	}
+	// texts are the texts of the messages of the model's call-th request.
+	texts := func(call int) []string {
+		var out []string
+		for _, m := range p.requests()[call].Messages {
+			out = append(out, m.TextOf())
+		}
+		return out
 	}
 
 	It("answers another client's $/cancel_request meanwhile, then runs the waiting prompt", func() {
@@ -152,11 +175,7 @@ var _ = Describe("a session taking its store handle back", func() {
 		g.open()
 		Expect(h.result(first)["stopReason"]).To(Equal("end_turn"))
 		Expect(p.requests()).To(HaveLen(2))
-		var texts []string
-		for _, m := range p.requests()[1].Messages {
-			texts = append(texts, m.TextOf())
-		}
-		Expect(texts).To(Equal([]string{"one", "ok", "two"}))
+		Expect(texts(1)).To(Equal([]string{"one", "ok", "two"}))
 	})
 
 	It("answers a waiting prompt cancelled at session/cancel, and serves the requests after it in order", func() {
@@ -176,8 +195,7 @@ var _ = Describe("a session taking its store handle back", func() {
 		Expect(h.result(three)["stopReason"]).To(Equal("end_turn"))
 		Expect(indexOfResponse(h.out.all(), setMode)).To(BeNumerically("<", indexOfResponse(h.out.all(), three)))
 		Expect(p.requests()).To(HaveLen(2), "the cancelled prompt never reached the model")
-		last := p.requests()[1].Messages
-		Expect(last[len(last)-1].TextOf()).To(Equal("three"))
+		Expect(texts(1)).To(Equal([]string{"one", "ok", "three"}))
 	})
 
 	It("answers a waiting prompt cancelled at session/close, and closes the handle before answering the close", func() {
@@ -210,6 +228,59 @@ var _ = Describe("a session taking its store handle back", func() {
 		Expect(h.result(h.call("session/prompt", textPrompt(sid, "now")))["stopReason"]).To(Equal("end_turn"))
 	})
 
+	// closedOnDisk opens a session on h, ends a turn in it and closes it:
+	// the next load opens it from the store.
+	closedOnDisk := func(h *harness) string {
+		GinkgoHelper()
+		sid := started(h)
+		h.result(h.call("session/close", map[string]any{"sessionId": sid}))
+		return sid
+	}
+	// loading closes the gate, sends a load and returns its id once its
+	// Open waits at the gate.
+	loading := func(h *harness, sid string) float64 {
+		GinkgoHelper()
+		g.close()
+		id := h.call("session/load", map[string]any{"sessionId": sid, "cwd": cwd})
+		Eventually(g.entered, 5*time.Second).Should(Receive(), "the load's Open waits")
+		return id
+	}
+
+	It("opens a session off its goroutine: a prompt cancelled meanwhile is answered, the one before it runs after the load", func() {
+		h := s.connect()
+		sid := closedOnDisk(h)
+
+		load := loading(h, sid)
+		first := h.call("session/prompt", textPrompt(sid, "two"))
+		second := h.call("session/prompt", textPrompt(sid, "cancelled"))
+		h.notify("$/cancel_request", map[string]any{"requestId": second})
+		Expect(h.result(second)["stopReason"]).To(Equal("cancelled"))
+		unanswered(h, load)
+		unanswered(h, first)
+
+		g.open()
+		h.result(load)
+		Expect(h.result(first)["stopReason"]).To(Equal("end_turn"))
+		Expect(indexOfResponse(h.out.all(), load)).To(BeNumerically("<", indexOfResponse(h.out.all(), first)))
+		Expect(p.requests()).To(HaveLen(2))
+		Expect(texts(1)).To(Equal([]string{"one", "ok", "two"}))
+	})
+
+	It("lets go of a handle opened after the session stopped", func() {
+		h := s.connect()
+		sid := closedOnDisk(h)
+
+		loading(h, sid)
+		h.conn.Close(2 * time.Second)
+		Eventually(s.srv.Metrics().Sessions.Load, 5*time.Second, 10*time.Millisecond).Should(BeZero(), "the session stopped")
+
+		g.open()
+		var err error
+		Eventually(g.returned, 5*time.Second).Should(Receive(&err))
+		Expect(err).NotTo(HaveOccurred(), "the store opened the session after it stopped")
+		otherOpens(sid)
+	})
+
 	It("lets go of a handle taken back after the session stopped", func() {
 		h := s.connect()
 		sid := started(h)
@@ -223,15 +294,7 @@ var _ = Describe("a session taking its store handle back", func() {
 		var err error
 		Eventually(g.returned, 5*time.Second).Should(Receive(&err))
 		Expect(err).NotTo(HaveOccurred(), "the hold came back after the session stopped")
-		Eventually(func() error {
-			other, err := store.New(root)
-			Expect(err).NotTo(HaveOccurred())
-			o, _, err := other.Open(sid)
-			if err == nil {
-				err = o.Close()
-			}
-			return err
-		}, 5*time.Second, 20*time.Millisecond).Should(Succeed(), "the late hold is released")
+		otherOpens(sid)
 	})
 })
 

@@ -34,15 +34,11 @@ type (
 
 func (*sessionLeft) IgnoreDeadLetterLogging() {}
 
-// takeOver asks the process named by an in-use error to hand the session
-// over (cluster mode), and reports whether it did, so that opening it again
-// may succeed. At a session's open it blocks the actor for that round
-// trip, as the store calls around it do; an acquire makes it off the actor
-// (startAcquire).
-func (s *session) takeOver(err error) bool { return takeOverSession(s.deps.Handover, s.log, s.id, err) }
-
-// takeOverSession is takeOver without the actor, for the goroutine of an
-// acquire (startAcquire).
+// takeOverSession asks the process named by an in-use error to hand
+// session id over (cluster mode), and reports whether it did, so that
+// opening it again may succeed. A round trip to another pod: called off the
+// session actor, by the goroutine of an Open or Acquire (startOpen,
+// startAcquire).
 func takeOverSession(h Handover, log zerolog.Logger, id string, err error) bool {
 	var inUse *store.InUseError
 	if h == nil || !errors.As(err, &inUse) || errors.Is(err, store.ErrFenced) || inUse.Owner == "" {
