@@ -177,18 +177,15 @@ func (s *session) markTurn(running bool) {
 	if s.fenced != nil || s.released || s.store == nil {
 		return
 	}
-	var err error
-	switch m := s.store.(type) {
-	case store.TurnRecorder:
-		var turn *store.RunningTurn
-		if running && s.soFar.active != nil {
-			turn = s.soFar.active.record()
-		}
-		err = m.RecordTurn(turn)
-	case store.TurnMarker:
-		err = m.MarkTurn(running)
+	m, ok := s.store.(store.TurnRecorder)
+	if !ok {
+		return
 	}
-	if err != nil {
+	var turn *store.RunningTurn
+	if running && s.soFar.active != nil {
+		turn = s.soFar.active.record()
+	}
+	if err := m.RecordTurn(turn); err != nil {
 		s.writeFailed(err, "record the running turn")
 	}
 }

@@ -90,13 +90,32 @@ func openWS(base string, hdr http.Header, dial func(network, addr string) (net.C
 
 func (p *wsPeer) send(method string, params any) float64 {
 	p.nextID++
-	b, err := json.Marshal(jrpc(p.nextID, method, params))
-	ExpectWithOffset(1, err).NotTo(HaveOccurred())
+	p.write(jrpc(p.nextID, method, params))
+	return float64(p.nextID)
+}
+
+// write sends one message as a text frame, schema-checked.
+func (p *wsPeer) write(msg map[string]any) {
+	b, err := json.Marshal(msg)
+	ExpectWithOffset(2, err).NotTo(HaveOccurred())
 	p.check.ClientSent(b)
 	p.wmu.Lock()
 	defer p.wmu.Unlock()
-	ExpectWithOffset(1, p.ws.WriteMessage(websocket.TextMessage, b)).To(Succeed())
-	return float64(p.nextID)
+	ExpectWithOffset(2, p.ws.WriteMessage(websocket.TextMessage, b)).To(Succeed())
+}
+
+// allow answers the session/request_permission request perm with allow_once.
+func (p *wsPeer) allow(perm map[string]any) {
+	p.write(map[string]any{"jsonrpc": "2.0", "id": perm["id"],
+		"result": map[string]any{"outcome": map[string]any{"outcome": "selected", "optionId": "allow_once"}}})
+}
+
+// kill closes the socket's TCP connection with a reset, no close frame: a
+// client process that died.
+func (p *wsPeer) kill() {
+	tcp := p.ws.NetConn().(*net.TCPConn)
+	ExpectWithOffset(1, tcp.SetLinger(0)).To(Succeed())
+	ExpectWithOffset(1, tcp.Close()).To(Succeed())
 }
 
 // until reads messages up to the first that matches.
@@ -115,6 +134,17 @@ func (p *wsPeer) until(what string, match func(map[string]any) bool) map[string]
 			Fail("no " + what + " within 20 s")
 		}
 	}
+}
+
+// seen is the first message read so far that matches, else the next one
+// that does (a server request may come before the answer being waited for).
+func (p *wsPeer) seen(what string, match func(map[string]any) bool) map[string]any {
+	for _, m := range p.got {
+		if match(m) {
+			return m
+		}
+	}
+	return p.until(what, match)
 }
 
 func errorText(err error) string {
@@ -279,9 +309,7 @@ var _ = Describe("WebSocket on /acp", Label("e2e", "remote"), func() {
 		running(killed)
 		Expect(a.metric("iaccode_http_websockets")).To(Equal(1.0))
 		Expect(a.metric("iaccode_running_turns")).To(Equal(1.0))
-		tcp := killed.ws.NetConn().(*net.TCPConn)
-		Expect(tcp.SetLinger(0)).To(Succeed())
-		Expect(tcp.Close()).To(Succeed())
+		killed.kill()
 		Eventually(func() float64 { return a.metric("iaccode_http_websockets") }, 5*time.Second, 20*time.Millisecond).Should(BeZero())
 		Eventually(func() float64 { return a.metric("iaccode_running_turns") }, 5*time.Second, 20*time.Millisecond).Should(BeZero())
 
@@ -338,8 +366,9 @@ var _ = Describe("WebSocket on /acp across pods", Label("e2e", "remote", "cluste
 		Expect(chunkText(run.Updates, "agent_message_chunk")).To(HaveSuffix("Loaded on another pod."))
 	})
 
-	It("loses nothing with 60 WebSockets over 3 pods at once; sessions loaded on another pod go on there", func() {
-		const n = 60
+	It("loses nothing with 1,000 WebSockets over 3 pods, one prompt each, all at once; sessions loaded on another pod go on there", func() {
+		const n, dialing = 1000, 64
+		raiseFileLimit(4*n + 1024) // the sockets, the model's connections, the pods'
 		var words []string
 		for i := range 40 {
 			words = append(words, "w"+jsonText(i)+" ")
@@ -357,23 +386,39 @@ var _ = Describe("WebSocket on /acp across pods", Label("e2e", "remote", "cluste
 			ExpectWithOffset(1, p.check.Violations()).To(BeEmpty())
 		}
 		sids := make([]string, n)
-		var wg sync.WaitGroup
+		// The sockets open and create their sessions dialing at a time; the
+		// prompts all start once every socket is open.
+		slots := make(chan struct{}, dialing)
+		var opened, wg sync.WaitGroup
+		start := make(chan struct{})
+		opened.Add(n)
 		for i := range n {
 			wg.Add(1)
 			go func() {
 				defer GinkgoRecover()
 				defer wg.Done()
-				p := openWS(cl.pods[i%3].base, nil, nil)
-				sids[i] = p.call("session/new", map[string]any{"cwd": cwd, "mcpServers": []any{}})["sessionId"].(string)
+				ready := sync.OnceFunc(opened.Done) // also when this one fails
+				defer ready()
+				slots <- struct{}{}
+				p := func() *wsPeer {
+					defer func() { <-slots }()
+					p := openWS(cl.pods[i%3].base, nil, nil)
+					sids[i] = p.call("session/new", map[string]any{"cwd": cwd, "mcpServers": []any{}})["sessionId"].(string)
+					return p
+				}()
+				ready()
+				<-start
 				prompt(p, sids[i])
 				Expect(p.ws.Close()).To(Succeed())
 			}()
 		}
+		opened.Wait()
+		close(start)
 		wg.Wait()
 		Expect(sids).NotTo(ContainElement(""))
 
-		By("every tenth session, loaded on the next pod, goes on there")
-		for i := 0; i < n; i += 10 {
+		By("every fiftieth session, loaded on the next pod, goes on there")
+		for i := 0; i < n; i += 50 {
 			wg.Add(1)
 			go func() {
 				defer GinkgoRecover()
@@ -528,9 +573,7 @@ var _ = Describe("detached turns (IAC_CODE_DETACHED_TURN_MAX)", Label("e2e", "re
 		sid := p.call("session/new", map[string]any{"cwd": cwd, "mcpServers": []any{}})["sessionId"].(string)
 		p.prompt(sid, "stream slowly")
 		p.until("first chunk", isAgentChunk)
-		tcp := p.ws.NetConn().(*net.TCPConn)
-		Expect(tcp.SetLinger(0)).To(Succeed())
-		Expect(tcp.Close()).To(Succeed())
+		p.kill()
 		Eventually(func() float64 { return home.metric("iaccode_http_detached_total") }, 5*time.Second, 20*time.Millisecond).Should(Equal(1.0))
 		Expect(home.metric("iaccode_running_turns")).To(Equal(1.0))
 		Eventually(func() float64 { return home.metric("iaccode_running_turns") }, 10*time.Second, 50*time.Millisecond).Should(BeZero())
@@ -556,9 +599,7 @@ var _ = Describe("detached turns (IAC_CODE_DETACHED_TURN_MAX)", Label("e2e", "re
 		sid := p.call("session/new", map[string]any{"cwd": cwd, "mcpServers": []any{}})["sessionId"].(string)
 		promptID := p.prompt(sid, "stream slowly")
 		p.until("first chunk", isAgentChunk)
-		tcp := p.ws.NetConn().(*net.TCPConn)
-		Expect(tcp.SetLinger(0)).To(Succeed())
-		Expect(tcp.Close()).To(Succeed())
+		p.kill()
 		Eventually(func() float64 { return home.metric("iaccode_http_detached_total") }, 5*time.Second, 20*time.Millisecond).Should(Equal(1.0))
 
 		By("a new connection on the other pod loads the session mid-turn")
@@ -592,6 +633,85 @@ var _ = Describe("detached turns (IAC_CODE_DETACHED_TURN_MAX)", Label("e2e", "re
 			Expect(peer.check.Violations()).To(BeEmpty())
 		}
 	})
+
+	It("WebSocket across pods: the socket dies before the permission asked on it is answered; a load on another pod gets activeTurn and the same request, answers it, the tool runs, the turn ends with the whole answer once", Label("cluster", "postgres"), func() {
+		text := words(6)
+		fake.Script(
+			llmtest.Reply{TextChunks: text, Delay: 50 * time.Millisecond,
+				ToolCalls: []llmtest.ToolCall{{ID: "w1", Name: "write_file", Arguments: `{"path":"away.txt","content":"answered elsewhere"}`}}},
+			llmtest.Reply{Text: "Written."},
+		)
+		cl := newCluster(fake, 2)
+		home, away := cl.pods[0], cl.pods[1]
+		p := openWS(home.base, nil, nil)
+		sid := p.call("session/new", map[string]any{"cwd": cwd, "mcpServers": []any{}})["sessionId"].(string)
+		promptID := p.prompt(sid, "write it")
+		asked := p.until("permission request", methodIs("session/request_permission"))
+		p.kill()
+		Eventually(func() float64 { return home.metric("iaccode_http_detached_total") }, 5*time.Second, 20*time.Millisecond).Should(Equal(1.0))
+		Expect(home.metric("iaccode_running_turns")).To(Equal(1.0), "the turn waits for its permission")
+		_, err := os.Stat(filepath.Join(cwd, "away.txt"))
+		Expect(err).To(MatchError(os.ErrNotExist), "not written before the permission is given")
+
+		By("a new connection on the other pod loads the session")
+		q := openWS(away.base, nil, nil)
+		res := q.call("session/load", loadParams(sid, cwd))
+		active, ok := activeTurnOf(res).(map[string]any)
+		Expect(ok).To(BeTrue(), "activeTurn in the load answer: %v", res)
+		Expect(active["promptRequest"]).To(Equal(promptID))
+		perm := q.seen("the permission request again", methodIs("session/request_permission"))
+		toolCallID := func(m map[string]any) any {
+			return m["params"].(map[string]any)["toolCall"].(map[string]any)["toolCallId"]
+		}
+		Expect(toolCallID(perm)).To(Equal(toolCallID(asked)), "the same request")
+		Expect(perm["params"]).To(HaveKeyWithValue("sessionId", sid))
+		q.allow(perm)
+
+		By("the tool runs and the turn ends")
+		q.until("the turn's end", isTurnEnd)
+		content, err := os.ReadFile(filepath.Join(cwd, "away.txt"))
+		Expect(err).NotTo(HaveOccurred())
+		Expect(string(content)).To(Equal("answered elsewhere"))
+		// The prompt's answer (end_turn) went to its connection, gone; the
+		// new client sees the turn end as updates: the model's last reply
+		// whole, then activeTurn null.
+		Expect(q.text(0)).To(Equal(strings.Join(text, "")+"Written."), "the whole answer exactly once, in order")
+		Expect(q.got).To(ContainElement(WithTransform(func(m map[string]any) any {
+			if m["method"] != "session/update" {
+				return nil
+			}
+			u := m["params"].(map[string]any)["update"].(map[string]any)
+			return []any{u["sessionUpdate"], u["toolCallId"], u["status"]}
+		}, Equal([]any{"tool_call_update", toolCallID(asked), "completed"}))), "the permitted tool ran")
+		Eventually(func() float64 { return home.metric("iaccode_running_turns") }, 5*time.Second, 20*time.Millisecond).Should(BeZero())
+		Expect(activeTurnOf(q.call("session/resume", loadParams(sid, cwd)))).To(BeNil())
+		Expect(p.check.Violations()).To(BeEmpty())
+		Expect(q.check.Violations()).To(BeEmpty())
+	})
+
+	It("WebSocket across pods: the new client on another pod cancels the detached turn", Label("cluster", "postgres"), func() {
+		fake.Script(llmtest.Reply{Text: "one two three four", Hang: true, AfterChunks: 3})
+		cl := newCluster(fake, 2)
+		home, away := cl.pods[0], cl.pods[1]
+		p := openWS(home.base, nil, nil)
+		sid := p.call("session/new", map[string]any{"cwd": cwd, "mcpServers": []any{}})["sessionId"].(string)
+		p.prompt(sid, "never ends by itself")
+		p.until("first chunk", isAgentChunk)
+		p.kill()
+		Eventually(func() float64 { return home.metric("iaccode_http_detached_total") }, 5*time.Second, 20*time.Millisecond).Should(Equal(1.0))
+		Consistently(func() float64 { return home.metric("iaccode_running_turns") }, 500*time.Millisecond, 50*time.Millisecond).Should(Equal(1.0),
+			"the hanging turn keeps running detached")
+
+		q := openWS(away.base, nil, nil)
+		res := q.call("session/load", loadParams(sid, cwd))
+		Expect(activeTurnOf(res)).To(HaveKey("promptRequest"))
+		q.write(jrpc(nil, "session/cancel", map[string]any{"sessionId": sid}))
+		q.until("the turn's end", isTurnEnd)
+		Eventually(func() float64 { return home.metric("iaccode_running_turns") }, 5*time.Second, 20*time.Millisecond).Should(BeZero())
+		Expect(activeTurnOf(q.call("session/resume", loadParams(sid, cwd)))).To(BeNil())
+		Expect(p.check.Violations()).To(BeEmpty())
+		Expect(q.check.Violations()).To(BeEmpty())
+	})
 })
 
 var _ = Describe("deploy/nginx.conf passes WebSockets", Label("e2e", "remote", "nginx", "cluster", "postgres"), func() {
@@ -612,12 +732,7 @@ var _ = Describe("deploy/nginx.conf passes WebSockets", Label("e2e", "remote", "
 		sid := p.call("session/new", map[string]any{"cwd": cwd, "mcpServers": []any{}})["sessionId"].(string)
 		id := p.prompt(sid, "write it")
 		perm := p.until("permission request", func(m map[string]any) bool { return m["method"] == "session/request_permission" })
-		b, err := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": perm["id"],
-			"result": map[string]any{"outcome": map[string]any{"outcome": "selected", "optionId": "allow_once"}}})
-		Expect(err).NotTo(HaveOccurred())
-		p.wmu.Lock()
-		Expect(p.ws.WriteMessage(websocket.TextMessage, b)).To(Succeed())
-		p.wmu.Unlock()
+		p.allow(perm)
 		m := p.until("prompt answer", func(m map[string]any) bool { return m["id"] == id && m["method"] == nil })
 		Expect(m["result"]).To(HaveKeyWithValue("stopReason", "end_turn"))
 		Expect(p.text(0)).To(Equal("Written through nginx."))

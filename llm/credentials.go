@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sync"
 
 	"go.yaml.in/yaml/v3"
@@ -12,8 +13,13 @@ import (
 // Writing the files under IAC_CODE_HOME: `iac-code login` (a key), ACP
 // logout (forget it), and the defaults a user's choices leave in
 // settings.yml. Every write replaces the file atomically (a temporary file
-// in the same directory, renamed over it), so a reader never sees half a
-// file and a crash leaves the old one; comments and other entries are kept.
+// in the same directory, fsynced, renamed over it, the directory fsynced),
+// so a reader never sees half a file and a crash leaves the old one or the
+// new one; comments and other entries are kept. Each read-modify-write
+// holds an exclusive lock on a file beside the edited one (on unix:
+// .credentials.yml.lock, settings.yml.lock), so two processes on one home
+// (two servers, or `iac-code login` while a server saves a default or logs
+// out) never lose one of two simultaneous edits.
 
 // SaveCredential sets provider's API key in home/.credentials.yml (mode
 // 0600, created with home when missing).
@@ -51,11 +57,22 @@ func SetActiveProvider(home, provider string) error {
 	})
 }
 
+// lockSuffix names the lock file of an edited file (see lockEdits).
+const lockSuffix = ".lock"
+
 // EditYAML reads the mapping in path (empty when the file is missing),
 // lets edit change it and, when edit reports a change, writes it back
-// atomically with mode perm. A malformed file is an error and is left
-// as it is.
+// atomically with mode perm, all under path's edit lock (lockEdits). A
+// malformed file is an error and is left as it is.
 func EditYAML(path string, perm os.FileMode, edit func(root *yaml.Node) bool) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return err
+	}
+	unlock, err := lockEdits(path, perm)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	root, err := parseYAML(path)
 	if err != nil {
 		return err
@@ -101,7 +118,27 @@ func writeAtomic(path string, data []byte, perm os.FileMode) error {
 	if err := f.Close(); err != nil {
 		return err
 	}
-	return os.Rename(tmp, path)
+	if err := os.Rename(tmp, path); err != nil {
+		return err
+	}
+	return syncDir(dir)
+}
+
+// syncDir makes a rename in dir durable. Windows cannot fsync a directory;
+// there it is a no-op.
+func syncDir(dir string) error {
+	if runtime.GOOS == "windows" {
+		return nil
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // setScalar sets key to the string value in the mapping m.
@@ -140,7 +177,8 @@ func deleteKey(m *yaml.Node, key string) bool {
 // Edits of the file within this process are serialised (settingsEdits):
 // two users choosing at once both keep their value.
 
-// settingsEdits serialises read-modify-write of settings.yml.
+// settingsEdits serialises read-modify-write of settings.yml within this
+// process, also where lockEdits does not lock (not unix).
 var settingsEdits sync.Mutex
 
 // SessionDefaults are the option values principal chose last, for their

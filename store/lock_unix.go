@@ -44,7 +44,6 @@ func lockSession(dir, id string, wait time.Duration) (*sessionLock, error) {
 		return nil, err
 	}
 	deadline := time.Now().Add(wait)
-	sawTurn := false
 	for {
 		err = syscall.Flock(fd, syscall.LOCK_EX|syscall.LOCK_NB)
 		if errors.Is(err, syscall.EINTR) {
@@ -54,12 +53,12 @@ func lockSession(dir, id string, wait time.Duration) (*sessionLock, error) {
 			break
 		}
 		pid, turn := readHolder(fd)
-		// A turn mark is looked at twice: a session list probing the lock of
-		// a holder that died mid-turn (readRunningTurn) holds it for a moment.
-		if turn && !sawTurn {
-			sawTurn = true
-			time.Sleep(lockPoll)
-			continue
+		if turn && onlyProbed(fd) {
+			// Holders hold the lock exclusively; shared holds are session
+			// lists probing the mark a holder killed mid-turn left
+			// (readRunningTurn): no turn runs, wait for them as for an
+			// idle holder.
+			turn = false
 		}
 		if turn || !time.Now().Before(deadline) {
 			_ = syscall.Close(fd)
@@ -154,6 +153,22 @@ func (l *sessionLock) markTurn(running bool, turn *RunningTurn) error {
 	}
 	l.turn = running
 	return syscall.Ftruncate(l.fd, int64(len(b)))
+}
+
+// onlyProbed reports whether the lock fd failed to take exclusively is held
+// shared only, i.e. by probes of readRunningTurn and by no holder.
+func onlyProbed(fd int) bool {
+	for {
+		err := syscall.Flock(fd, syscall.LOCK_SH|syscall.LOCK_NB)
+		if errors.Is(err, syscall.EINTR) {
+			continue
+		}
+		if err != nil {
+			return false
+		}
+		_ = syscall.Flock(fd, syscall.LOCK_UN)
+		return true
+	}
 }
 
 // readRunningTurn is the running turn the lock file of session directory

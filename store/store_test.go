@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -354,6 +355,34 @@ var _ = Describe("FileStore", func() {
 			data, err := os.ReadFile(filepath.Join(root, "sessions", "s1", "lock"))
 			Expect(err).NotTo(HaveOccurred())
 			Expect(data).To(HaveLen(20), "back to the holder's line alone")
+		})
+
+		It("takes a session whose holder died mid-turn while a list's probe holds its lock shared", func() {
+			s := create("s1", "/p", userMsg("one"))
+			at := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+			Expect(s.(store.TurnRecorder).RecordTurn(&store.RunningTurn{StartedAt: at, PromptRequest: []byte(`7`)})).To(Succeed())
+			lock := filepath.Join(root, "sessions", "s1", "lock")
+			left, err := os.ReadFile(lock)
+			Expect(err).NotTo(HaveOccurred())
+			Expect(s.Close()).To(Succeed())
+			Expect(os.WriteFile(lock, left, 0o600)).To(Succeed()) // killed with -9: the lines stay, the lock goes
+
+			By("a probe (a list elsewhere, descheduled) holds the lock shared for 300 ms")
+			probe, err := os.Open(lock)
+			Expect(err).NotTo(HaveOccurred())
+			DeferCleanup(probe.Close)
+			Expect(syscall.Flock(int(probe.Fd()), syscall.LOCK_SH|syscall.LOCK_NB)).To(Succeed())
+			go func() {
+				time.Sleep(300 * time.Millisecond)
+				_ = syscall.Flock(int(probe.Fd()), syscall.LOCK_UN)
+			}()
+			other, err := store.New(root, store.WithLockWait(2*time.Second))
+			Expect(err).NotTo(HaveOccurred())
+			DeferCleanup(other.Close)
+			s2, es, err := other.Open("s1")
+			Expect(err).NotTo(HaveOccurred(), "the stale mark is no running turn")
+			Expect(messages(es)).To(Equal([]llm.Message{userMsg("one")}))
+			Expect(s2.Close()).To(Succeed())
 		})
 
 		It("names its holder's pid, over whatever pid an older holder left", func() {

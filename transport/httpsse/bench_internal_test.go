@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fasthttp/websocket"
 	"github.com/rs/zerolog"
 
 	"github.com/iac-code/iac-code/actors"
@@ -36,10 +37,15 @@ func benchPace() time.Duration {
 // attached stream; per op, every connection's outbox gets 50 session/update
 // frames 2 ms apart (IACCODE_BENCH_PACE_MS; as a connection actor would emit model chunks) and the
 // clients read them. Reported: events/s and the p50/p99 delay from Send to
-// the client reading the event.
+// the client reading the event. BenchmarkEdgeFanout1000WebSocket: the same
+// with every connection a WebSocket on /acp.
 //
-//	go test ./transport/httpsse -run '^$' -bench EdgeFanout1000 -benchtime 3x
-func BenchmarkEdgeFanout1000(b *testing.B) {
+//	go test ./transport/httpsse -run '^$' -bench 'EdgeFanout1000(WebSocket)?$' -benchtime 3x
+func BenchmarkEdgeFanout1000(b *testing.B) { benchEdgeFanout(b, false) }
+
+func BenchmarkEdgeFanout1000WebSocket(b *testing.B) { benchEdgeFanout(b, true) }
+
+func benchEdgeFanout(b *testing.B, ws bool) {
 	const conns, frames = 1000, 50
 	pace := benchPace()
 	home, err := os.MkdirTemp("", "iaccode-bench-")
@@ -74,10 +80,28 @@ func BenchmarkEdgeFanout1000(b *testing.B) {
 		c   *conn
 		nc  net.Conn
 		br  *bufio.Reader
+		ws  *websocket.Conn
 		sid string
 	}
 	clients := make([]*client, conns)
 	for i := range clients {
+		if ws {
+			wc, resp, err := websocket.DefaultDialer.Dial("ws://"+addr+"/acp", nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := wc.WriteMessage(websocket.TextMessage, []byte(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1}}`)); err != nil {
+				b.Fatal(err)
+			}
+			if _, _, err := wc.ReadMessage(); err != nil { // the answer
+				b.Fatal(err)
+			}
+			e.mu.RLock()
+			c := e.conns[resp.Header.Get(HeaderConnectionID)] // lookup hides sockets
+			e.mu.RUnlock()
+			clients[i] = &client{c: c, nc: wc.NetConn(), ws: wc, sid: fmt.Sprintf("sess-%04d", i)}
+			continue
+		}
 		req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/acp",
 			strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1}}`))
 		req.Header.Set("Content-Type", "application/json")
@@ -127,7 +151,14 @@ func BenchmarkEdgeFanout1000(b *testing.B) {
 				defer wg.Done()
 				local := make([]time.Duration, 0, frames)
 				for len(local) < frames {
-					line, err := cl.br.ReadSlice('\n')
+					var line []byte
+					var err error
+					if cl.ws != nil {
+						_, line, err = cl.ws.ReadMessage()
+						line = append([]byte("data: "), line...)
+					} else {
+						line, err = cl.br.ReadSlice('\n')
+					}
 					if err != nil {
 						b.Error(err)
 						return

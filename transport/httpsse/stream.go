@@ -331,7 +331,7 @@ func appendEvent(buf []byte, ev *event) []byte {
 
 func appendData(buf, data []byte) []byte {
 	for {
-		i := bytes.IndexAny(data, "\r\n")
+		i := lineBreak(data)
 		buf = append(buf, "data: "...)
 		if i < 0 {
 			buf = append(buf, data...)
@@ -344,6 +344,22 @@ func appendData(buf, data []byte) []byte {
 		}
 		data = data[i+1:]
 	}
+}
+
+// lineBreak is the index of the first '\r' or '\n' in b, or -1. Two
+// IndexByte scans (vectorised) instead of bytes.IndexAny, which walks a
+// byte set one byte at a time: that was ~2,800 instructions of an event's
+// ~44,000 under cachegrind, for payloads that have no line break.
+func lineBreak(b []byte) int {
+	n := bytes.IndexByte(b, '\n')
+	head := b
+	if n >= 0 {
+		head = b[:n]
+	}
+	if r := bytes.IndexByte(head, '\r'); r >= 0 {
+		return r
+	}
+	return n
 }
 
 // errorEvent is a final "error" event: a JSON-RPC error response with id

@@ -269,3 +269,25 @@ func TestTheRestOfAPartialDirectWriteGoesFirst(t *testing.T) {
 		t.Fatalf("handout %+v: want the rest, then the final event", h)
 	}
 }
+
+// TestAppendData: one data line per line of the payload, whatever ends its
+// lines (\n, \r\n, a lone \r), as the SSE specification reads them.
+func TestAppendData(t *testing.T) {
+	for in, want := range map[string]string{
+		"":                              "data: \n",
+		`{"a":1}`:                       "data: {\"a\":1}\n",
+		"a\nb":                          "data: a\ndata: b\n",
+		"a\r\nb":                        "data: a\ndata: b\n",
+		"a\rb":                          "data: a\ndata: b\n",
+		"a\rb\nc":                       "data: a\ndata: b\ndata: c\n",
+		"a\nb\rc":                       "data: a\ndata: b\ndata: c\n",
+		"a\r":                           "data: a\ndata: \n",
+		"\r\n\r\n":                      "data: \ndata: \ndata: \n",
+		"x\n\ny":                        "data: x\ndata: \ndata: y\n",
+		strings.Repeat("z", 100) + "\r": "data: " + strings.Repeat("z", 100) + "\ndata: \n",
+	} {
+		if got := string(appendData(nil, []byte(in))); got != want {
+			t.Errorf("appendData(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -1,0 +1,67 @@
+package llmtest
+
+import (
+	"encoding/json"
+	"net/http"
+
+	gojson "github.com/goccy/go-json"
+)
+
+// RecordedRequest is one request the fake received (control requests excluded).
+type RecordedRequest struct {
+	Method string          `json:"method"`
+	Path   string          `json:"path"`
+	Header http.Header     `json:"header"`
+	Body   json.RawMessage `json:"body"`
+	// Format is FormatOpenAI or FormatAnthropic.
+	Format string `json:"format"`
+	// Chat is Body decoded (zero when Body is not a chat request).
+	Chat ChatRequest `json:"-"`
+	// Anthropic is Body decoded (zero when Body is not a Messages request).
+	Anthropic AnthropicRequest `json:"-"`
+	// decoded is set once Chat or Anthropic holds Body decoded: that is
+	// done when Requests hands the record out, not when it is served.
+	decoded bool
+}
+
+// decode fills Chat or Anthropic from Body, once.
+func (r *RecordedRequest) decode() {
+	if r.decoded {
+		return
+	}
+	r.decoded = true
+	switch r.Format {
+	case FormatOpenAI:
+		_ = json.Unmarshal(r.Body, &r.Chat)
+	case FormatAnthropic:
+		_ = json.Unmarshal(r.Body, &r.Anthropic)
+	}
+}
+
+// requestHead is what serving a model request needs from its body. A
+// benchmark's fake serves hundreds of 8 KB requests a second that nobody
+// reads back, so the whole body is decoded only when Requests hands it out
+// (decode), and the head with go-json, which skips the rest of the body
+// ~20x faster than encoding/json (3 µs against 60 µs for 8.5 KB).
+type requestHead struct {
+	Model         string         `json:"model"`
+	Stream        bool           `json:"stream"`
+	StreamOptions *StreamOptions `json:"stream_options"`
+}
+
+// decodeHead reads the head of a request body; a body that is not valid
+// JSON gives the zero head, as its full decode did.
+func decodeHead(body []byte) requestHead {
+	var h requestHead
+	if gojson.Unmarshal(body, &h) != nil {
+		return requestHead{}
+	}
+	return h
+}
+
+// JSON decodes Body generically, for assertions on fields Chat lacks.
+func (r RecordedRequest) JSON() map[string]any {
+	var m map[string]any
+	_ = json.Unmarshal(r.Body, &m)
+	return m
+}
