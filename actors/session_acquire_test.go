@@ -81,10 +81,15 @@ func (s *gatedSession) Acquire() ([]store.Entry, bool, error) {
 	return es, changed, err
 }
 
-// MarkTurn keeps the file store's TurnMarker: the session lets go of its
-// lock between turns, so that every request after a turn acquires.
+// MarkTurn and RecordTurn keep the file store's TurnMarker and
+// TurnRecorder: the session lets go of its lock between turns, so that
+// every request after a turn acquires, and marks its turns in the lock.
 func (s *gatedSession) MarkTurn(running bool) error {
 	return s.Session.(store.TurnMarker).MarkTurn(running)
+}
+
+func (s *gatedSession) RecordTurn(t *store.RunningTurn) error {
+	return s.Session.(store.TurnRecorder).RecordTurn(t)
 }
 
 var _ = Describe("a session taking its store handle back", func() {
