@@ -1,9 +1,11 @@
 package actors
 
 import (
+	"errors"
 	"sync"
 	"time"
 
+	"github.com/asynkron/protoactor-go/actor"
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 
@@ -313,3 +315,67 @@ func indexOfResponse(frames []map[string]any, id float64) int {
 	}
 	return -1
 }
+
+// slowHandover is the pod holding a session, slow to answer: Share waits at
+// gate, then refuses; TakeOver lets go of that pod's handle, as a pod
+// handing the session over does.
+type slowHandover struct {
+	gate    chan struct{}
+	entered chan string
+	holder  store.Session
+}
+
+func (h *slowHandover) Share(string, string, string, *actor.PID, []byte, []byte) (*actor.PID, error) {
+	h.entered <- "share"
+	<-h.gate
+	return nil, errors.New("not shared")
+}
+
+func (h *slowHandover) TakeOver(string, string) error {
+	h.entered <- "takeover"
+	return h.holder.Close()
+}
+
+var _ = Describe("a session opening one another pod holds (PostgreSQL)", func() {
+	It("serves a $/cancel_request while the holder is slow to share it, then takes it over and runs the prompt sent after the load", func() {
+		srv := requirePG()
+		schema, dbURL, err := srv.NewSchema()
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(srv.DropSchema, schema)
+		open := func() *store.PGStore {
+			st, err := store.NewPostgres(dbURL, store.WithLeaseTTL(time.Hour), store.WithLeaseRenew(30*time.Minute))
+			Expect(err).NotTo(HaveOccurred())
+			DeferCleanup(st.Close)
+			return st
+		}
+		mine, theirs := open(), open()
+		p := &scriptedProvider{}
+		s := newSessionHarnessOn(p, mine, nil)
+		defer s.close()
+		handover := &slowHandover{gate: make(chan struct{}), entered: make(chan string, 4)}
+		s.srv.SetHandover(handover)
+
+		cwd := GinkgoT().TempDir()
+		h := s.connect()
+		sid := h.result(h.call("session/new", map[string]any{"cwd": cwd}))["sessionId"].(string)
+		Expect(h.result(h.call("session/prompt", textPrompt(sid, "one")))["stopReason"]).To(Equal("end_turn"))
+		h.result(h.call("session/close", map[string]any{"sessionId": sid}))
+		handover.holder, _, err = theirs.Open(sid)
+		Expect(err).NotTo(HaveOccurred())
+
+		load := h.call("session/load", map[string]any{"sessionId": sid, "cwd": cwd})
+		Eventually(handover.entered, 5*time.Second).Should(Receive(Equal("share")))
+		first := h.call("session/prompt", textPrompt(sid, "two"))
+		second := h.call("session/prompt", textPrompt(sid, "cancelled"))
+		h.notify("$/cancel_request", map[string]any{"requestId": second})
+		Expect(h.result(second)["stopReason"]).To(Equal("cancelled"))
+		Expect(h.out.response(load)).To(BeNil())
+		Expect(h.out.response(first)).To(BeNil())
+
+		close(handover.gate)
+		Eventually(handover.entered, 5*time.Second).Should(Receive(Equal("takeover")))
+		h.result(load)
+		Expect(h.result(first)["stopReason"]).To(Equal("end_turn"))
+		Expect(p.requests()).To(HaveLen(2))
+	})
+})
