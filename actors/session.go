@@ -32,7 +32,8 @@ const (
 // The session actor lives in several files, one per concern, each with its
 // messages: session.go (lifecycle, the connection it serves),
 // session_attach.go (the connections attached to it, updates to them),
-// session_store.go (its store entry and lease), session_config.go (modes,
+// session_store.go (its store entry and lease), session_acquire.go (its
+// store handle opened or taken back off the actor), session_config.go (modes,
 // models, config options), session_prompt.go (prompts and the turn's end),
 // session_queue.go (prompts waiting for the turn), session_active.go (the
 // running turn as a newcomer sees it), session_commands.go (slash
