@@ -7,6 +7,7 @@ import (
 
 	"github.com/iac-code/iac-code/protocol"
 	"github.com/iac-code/iac-code/store"
+	"github.com/iac-code/iac-code/transport/cluster/clusterpb"
 )
 
 // Taking a released store handle back (acquire) may wait: up to a second
@@ -256,6 +257,11 @@ func (s *session) holdWhileAcquiring(ctx actor.Context) bool {
 		s.hold(m, nil, func(ctx actor.Context) { s.handOffTo(ctx, from) })
 	case *deleteLive:
 		s.hold(m, nil, s.endForDeleteElsewhere)
+	case *clusterpb.Relay:
+		// A frame of the proxy the pod holding the session made for this
+		// one while Share was under way (the answer to the load): for the
+		// stub this session becomes once it has the proxy's pid.
+		s.hold(m, nil, func(actor.Context) {})
 	case *cancelTurns:
 		s.cancelHeld(ctx, m.conn, m.requestID)
 		return false

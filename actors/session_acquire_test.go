@@ -11,6 +11,7 @@ import (
 
 	"github.com/iac-code/iac-code/protocol"
 	"github.com/iac-code/iac-code/store"
+	"github.com/iac-code/iac-code/transport/cluster/clusterpb"
 )
 
 // gatedStore is a real file store whose Open and handles' Acquire, once
@@ -316,6 +317,23 @@ func indexOfResponse(frames []map[string]any, id float64) int {
 	return -1
 }
 
+// twoPods are two stores on one fresh PostgreSQL schema: this pod's and
+// another's (leases outlive the spec).
+func twoPods() (mine, theirs *store.PGStore) {
+	GinkgoHelper()
+	srv := requirePG()
+	schema, dbURL, err := srv.NewSchema()
+	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(srv.DropSchema, schema)
+	open := func() *store.PGStore {
+		st, err := store.NewPostgres(dbURL, store.WithLeaseTTL(time.Hour), store.WithLeaseRenew(30*time.Minute))
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(st.Close)
+		return st
+	}
+	return open(), open()
+}
+
 // slowHandover is the pod holding a session, slow to answer: Share waits at
 // gate, then refuses; TakeOver lets go of that pod's handle, as a pod
 // handing the session over does.
@@ -338,17 +356,7 @@ func (h *slowHandover) TakeOver(string, string) error {
 
 var _ = Describe("a session opening one another pod holds (PostgreSQL)", func() {
 	It("serves a $/cancel_request while the holder is slow to share it, then takes it over and runs the prompt sent after the load", func() {
-		srv := requirePG()
-		schema, dbURL, err := srv.NewSchema()
-		Expect(err).NotTo(HaveOccurred())
-		DeferCleanup(srv.DropSchema, schema)
-		open := func() *store.PGStore {
-			st, err := store.NewPostgres(dbURL, store.WithLeaseTTL(time.Hour), store.WithLeaseRenew(30*time.Minute))
-			Expect(err).NotTo(HaveOccurred())
-			DeferCleanup(st.Close)
-			return st
-		}
-		mine, theirs := open(), open()
+		mine, theirs := twoPods()
 		p := &scriptedProvider{}
 		s := newSessionHarnessOn(p, mine, nil)
 		defer s.close()
@@ -360,6 +368,7 @@ var _ = Describe("a session opening one another pod holds (PostgreSQL)", func() 
 		sid := h.result(h.call("session/new", map[string]any{"cwd": cwd}))["sessionId"].(string)
 		Expect(h.result(h.call("session/prompt", textPrompt(sid, "one")))["stopReason"]).To(Equal("end_turn"))
 		h.result(h.call("session/close", map[string]any{"sessionId": sid}))
+		var err error
 		handover.holder, _, err = theirs.Open(sid)
 		Expect(err).NotTo(HaveOccurred())
 
@@ -377,5 +386,45 @@ var _ = Describe("a session opening one another pod holds (PostgreSQL)", func() 
 		h.result(load)
 		Expect(h.result(first)["stopReason"]).To(Equal("end_turn"))
 		Expect(p.requests()).To(HaveLen(2))
+	})
+})
+
+// sharingHandover is a pod holding a session that shares it: its proxy
+// answers the load (a frame to the stub) before Share returns, as a proxy
+// on another pod may.
+type sharingHandover struct {
+	root  *actor.RootContext
+	proxy *actor.PID
+}
+
+func (h *sharingHandover) Share(_, _, _ string, stub *actor.PID, _, open []byte) (*actor.PID, error) {
+	load, e := protocol.Decode(open)
+	if e != nil {
+		return nil, errors.New(e.Message)
+	}
+	h.root.Send(stub, &clusterpb.Relay{Body: protocol.EncodeResult(load.ID, map[string]any{"fromProxy": true})})
+	time.Sleep(50 * time.Millisecond) // the frame is in before the pid is back
+	return h.proxy, nil
+}
+
+func (h *sharingHandover) TakeOver(string, string) error { return errors.New("not handed over") }
+
+var _ = Describe("a session shared by the pod that holds it (PostgreSQL)", func() {
+	It("passes on the proxy's frames that came while Share was under way", func() {
+		mine, theirs := twoPods()
+		s := newSessionHarnessOn(&scriptedProvider{}, mine, nil)
+		defer s.close()
+		proxy := s.srv.sys.Root.Spawn(actor.PropsFromFunc(func(actor.Context) {}))
+		s.srv.SetHandover(&sharingHandover{root: s.srv.sys.Root, proxy: proxy})
+
+		cwd := GinkgoT().TempDir()
+		h := s.connect()
+		sid := h.result(h.call("session/new", map[string]any{"cwd": cwd}))["sessionId"].(string)
+		h.result(h.call("session/close", map[string]any{"sessionId": sid}))
+		holder, _, err := theirs.Open(sid)
+		Expect(err).NotTo(HaveOccurred())
+		defer holder.Close()
+
+		Expect(h.result(h.call("session/load", map[string]any{"sessionId": sid, "cwd": cwd}))).To(HaveKeyWithValue("fromProxy", true))
 	})
 })
