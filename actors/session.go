@@ -155,8 +155,8 @@ type session struct {
 	released     bool
 	releaseTimer *time.Timer
 	releaseArmed bool
-	// acq is the Acquire in flight, held the messages waiting for it
-	// (session_acquire.go).
+	// acq is the Open or Acquire in flight off the actor, held the
+	// messages waiting for it (session_acquire.go).
 	acq  *acquiring
 	held []*heldMessage
 
