@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"bytes"
 	"errors"
 	"time"
 
@@ -23,6 +24,9 @@ type (
 	}
 	// outbound is a frame to write, in order, to the client.
 	outbound struct{ frame Frame }
+	// offActorAnswer is the answer to a request served off the actor's
+	// goroutine (counted in answering).
+	offActorAnswer struct{ frame Frame }
 	// outboundRequest asks the client something; the answer goes to replyTo
 	// as a *clientAnswer carrying tag. A tool's request names its turn
 	// (turn > 0): its session sends it only while that turn runs.
@@ -54,8 +58,9 @@ type (
 	}
 )
 
-func (*outbound) IgnoreDeadLetterLogging()     {}
-func (*clientAnswer) IgnoreDeadLetterLogging() {}
+func (*outbound) IgnoreDeadLetterLogging()       {}
+func (*offActorAnswer) IgnoreDeadLetterLogging() {}
+func (*clientAnswer) IgnoreDeadLetterLogging()   {}
 
 type pendingRequest struct {
 	replyTo *actor.PID
@@ -84,9 +89,12 @@ type connection struct {
 	pending map[int64]pendingRequest
 	nextID  int64
 	// drainer is the future waiting for drain; waitIdle counts sessions
-	// that still run a turn.
+	// that still run a turn; joining are sessions opened while draining (a
+	// load that waited for its owner check), sent drain once the requests
+	// deferred behind them are on their way (joinDrain).
 	drainer   *actor.PID
 	waitIdle  map[string]bool
+	joining   []string
 	attaching map[string]attachRequest
 	// stopping are sessions this connection closed or let retire, until
 	// their Terminated: the actor still holds its name (and store handle)
@@ -100,6 +108,14 @@ type connection struct {
 	// what runs once it is known (checkOwner); their requests wait in
 	// deferred meanwhile, as for stopping.
 	checking map[string]func(actor.Context, bool)
+	// reading counts the owner reads under way (at most maxOwnerReads);
+	// readQueue are the sessions whose read waits for one to end, in order.
+	reading   int
+	readQueue []string
+	// answering counts the requests served off the actor's goroutine
+	// (session/list, session/delete's removal) not answered yet: a drain
+	// waits for them.
+	answering int
 	// deletingLive: a session/delete of a session live on other
 	// connections waits for it to end there (session_delete.go).
 	deletingLive map[string]bool
@@ -146,6 +162,11 @@ func (c *connection) Receive(ctx actor.Context) {
 	case *outbound:
 		c.deps.Metrics.FramesOut.Add(1)
 		c.out.Send(m.frame)
+	case *offActorAnswer:
+		c.answering--
+		c.deps.Metrics.FramesOut.Add(1)
+		c.out.Send(m.frame)
+		c.finishDrain(ctx)
 	case *actor.Started:
 		c.deps.Metrics.Connections.Add(1)
 	case *actor.Stopped:
@@ -156,6 +177,7 @@ func (c *connection) Receive(ctx actor.Context) {
 			return
 		}
 		c.dispatch(ctx, m.msg)
+		c.joinDrain(ctx)
 	case *outboundRequest:
 		c.nextID++
 		c.pending[c.nextID] = pendingRequest{replyTo: m.replyTo, tag: m.tag}
@@ -169,6 +191,7 @@ func (c *connection) Receive(ctx actor.Context) {
 	case *clusterpb.Relay:
 		c.relayed(ctx, m)
 	case *cancelTurns:
+		c.cancelDeferred(ctx, nil)
 		for _, pid := range c.sessions {
 			ctx.Send(pid, &cancelTurns{conn: ctx.Self(), requestID: m.requestID})
 		}
@@ -227,6 +250,7 @@ func (c *connection) Receive(ctx actor.Context) {
 		if a, ok := c.attaching[m.Target.Id]; ok {
 			delete(c.attaching, m.Target.Id)
 			c.openSession(ctx, a.id, a.kind, a.reqID, a.cwd, "", a.servers, a.dirs)
+			c.joinDrain(ctx)
 		}
 	case *actor.Stopping:
 		for _, pid := range c.sessions {
@@ -302,12 +326,38 @@ func (c *connection) cancelRequest(ctx actor.Context, m *protocol.Message) {
 		c.fail(m.ID, protocol.ErrInvalidParams(map[string]string{"requestId": "requestId must be a number or a string"}))
 		return
 	}
+	c.cancelDeferred(ctx, target)
 	for _, pid := range c.sessions {
 		ctx.Send(pid, &cancelTurns{conn: ctx.Self(), requestID: target})
 	}
 	if m.ID != nil {
 		c.reply(m.ID, struct{}{})
 	}
+}
+
+// cancelDeferred answers cancelled, as a queued prompt is, the prompts
+// waiting here for their session (an owner check, a session stopping):
+// the one with requestID, or every one when it is nil. They never reach
+// their session.
+func (c *connection) cancelDeferred(ctx actor.Context, requestID protocol.RawMessage) {
+	for id, waiting := range c.deferred {
+		kept := waiting[:0]
+		for _, w := range waiting {
+			if w.ID != nil && protocol.CanonicalMethod(w.Method) == protocol.MethodSessionPrompt &&
+				(requestID == nil || bytes.Equal(requestID, protocol.CanonicalID(w.ID))) {
+				c.reply(w.ID, cancelledPrompt())
+				continue
+			}
+			kept = append(kept, w)
+		}
+		clear(waiting[len(kept):])
+		if len(kept) == 0 {
+			delete(c.deferred, id)
+		} else {
+			c.deferred[id] = kept
+		}
+	}
+	c.finishDrain(ctx)
 }
 
 func (c *connection) routeAnswer(ctx actor.Context, m *protocol.Message) {
@@ -337,6 +387,7 @@ func (c *connection) listSessions(ctx actor.Context, m *protocol.Message) {
 	}
 	self, root, st, id, log, owner := ctx.Self(), ctx.ActorSystem().Root, c.deps.Store, m.ID, c.log, c.who.Principal
 	active := c.deps.active
+	c.answering++
 	go func() {
 		metas, next, err := st.ListOwned(owner, req.Cwd, req.Cursor, 50)
 		var frame []byte
@@ -360,7 +411,7 @@ func (c *connection) listSessions(ctx actor.Context, m *protocol.Message) {
 			}
 			frame = protocol.EncodeResult(id, res)
 		}
-		root.Send(self, &outbound{frame: Frame{Data: frame}})
+		root.Send(self, &offActorAnswer{frame: Frame{Data: frame}})
 	}()
 }
 
@@ -392,8 +443,25 @@ func (c *connection) startDrain(ctx actor.Context) {
 	c.finishDrain(ctx)
 }
 
+// joinDrain sends drain to the sessions opened since the drain started,
+// after what was deferred behind them (a prompt queued behind a load's
+// owner check is then answered, cancelled, before the session is idle).
+func (c *connection) joinDrain(ctx actor.Context) {
+	for _, id := range c.joining {
+		if pid, ok := c.sessions[id]; ok && c.drainer != nil {
+			c.waitIdle[id] = true
+			ctx.Send(pid, &drain{from: ctx.Self()})
+		}
+	}
+	c.joining = nil
+}
+
+// finishDrain answers the drain once no session runs a turn and no request
+// waits (for an owner check, for a session to stop, for its answer made
+// off the actor): every request with an id is answered before the
+// connection goes.
 func (c *connection) finishDrain(ctx actor.Context) {
-	if c.drainer == nil || len(c.waitIdle) > 0 {
+	if c.drainer == nil || len(c.waitIdle) > 0 || len(c.checking) > 0 || len(c.deferred) > 0 || c.answering > 0 {
 		return
 	}
 	ctx.Send(c.drainer, &drained{})

@@ -141,6 +141,9 @@ func (c *connection) openSession(ctx actor.Context, id string, kind startKind, r
 	c.known[id] = true
 	c.mcpServers[id] = servers
 	ctx.Watch(pid)
+	if c.drainer != nil {
+		c.joining = append(c.joining, id)
+	}
 }
 
 // sessionActorName is the actor name of session id in its process.
@@ -168,6 +171,8 @@ func (c *connection) stopped(ctx actor.Context, id string) {
 	for _, m := range waiting {
 		c.dispatch(ctx, m)
 	}
+	c.joinDrain(ctx)
+	c.finishDrain(ctx)
 }
 
 // reopenSession handles session/load, session/resume and session/fork.

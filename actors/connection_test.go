@@ -88,3 +88,17 @@ var _ = Describe("the connection actor", func() {
 		Expect(e["data"]).To(Equal(map[string]any{"sessionId": sid, "session_id": "Session not found"}))
 	})
 })
+
+var _ = Describe("a connection closed while a session/new waits for its MCP servers", func() {
+	It("answers the session/new before it goes", func() {
+		h := newHarnessWith(Config{MCPStartupTimeout: time.Minute}, &scriptedProvider{})
+		defer h.srv.Shutdown()
+		h.result(h.call("initialize", map[string]any{"protocolVersion": 1}))
+		// A server that never answers its initialize.
+		id := h.call("session/new", map[string]any{"cwd": GinkgoT().TempDir(), "mcpServers": []any{
+			map[string]any{"name": "mute", "command": "sleep", "args": []any{"60"}, "env": []any{}}}})
+		Consistently(func() map[string]any { return h.out.response(id) }, 100*time.Millisecond).Should(BeNil(), "it waits for the server")
+		h.conn.Close(5 * time.Second)
+		Expect(h.out.response(id)).To(HaveKey("result"))
+	})
+})

@@ -44,6 +44,9 @@ type (
 		// its diff, back from the tool's actor.
 		preview   tools.Previewer
 		previewOf *permissionAsk
+		// withdrawn: previewOf came back without being asked, its tool
+		// being done or stopping (a sub-agent's turn stopping its tools).
+		withdrawn bool
 	}
 	// previewWanted asks the tool's actor for the diff of ask; it sends
 	// ask back to session with the diff (previewOf set).
@@ -105,8 +108,15 @@ func (a *permissionAsk) options() []protocol.PermissionOption {
 func (s *session) decidePermission(ctx actor.Context, a *permissionAsk) {
 	if a.previewOf != nil {
 		// The diff of the ask being asked (askClient); when that ask is
-		// gone (the turn ended), it is too.
-		if a.previewOf == s.permActive {
+		// gone (the turn ended), or its turn is being cancelled, it is too
+		// (no dialog for a turn that ends).
+		ctx.Unwatch(a.previewOf.replyTo)
+		switch {
+		case a.previewOf != s.permActive, s.cancelling:
+		case a.withdrawn:
+			s.permActive = nil
+			s.decideQueued(ctx)
+		default:
 			s.sendAsk(ctx, a)
 		}
 		return
@@ -148,7 +158,10 @@ type permissionTag struct {
 func (s *session) askClient(ctx actor.Context, a *permissionAsk) {
 	s.permActive = a // later asks queue behind this one meanwhile
 	if a.preview != nil {
-		// The tool's actor reads the file, off this one.
+		// The tool's actor reads the file, off this one. Should it stop
+		// before it answers (a crash, a sub-agent's turn stopping its
+		// tools), previewGone lets the asks behind it go on.
+		ctx.Watch(a.replyTo)
 		ctx.Send(a.replyTo, &previewWanted{ask: a, session: ctx.Self()})
 		return
 	}
@@ -302,10 +315,26 @@ func (s *session) permissionAnswered(ctx actor.Context, m *clientAnswer) {
 	s.auditPermission(a, outcome, "client")
 	ctx.Send(a.replyTo, &d)
 	// Queued asks may now be answered by what was just remembered.
+	s.decideQueued(ctx)
+}
+
+// decideQueued decides the asks that queued behind the one that was
+// active, in order (the first the policy does not answer becomes active).
+func (s *session) decideQueued(ctx actor.Context) {
 	queue := s.permQueue
 	s.permQueue = nil
 	for _, next := range queue {
 		s.decidePermission(ctx, next)
+	}
+}
+
+// previewGone: the actor of a tool stopped. When its ask is the active one
+// and its diff is still being read, no answer will come: the asks queued
+// behind it go on.
+func (s *session) previewGone(ctx actor.Context, who *actor.PID) {
+	if a := s.permActive; a != nil && a.preview != nil && a.replyTo.Equal(who) {
+		s.permActive = nil
+		s.decideQueued(ctx)
 	}
 }
 

@@ -11,7 +11,10 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 
+	"github.com/asynkron/protoactor-go/actor"
+
 	"github.com/iac-code/iac-code/llm"
+	"github.com/iac-code/iac-code/protocol"
 	"github.com/iac-code/iac-code/tools"
 )
 
@@ -45,6 +48,26 @@ func (c countedCall) Preview() *tools.Diff {
 	}
 	return c.Call.(tools.Previewer).Preview()
 }
+
+// panickyPreviews is a real tool whose calls panic reading their diff.
+type panickyPreviews struct{ tools.Tool }
+
+func (t panickyPreviews) Prepare(env *tools.Env, input json.RawMessage) (tools.Call, error) {
+	c, err := t.Tool.Prepare(env, input)
+	if err != nil {
+		return nil, err
+	}
+	return panickyCall{c}, nil
+}
+
+type panickyCall struct{ tools.Call }
+
+func (panickyCall) Preview() *tools.Diff { panic("preview broke") }
+
+// noDiff is a Previewer whose diff is empty.
+type noDiff struct{}
+
+func (noDiff) Preview() *tools.Diff { return nil }
 
 // callTools is a model answer calling the tools named in calls at once,
 // each with its args.
@@ -137,6 +160,22 @@ var _ = Describe("the diff of a write or an edit", func() {
 		Expect(previews.Load()).To(BeEquivalentTo(2))
 	})
 
+	It("is not asked when the turn is cancelled while it is read", func() {
+		gate := make(chan struct{})
+		g := newHarness(p, countedPreviews{tools.EditFile{}, previews, gate})
+		defer g.close()
+		sid := g.newSession(cwd)
+		p.then(callTools(edit("e1", "one", "two"))).then(say("done"))
+		id := g.call("session/prompt", textPrompt(sid, "go"))
+		Eventually(previews.Load, 5*time.Second).Should(BeEquivalentTo(1), "the diff is being read")
+		g.result(g.call("session/cancel", map[string]any{"sessionId": sid}))
+		close(gate)
+		Expect(g.result(id)).To(HaveKeyWithValue("stopReason", "cancelled"))
+		Consistently(func() []map[string]any { return g.out.requests("session/request_permission") }, 100*time.Millisecond).
+			Should(BeEmpty(), "no dialog for the ended turn")
+		Expect(os.ReadFile(filepath.Join(cwd, "a.txt"))).To(Equal([]byte("one\n")))
+	})
+
 	It("is shown to a client that joins the session while it is read, in one request", func() {
 		gate := make(chan struct{})
 		s := newSessionHarness(p, GinkgoT().TempDir(), nil, countedPreviews{tools.EditFile{}, previews, gate})
@@ -158,5 +197,69 @@ var _ = Describe("the diff of a write or an edit", func() {
 			map[string]any{"outcome": map[string]any{"outcome": "selected", "optionId": "allow_once"}})
 		Expect(a.result(id)).To(HaveKeyWithValue("stopReason", "end_turn"))
 		Consistently(func() int { return len(b.out.requests("session/request_permission")) }, 100*time.Millisecond).Should(Equal(1))
+	})
+})
+
+var _ = Describe("a permission request whose diff cannot be read", func() {
+	It("is asked without the diff when reading it panics, and the requests behind it follow", func() {
+		cwd := GinkgoT().TempDir()
+		Expect(os.WriteFile(filepath.Join(cwd, "a.txt"), []byte("one\n"), 0o644)).To(Succeed())
+		previews := &atomic.Int32{}
+		p := &scriptedProvider{}
+		h := newHarness(p, panickyPreviews{tools.EditFile{}}, countedPreviews{tools.WriteFile{}, previews, nil})
+		defer h.close()
+		sid := h.newSession(cwd)
+		editArgs, _ := json.Marshal(map[string]any{"path": "a.txt", "old_string": "one", "new_string": "two"})
+		writeArgs, _ := json.Marshal(map[string]any{"path": "b.txt", "content": "x"})
+		p.then(callTools([3]string{"e1", "edit_file", string(editArgs)}, [3]string{"w1", "write_file", string(writeArgs)})).then(say("done"))
+		id := h.call("session/prompt", textPrompt(sid, "go"))
+		asked := map[any][]any{}
+		for n := 1; n <= 2; n++ {
+			Eventually(func() int { return len(h.out.requests("session/request_permission")) }, 5*time.Second).Should(BeNumerically(">=", n))
+			req := h.out.requests("session/request_permission")[n-1]
+			tc := req["params"].(map[string]any)["toolCall"].(map[string]any)
+			content, _ := tc["content"].([]any)
+			asked[tc["toolCallId"]] = content
+			h.answer(req["id"], map[string]any{"outcome": map[string]any{"outcome": "selected", "optionId": "allow_once"}})
+		}
+		Expect(h.result(id)).To(HaveKeyWithValue("stopReason", "end_turn"))
+		Expect(asked).To(HaveKey("e1"))
+		Expect(asked["e1"]).NotTo(ContainElement(HaveKeyWithValue("type", "diff")), "asked without it")
+		Expect(asked["w1"]).To(ContainElement(HaveKeyWithValue("type", "diff")))
+		Expect(os.ReadFile(filepath.Join(cwd, "a.txt"))).To(Equal([]byte("two\n")), "the allowed edit ran")
+		Expect(os.ReadFile(filepath.Join(cwd, "b.txt"))).To(Equal([]byte("x")))
+	})
+
+	It("lets the requests behind it go on when the tool's actor stops before it answers (a crash, a sub-agent's turn ending)", func() {
+		h := newHarness(&scriptedProvider{})
+		defer h.close()
+		sid := h.newSession(GinkgoT().TempDir())
+		root := h.srv.sys.Root
+		session := actor.NewPID(h.srv.sys.Address(), sessionActorName(sid))
+		// The stand-in of a tool's actor that dies reading its diff.
+		dying := root.Spawn(actor.PropsFromFunc(func(ctx actor.Context) {
+			if _, ok := ctx.Message().(*previewWanted); ok {
+				ctx.Stop(ctx.Self())
+			}
+		}))
+		decided := make(chan *permissionDecision, 1)
+		waiting := root.Spawn(actor.PropsFromFunc(func(ctx actor.Context) {
+			if d, ok := ctx.Message().(*permissionDecision); ok {
+				decided <- d
+			}
+		}))
+		ask := func(id string, replyTo *actor.PID, preview tools.Previewer) *permissionAsk {
+			return &permissionAsk{toolName: "edit_file", key: "edit_file", kind: tools.KindEdit, replyTo: replyTo, preview: preview,
+				toolCall: protocol.ToolCallUpdate{ToolCallID: id, Title: "edit " + id, Kind: string(tools.KindEdit), Status: protocol.ToolPending}}
+		}
+		root.Send(session, ask("first", dying, noDiff{}))
+		root.Send(session, ask("second", waiting, nil))
+		Eventually(func() int { return len(h.out.requests("session/request_permission")) }, 5*time.Second).Should(Equal(1))
+		req := h.out.requests("session/request_permission")[0]
+		Expect(req["params"].(map[string]any)["toolCall"]).To(HaveKeyWithValue("toolCallId", "second"))
+		h.answer(req["id"], map[string]any{"outcome": map[string]any{"outcome": "selected", "optionId": "allow_once"}})
+		var d *permissionDecision
+		Eventually(decided, 5*time.Second).Should(Receive(&d))
+		Expect(d.allow).To(BeTrue())
 	})
 })

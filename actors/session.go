@@ -136,6 +136,9 @@ type session struct {
 	turnUsage  llm.Usage
 	// soFar: the running turn and its message so far (session_active.go).
 	soFar turnSoFar
+	// cancelling: the running turn was told to cancel (cancelTurn); a diff
+	// read for its permission request comes back to nothing.
+	cancelling bool
 	// closeID is the pending session/close answered once the turn ends.
 	closeID protocol.RawMessage
 	closing bool
@@ -273,7 +276,7 @@ func (s *session) receive(ctx actor.Context) {
 	case *cancelTurns:
 		if s.turn != nil && m.conn.Equal(s.promptConn) &&
 			(m.requestID == nil || bytes.Equal(m.requestID, protocol.CanonicalID(s.promptID))) {
-			ctx.Send(s.turn, &cancelTurn{})
+			s.cancelTurn(ctx)
 		}
 		if h := s.mcp.held; h != nil && m.conn.Equal(h.conn) &&
 			(m.requestID == nil || bytes.Equal(m.requestID, protocol.CanonicalID(h.id))) {
@@ -335,6 +338,8 @@ func (s *session) receive(ctx actor.Context) {
 		s.permissionAnswered(ctx, m)
 	case *drain:
 		s.drainFor(ctx, m.from)
+	case *actor.Terminated:
+		s.previewGone(ctx, m.Who) // only tools' actors are watched
 	}
 }
 
@@ -380,7 +385,7 @@ func (s *session) handOffTo(ctx actor.Context, from *actor.PID) {
 	s.cancelQueued(ctx, nil, nil)
 	s.answerPendingStarts(ctx)
 	if s.turn != nil {
-		ctx.Send(s.turn, &cancelTurn{})
+		s.cancelTurn(ctx)
 		return // see endTurn
 	}
 	s.leave(ctx)
@@ -400,7 +405,7 @@ func (s *session) handle(ctx actor.Context, r *sessionRequest) {
 		s.prompt(ctx, r)
 	case protocol.MethodSessionCancel:
 		if s.turn != nil {
-			ctx.Send(s.turn, &cancelTurn{})
+			s.cancelTurn(ctx)
 		}
 		s.cancelHeldPrompt(ctx)
 		s.cancelQueued(ctx, nil, nil)
@@ -425,7 +430,7 @@ func (s *session) handle(ctx actor.Context, r *sessionRequest) {
 			return
 		}
 		s.closeID, s.closeConn = r.id, r.conn
-		ctx.Send(s.turn, &cancelTurn{})
+		s.cancelTurn(ctx)
 	case protocol.MethodSessionSetMode:
 		var p protocol.SetModeRequest
 		if err := protocol.Unmarshal(r.params, &p); err != nil || !validMode(p.ModeID) {

@@ -237,7 +237,7 @@ func (s *session) attachClient(ctx actor.Context, m *attach) {
 				continue
 			}
 			if s.turn != nil {
-				ctx.Send(s.turn, &cancelTurn{})
+				s.cancelTurn(ctx)
 			}
 			s.answerDrainers(ctx)
 			s.cancelHeldPrompt(ctx)
@@ -270,7 +270,7 @@ func (s *session) detachClient(ctx actor.Context, conn *actor.PID) bool {
 	}
 	if s.clients.len() > 0 {
 		if s.turn != nil && conn.Equal(s.promptConn) {
-			ctx.Send(s.turn, &cancelTurn{})
+			s.cancelTurn(ctx)
 		} else {
 			s.forgetAsked(ctx, conn)
 		}
@@ -281,7 +281,7 @@ func (s *session) detachClient(ctx actor.Context, conn *actor.PID) bool {
 	s.cancelQueued(ctx, nil, nil)
 	s.closing = true
 	if s.turn != nil {
-		ctx.Send(s.turn, &cancelTurn{})
+		s.cancelTurn(ctx)
 	} else {
 		ctx.Stop(ctx.Self())
 	}
@@ -325,7 +325,7 @@ func (s *session) endForDeleteElsewhere(ctx actor.Context) {
 		s.cancelQueued(ctx, nil, nil)
 		s.closing = true
 		if s.turn != nil {
-			ctx.Send(s.turn, &cancelTurn{})
+			s.cancelTurn(ctx)
 		} else {
 			ctx.Stop(ctx.Self())
 		}
@@ -347,10 +347,13 @@ func (s *session) closeShared(ctx actor.Context, r *sessionRequest) bool {
 
 // drainFor serves a connection's drain (it is closing): what it waits for
 // is its own prompts only; the turn of another connection's prompt runs on.
+// Its session/new or load still waiting for MCP servers is answered now,
+// before the connection goes.
 func (s *session) drainFor(ctx actor.Context, from *actor.PID) {
 	if from == nil {
 		from = s.conn
 	}
+	s.answerPendingStartsOf(ctx, from)
 	s.cancelQueued(ctx, from, nil)
 	if h := s.mcp.held; h != nil && from.Equal(h.conn) {
 		s.cancelHeldPrompt(ctx)
@@ -360,7 +363,7 @@ func (s *session) drainFor(ctx actor.Context, from *actor.PID) {
 		return
 	}
 	s.drainers = append(s.drainers, from)
-	ctx.Send(s.turn, &cancelTurn{})
+	s.cancelTurn(ctx)
 }
 
 // answerDrainers tells the connections waiting for the running turn that

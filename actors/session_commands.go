@@ -103,11 +103,11 @@ func (s *session) modeCommand(ctx actor.Context, r *sessionRequest, id string) {
 // the prompt in text; unknown: the values it takes, in text too.
 func (s *session) optionCommand(ctx actor.Context, r *sessionRequest, option, value, unknown string, values []string) {
 	name := strings.ToUpper(option[:1]) + option[1:]
-	if s.chooseOption(ctx, option, value, func(*protocol.Error) {
-		s.commandReply(ctx, r, name+" set to "+value+".") // fenced: commandReply answers so
-	}) != nil {
+	if e := s.chooseOption(ctx, option, value); e != nil && e != s.fenced {
 		s.commandReply(ctx, r, fmt.Sprintf(unknown, value, strings.Join(values, ", ")))
+		return
 	}
+	s.commandReply(ctx, r, name+" set to "+value+".") // fenced: commandReply answers so
 }
 
 // describeSandbox is the sandbox's _meta entry in words.

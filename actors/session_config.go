@@ -151,9 +151,10 @@ func (s *session) defaultsPrincipal() string {
 // meta; a thought level also as the default of new sessions), every client
 // of the session is told of a change: current_mode_update for the mode
 // (modes and config options are kept in sync) and config_option_update, so
-// that a client other than the one that asked sees it too; then answer
-// replies to the request (fenced: the change could not be written).
-func (s *session) chooseOption(ctx actor.Context, id, value string, answer func(fenced *protocol.Error)) *protocol.Error {
+// that a client other than the one that asked sees it too. It returns the
+// error to answer the request with, after those updates: the value's, or
+// the session's when fenced (the change could not be written).
+func (s *session) chooseOption(ctx actor.Context, id, value string) *protocol.Error {
 	var changed bool
 	switch {
 	case id == "mode" && validMode(value):
@@ -170,8 +171,7 @@ func (s *session) chooseOption(ctx actor.Context, id, value string, answer func(
 	default:
 		return protocol.ErrInvalidParams(map[string]string{"configId": "unknown config option"})
 	}
-	s.optionChosen(ctx, id, changed, answer)
-	return nil
+	return s.optionChosen(ctx, id, changed)
 }
 
 // setConfigValue keeps value of an option held in meta.Config, and as the
@@ -188,32 +188,30 @@ func (s *session) setConfigValue(id, value string, changed bool) {
 	}
 }
 
-// optionChosen writes a change, tells the clients, and answers (see
-// chooseOption).
-func (s *session) optionChosen(ctx actor.Context, id string, changed bool, answer func(fenced *protocol.Error)) {
+// optionChosen writes a change and tells the clients; it returns the
+// fenced error, if any, for the caller to answer with (see chooseOption).
+func (s *session) optionChosen(ctx actor.Context, id string, changed bool) *protocol.Error {
 	if changed {
 		s.changeMeta()
 	}
-	// The updates go before the answer: a slash command's prompt answer
-	// ends its turn, and a turn's updates come before that.
+	// The updates go before the caller's answer: a slash command's prompt
+	// answer ends its turn, and a turn's updates come before that.
 	if changed && s.fenced == nil {
 		if id == "mode" {
 			s.emit(ctx, protocol.CurrentModeUpdate{SessionUpdate: protocol.UpdateCurrentMode, CurrentModeID: s.meta.Mode})
 		}
 		s.emit(ctx, protocol.ConfigOptionUpdate{SessionUpdate: protocol.UpdateConfigOption, ConfigOptions: s.configOptions()})
 	}
-	answer(s.fenced)
+	return s.fenced
 }
 
 // setMode answers session/set_mode (mode is valid: session.go checks it).
 func (s *session) setMode(ctx actor.Context, reqID protocol.RawMessage, mode string) {
-	_ = s.chooseOption(ctx, "mode", mode, func(fenced *protocol.Error) {
-		if fenced != nil {
-			s.respondError(ctx, reqID, fenced)
-			return
-		}
-		s.respond(ctx, reqID, struct{}{})
-	})
+	if e := s.chooseOption(ctx, "mode", mode); e != nil {
+		s.respondError(ctx, reqID, e)
+		return
+	}
+	s.respond(ctx, reqID, struct{}{})
 }
 
 func (s *session) setConfig(ctx actor.Context, r *sessionRequest) {
@@ -227,21 +225,17 @@ func (s *session) setConfig(ctx actor.Context, r *sessionRequest) {
 		s.respondError(ctx, r.id, protocol.ErrInvalidParams(map[string]string{"value": "a string value is required"}))
 		return
 	}
-	if e := s.chooseOption(ctx, p.ConfigID, value, s.answerConfig(ctx, r)); e != nil {
-		s.respondError(ctx, r.id, e)
-	}
+	s.answerConfig(ctx, r, s.chooseOption(ctx, p.ConfigID, value))
 }
 
-// answerConfig answers session/set_config_option with every option as it is
-// now.
-func (s *session) answerConfig(ctx actor.Context, r *sessionRequest) func(fenced *protocol.Error) {
-	return func(fenced *protocol.Error) {
-		if fenced != nil {
-			s.respondError(ctx, r.id, fenced)
-			return
-		}
-		s.respond(ctx, r.id, protocol.SetConfigOptionResponse{ConfigOptions: s.configOptions()})
+// answerConfig answers session/set_config_option with e, or with every
+// option as it is now.
+func (s *session) answerConfig(ctx actor.Context, r *sessionRequest, e *protocol.Error) {
+	if e != nil {
+		s.respondError(ctx, r.id, e)
+		return
 	}
+	s.respond(ctx, r.id, protocol.SetConfigOptionResponse{ConfigOptions: s.configOptions()})
 }
 
 // setBoolean sets a boolean option (type "boolean"); the value chosen
@@ -258,5 +252,5 @@ func (s *session) setBoolean(ctx actor.Context, r *sessionRequest, p protocol.Se
 	}
 	changed := on != s.autoCompact()
 	s.setConfigValue(optAutoCompact, strconv.FormatBool(on), changed)
-	s.optionChosen(ctx, optAutoCompact, changed, s.answerConfig(ctx, r))
+	s.answerConfig(ctx, r, s.optionChosen(ctx, optAutoCompact, changed))
 }

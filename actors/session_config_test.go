@@ -68,4 +68,42 @@ var _ = Describe("changing a session's mode and model", func() {
 				Should(Equal(optionUpdates(h, bySlash)), "the same updates either way")
 		}
 	})
+
+	It("tells the clients before it answers: session/set_mode, session/set_config_option, and /mode, whose answer ends its turn", func() {
+		h := newHarnessWith(Config{Models: []string{"m", "m2"}}, &scriptedProvider{})
+		defer h.close()
+		sid := h.newSession(GinkgoT().TempDir())
+		// before reports whether an update of kind comes after the last
+		// answer h got but before the answer to id.
+		before := func(id float64, kind string) bool {
+			seen := false
+			for _, f := range h.out.all() {
+				switch {
+				case f["id"] == id && f["method"] == nil:
+					return seen
+				case f["id"] != nil && f["method"] == nil:
+					seen = false // an answer to an earlier request
+				case f["method"] == "session/update":
+					seen = seen || f["params"].(map[string]any)["update"].(map[string]any)["sessionUpdate"] == kind
+				}
+			}
+			return false
+		}
+		id := h.call("session/set_mode", map[string]any{"sessionId": sid, "modeId": "plan"})
+		h.result(id)
+		Expect(before(id, "current_mode_update")).To(BeTrue())
+		Expect(before(id, "config_option_update")).To(BeTrue())
+		id = h.call("session/set_config_option", map[string]any{"sessionId": sid, "configId": "model", "value": "m2"})
+		h.result(id)
+		Expect(before(id, "config_option_update")).To(BeTrue())
+		id = h.call("session/prompt", textPrompt(sid, "/mode default"))
+		Expect(h.result(id)).To(HaveKeyWithValue("stopReason", "end_turn"))
+		Expect(before(id, "current_mode_update")).To(BeTrue())
+		Expect(before(id, "config_option_update")).To(BeTrue())
+		Expect(before(id, "agent_message_chunk")).To(BeTrue())
+		e := h.errorOf(h.call("session/set_config_option", map[string]any{"sessionId": sid, "configId": "model", "value": "nope"}))
+		Expect(e["code"]).To(BeEquivalentTo(-32602))
+		Expect(h.result(h.call("session/prompt", textPrompt(sid, "/model nope")))).To(HaveKeyWithValue("stopReason", "end_turn"))
+		Expect(h.out.allUpdates()[len(h.out.allUpdates())-1]["content"]).To(HaveKeyWithValue("text", ContainSubstring(`Unknown model "nope"`)))
+	})
 })

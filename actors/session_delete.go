@@ -76,6 +76,7 @@ func (c *connection) deleteOwned(ctx actor.Context, m *protocol.Message, id stri
 	delete(c.mcpServers, id)
 	delete(c.moved, id)
 	self, root, st, home, reqID, log := ctx.Self(), ctx.ActorSystem().Root, c.deps.Store, c.deps.Config.Home, m.ID, c.log
+	c.answering++
 	go func() {
 		frame := protocol.EncodeResult(reqID, struct{}{})
 		if e := deleteStored(st, home, id); e != nil {
@@ -84,7 +85,7 @@ func (c *connection) deleteOwned(ctx actor.Context, m *protocol.Message, id stri
 			}
 			frame = protocol.EncodeError(reqID, e)
 		}
-		root.Send(self, &outbound{frame: Frame{Data: frame}})
+		root.Send(self, &offActorAnswer{frame: Frame{Data: frame}})
 	}()
 }
 

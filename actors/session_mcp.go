@@ -7,7 +7,6 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
-	"github.com/iac-code/iac-code/llm"
 	"github.com/iac-code/iac-code/protocol"
 	"github.com/iac-code/iac-code/tools"
 )
@@ -139,13 +138,24 @@ func (s *session) flushMCPWaits(ctx actor.Context) {
 
 // answerPendingStarts answers the waiting start requests now (the session
 // moves to another connection).
-func (s *session) answerPendingStarts(ctx actor.Context) {
-	pending := s.mcp.pending
-	s.mcp.pending = nil
-	for _, p := range pending {
+func (s *session) answerPendingStarts(ctx actor.Context) { s.answerPendingStartsOf(ctx, nil) }
+
+// answerPendingStartsOf answers now, with the servers' state as it is, the
+// waiting start requests of conn (every one when conn is nil).
+func (s *session) answerPendingStartsOf(ctx actor.Context, conn *actor.PID) {
+	kept := s.mcp.pending[:0]
+	answered := 0
+	for _, p := range s.mcp.pending {
+		if conn != nil && !conn.Equal(p.conn) {
+			kept = append(kept, p)
+			continue
+		}
 		s.answerStart(ctx, p.kind, p.reqID, p.conn)
+		answered++
 	}
-	if len(pending) > 0 {
+	clear(s.mcp.pending[len(kept):])
+	s.mcp.pending = kept
+	if answered > 0 {
 		s.mcp.reported = s.mcp.status
 	}
 }
@@ -231,7 +241,7 @@ func (s *session) cancelHeldPrompt(ctx actor.Context) {
 			s.mcp.stopGet()
 		}
 		s.mcp.held, s.mcp.resolving, s.mcp.stopGet = nil, false, nil
-		s.respondTo(ctx, r.conn, r.id, protocol.PromptResponse{StopReason: protocol.StopCancelled, Usage: promptUsage(llm.Usage{})}, nil)
+		s.respondTo(ctx, r.conn, r.id, cancelledPrompt(), nil)
 	}
 }
 

@@ -114,7 +114,7 @@ func (s *session) startPrompt(ctx actor.Context, r *sessionRequest, user *llm.Me
 	opts.mcp, opts.mcpKeep = s.mcpTurnTools()
 	props := actor.PropsFromProducer(func() actor.Actor { return newTurn(s.deps, opts) },
 		actor.WithReceiverMiddleware(keepStack), actor.WithSupervisor(reportAndStop{}))
-	s.turn = ctx.Spawn(props)
+	s.turn, s.cancelling = ctx.Spawn(props), false
 	s.beginTurn(r.id)
 	s.markTurn(true)
 }
@@ -150,11 +150,17 @@ func (s *session) toolsForMode() *tools.Registry {
 	return tools.NewRegistry(ts...)
 }
 
+// cancelTurn tells the running turn to end cancelled.
+func (s *session) cancelTurn(ctx actor.Context) {
+	s.cancelling = true
+	ctx.Send(s.turn, &cancelTurn{})
+}
+
 func (s *session) endTurn(ctx actor.Context, m *turnFinished) {
 	if s.turn == nil {
 		return
 	}
-	s.turn = nil
+	s.turn, s.cancelling = nil, false
 	s.markTurn(false)
 	s.releaseTurnCount()
 	s.dropPermissionAsks(ctx)

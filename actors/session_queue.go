@@ -58,6 +58,11 @@ func (s *session) startQueued(ctx actor.Context) {
 	}
 }
 
+// cancelledPrompt is the answer of a prompt cancelled before its turn ran.
+func cancelledPrompt() protocol.PromptResponse {
+	return protocol.PromptResponse{StopReason: protocol.StopCancelled, Usage: promptUsage(llm.Usage{})}
+}
+
 // cancelQueued answers queued prompts cancelled: those of conn (every one
 // when conn is nil), or only the one with requestID.
 func (s *session) cancelQueued(ctx actor.Context, conn *actor.PID, requestID protocol.RawMessage) {
@@ -81,7 +86,7 @@ func cancels(r *sessionRequest, conn *actor.PID, requestID protocol.RawMessage) 
 
 // answerCancelled answers prompt r, which never started, cancelled.
 func (s *session) answerCancelled(ctx actor.Context, r *sessionRequest) {
-	s.respondTo(ctx, r.conn, r.id, protocol.PromptResponse{StopReason: protocol.StopCancelled, Usage: promptUsage(llm.Usage{})}, nil)
+	s.respondTo(ctx, r.conn, r.id, cancelledPrompt(), nil)
 }
 
 // echoPrompt shows a starting prompt to every attached client as

@@ -210,7 +210,7 @@ func (s *session) writeFailed(err error, what string) {
 // other process wrote, or answers -32010 naming it while it holds it.
 func (s *session) stopWriting(ctx actor.Context) {
 	if s.turn != nil {
-		ctx.Send(s.turn, &cancelTurn{})
+		s.cancelTurn(ctx)
 		return
 	}
 	if s.store == nil || s.closing {

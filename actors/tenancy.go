@@ -28,12 +28,28 @@ func (*ownerChecked) IgnoreDeadLetterLogging() {}
 // connection), then runs then on the actor with the answer. Until it runs,
 // every request naming id waits (deferIfBusy), so they keep their order.
 // A session of someone else is, to the caller, one that does not exist:
-// then answers protocol.ErrSessionNotFound either way.
+// then answers protocol.ErrSessionNotFound either way. At most
+// maxOwnerReads reads of a connection run at once; the others wait their
+// turn, in order (a client pipelining loads of made-up ids must not take
+// the whole shared database pool).
 func (c *connection) checkOwner(ctx actor.Context, id string, then func(ctx actor.Context, owned bool)) {
 	if c.checking == nil {
 		c.checking = map[string]func(actor.Context, bool){}
 	}
 	c.checking[id] = then
+	if c.reading >= maxOwnerReads {
+		c.readQueue = append(c.readQueue, id)
+		return
+	}
+	c.readOwner(ctx, id)
+}
+
+// maxOwnerReads bounds the owner reads (store Stat) of one connection
+// under way at once.
+const maxOwnerReads = 4
+
+func (c *connection) readOwner(ctx actor.Context, id string) {
+	c.reading++
 	self, root, st, log, who := ctx.Self(), ctx.ActorSystem().Root, c.deps.Store, c.log, c.who
 	go func() {
 		root.Send(self, &ownerChecked{id: id, owned: owns(st, log, who, id)})
@@ -43,6 +59,12 @@ func (c *connection) checkOwner(ctx actor.Context, id string, then func(ctx acto
 // ownerKnown runs what waited for the answer about m.id, then the requests
 // for that session deferred meanwhile, in the order they came.
 func (c *connection) ownerKnown(ctx actor.Context, m *ownerChecked) {
+	c.reading--
+	if len(c.readQueue) > 0 {
+		next := c.readQueue[0]
+		c.readQueue = c.readQueue[1:]
+		c.readOwner(ctx, next)
+	}
 	then, ok := c.checking[m.id]
 	if !ok {
 		return
@@ -54,6 +76,8 @@ func (c *connection) ownerKnown(ctx actor.Context, m *ownerChecked) {
 	for _, w := range waiting {
 		c.dispatch(ctx, w) // deferred again, after what then deferred, while still busy
 	}
+	c.joinDrain(ctx)
+	c.finishDrain(ctx)
 }
 
 // owns reports whether who owns stored session id. It reads the stored

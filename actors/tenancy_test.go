@@ -167,15 +167,32 @@ func (g *gatedStat) Stat(id string) (store.Meta, error) {
 	return g.Store.Stat(id)
 }
 
+// newGatedHarness is a harness on a gatedStat store; release opens its
+// gate (once).
+func newGatedHarness() (*harness, *gatedStat, func()) {
+	st, err := store.New(GinkgoT().TempDir())
+	Expect(err).NotTo(HaveOccurred())
+	gated := &gatedStat{Store: st, entered: make(chan struct{}, 1), gate: make(chan struct{})}
+	var once sync.Once
+	return newHarnessOn(gated, Config{}, &scriptedProvider{}), gated, func() { once.Do(func() { close(gated.gate) }) }
+}
+
+// loadBehindRead loads a closed session of h whose owner read waits for
+// gated's gate; it returns once the read is under way.
+func (h *harness) loadBehindRead(gated *gatedStat) (stored string, load float64) {
+	cwd := GinkgoT().TempDir()
+	stored = h.newSession(cwd)
+	h.result(h.call("session/close", map[string]any{"sessionId": stored}))
+	gated.id = stored
+	load = h.call("session/load", map[string]any{"sessionId": stored, "cwd": cwd, "mcpServers": []any{}})
+	Eventually(gated.entered, 5*time.Second).Should(Receive(), "the load reads the owner")
+	return stored, load
+}
+
 var _ = Describe("a slow ownership read", func() {
 	It("holds only the requests naming that session: the others are served meanwhile, the held ones after it in order", func() {
-		st, err := store.New(GinkgoT().TempDir())
-		Expect(err).NotTo(HaveOccurred())
-		gated := &gatedStat{Store: st, entered: make(chan struct{}, 1), gate: make(chan struct{})}
-		h := newHarnessOn(gated, Config{}, &scriptedProvider{})
+		h, gated, release := newGatedHarness()
 		defer h.close()
-		var once sync.Once
-		release := func() { once.Do(func() { close(gated.gate) }) }
 		defer release()
 		cwd := GinkgoT().TempDir()
 		live := h.newSession(cwd)
@@ -206,5 +223,160 @@ var _ = Describe("a slow ownership read", func() {
 			return -1
 		}
 		Expect(at(load)).To(BeNumerically("<", at(setMode)))
+	})
+})
+
+var _ = Describe("a connection closed while an ownership read waits", func() {
+	It("answers the load and the prompt queued behind it before it goes (stdin EOF right after the last line)", func() {
+		h, gated, release := newGatedHarness()
+		defer h.srv.Shutdown()
+		defer release()
+		stored, load := h.loadBehindRead(gated)
+		prompt := h.call("session/prompt", textPrompt(stored, "hi"))
+		closed := make(chan struct{})
+		go func() {
+			defer close(closed)
+			h.conn.Close(5 * time.Second)
+		}()
+		Consistently(closed, 100*time.Millisecond).ShouldNot(BeClosed(), "the close waits for the read")
+		release()
+		Eventually(closed, 5*time.Second).Should(BeClosed())
+		Expect(h.out.response(load)).To(HaveKey("result"), "the load is answered")
+		res := h.out.response(prompt)
+		Expect(res).To(HaveKey("result"), "the prompt is answered")
+		Expect(res["result"]).To(HaveKeyWithValue("stopReason", BeElementOf("end_turn", "cancelled")))
+	})
+})
+
+// countedStat is the real store whose Stat waits for a gate and counts the
+// reads under way (the most seen at once).
+type countedStat struct {
+	store.Store
+	gate           chan struct{}
+	mu             sync.Mutex
+	inFlight, most int
+}
+
+func (c *countedStat) Stat(id string) (store.Meta, error) {
+	c.mu.Lock()
+	c.inFlight++
+	c.most = max(c.most, c.inFlight)
+	c.mu.Unlock()
+	<-c.gate
+	c.mu.Lock()
+	c.inFlight--
+	c.mu.Unlock()
+	return c.Store.Stat(id)
+}
+
+func (c *countedStat) counts() (int, int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.inFlight, c.most
+}
+
+var _ = Describe("ownership reads of one connection", func() {
+	It("run at most 4 at once; the others wait their turn and every load is answered", func() {
+		st, err := store.New(GinkgoT().TempDir())
+		Expect(err).NotTo(HaveOccurred())
+		counted := &countedStat{Store: st, gate: make(chan struct{})}
+		h := newHarnessOn(counted, Config{}, &scriptedProvider{})
+		defer h.close()
+		var once sync.Once
+		release := func() { once.Do(func() { close(counted.gate) }) }
+		defer release()
+		h.result(h.call("initialize", map[string]any{"protocolVersion": 1}))
+		cwd := GinkgoT().TempDir()
+		var loads []float64
+		for i := range 12 {
+			loads = append(loads, h.call("session/load", map[string]any{"sessionId": "made-up-" + itoa(i), "cwd": cwd, "mcpServers": []any{}}))
+		}
+		inFlight := func() int { n, _ := counted.counts(); return n }
+		Eventually(inFlight, 5*time.Second).Should(Equal(4))
+		Consistently(inFlight, 100*time.Millisecond).Should(Equal(4), "the others wait")
+		Expect(h.out.response(loads[0])).To(BeNil())
+		release()
+		for i, id := range loads {
+			Expect(h.errorOf(id)["data"]).To(HaveKeyWithValue("sessionId", "made-up-"+itoa(i)))
+		}
+		_, most := counted.counts()
+		Expect(most).To(Equal(4))
+	})
+})
+
+var _ = Describe("$/cancel_request of a prompt waiting for an ownership read", func() {
+	It("answers it cancelled at once, and it never runs", func() {
+		h, gated, release := newGatedHarness()
+		defer h.close()
+		defer release()
+		stored, load := h.loadBehindRead(gated)
+		prompt := h.call("session/prompt", textPrompt(stored, "hi"))
+		kept := h.call("session/prompt", textPrompt(stored, "kept"))
+		h.notify("$/cancel_request", map[string]any{"requestId": prompt})
+		Expect(h.result(prompt)).To(HaveKeyWithValue("stopReason", "cancelled"), "answered while the read waits")
+		Expect(h.out.response(load)).To(BeNil())
+
+		release()
+		Expect(h.result(load)).To(HaveKey("modes"))
+		Expect(h.result(kept)).To(HaveKeyWithValue("stopReason", "end_turn"), "the other prompt runs")
+		Expect(h.provider.requests()).To(HaveLen(1), "the cancelled prompt never ran")
+		answers := 0
+		for _, f := range h.out.all() {
+			if f["id"] == prompt && f["method"] == nil {
+				answers++
+			}
+		}
+		Expect(answers).To(Equal(1))
+	})
+})
+
+// gatedListDelete is the real store whose ListOwned and Delete wait for a
+// gate: session/list and session/delete, served off the connection's
+// goroutine, still under way.
+type gatedListDelete struct {
+	store.Store
+	entered chan struct{}
+	gate    chan struct{}
+}
+
+func (g *gatedListDelete) ListOwned(owner, cwd, cursor string, limit int) ([]store.Meta, string, error) {
+	g.entered <- struct{}{}
+	<-g.gate
+	return g.Store.ListOwned(owner, cwd, cursor, limit)
+}
+
+func (g *gatedListDelete) Delete(id string) error {
+	g.entered <- struct{}{}
+	<-g.gate
+	return g.Store.Delete(id)
+}
+
+var _ = Describe("a connection closed while a session/list and a session/delete are served off it", func() {
+	It("answers both before it goes", func() {
+		st, err := store.New(GinkgoT().TempDir())
+		Expect(err).NotTo(HaveOccurred())
+		gated := &gatedListDelete{Store: st, entered: make(chan struct{}, 2), gate: make(chan struct{})}
+		h := newHarnessOn(gated, Config{}, &scriptedProvider{})
+		defer h.srv.Shutdown()
+		var once sync.Once
+		release := func() { once.Do(func() { close(gated.gate) }) }
+		defer release()
+		sid := h.newSession(GinkgoT().TempDir())
+		h.result(h.call("session/close", map[string]any{"sessionId": sid}))
+		list := h.call("session/list", map[string]any{})
+		del := h.call("session/delete", map[string]any{"sessionId": sid})
+		for range 2 {
+			Eventually(gated.entered, 5*time.Second).Should(Receive())
+		}
+		closed := make(chan struct{})
+		go func() {
+			defer close(closed)
+			h.conn.Close(5 * time.Second)
+		}()
+		Consistently(closed, 100*time.Millisecond).ShouldNot(BeClosed(), "the close waits for them")
+		release()
+		Eventually(closed, 5*time.Second).Should(BeClosed())
+		Expect(h.out.response(list)).To(HaveKey("result"))
+		Expect(h.out.response(del)).To(HaveKey("result"))
 	})
 })

@@ -330,19 +330,32 @@ func (a *toolActor) start(ctx actor.Context) {
 	ctx.Send(a.session, ask)
 }
 
-// previewed reads the diff the session asks for and sends the ask back
-// with it; a call whose turn is ending sends nothing (the session has
-// dropped the ask).
+// previewed reads the diff the session asks for and always sends the ask
+// back: with the diff; without it when reading it panicked; withdrawn when
+// the call is done or stopping (the session drops it, or, when only a
+// sub-agent's turn ended, goes on with the asks behind it).
 func (a *toolActor) previewed(ctx actor.Context, m *previewWanted) {
-	if a.done || a.stopping {
-		return
-	}
 	withDiff := *m.ask
 	withDiff.preview, withDiff.previewOf = nil, m.ask
-	if d := m.ask.preview.Preview(); d != nil {
+	if a.done || a.stopping {
+		withDiff.withdrawn = true
+	} else if d := a.readPreview(m.ask.preview); d != nil {
 		withDiff.toolCall.Content = append(slices.Clip(withDiff.toolCall.Content), diffContent(d))
 	}
 	ctx.Send(m.session, &withDiff)
+}
+
+// readPreview is p.Preview(), nil when it panics: the user is asked
+// without the diff rather than never.
+func (a *toolActor) readPreview(p tools.Previewer) (d *tools.Diff) {
+	defer func() {
+		if r := recover(); r != nil {
+			a.deps.Log.Error().Str("session", a.sessionID).Str("tool", a.call.name).Interface("panic", r).
+				Msg("reading the diff of a permission request panicked; asking without it")
+			d = nil
+		}
+	}()
+	return p.Preview()
 }
 
 func (a *toolActor) run(ctx actor.Context) {

@@ -279,6 +279,24 @@ func stdioSpecs(format string) {
 		a.finish()
 	})
 
+	It("answers a session/load, the prompt after it and a session/list written right before stdin EOF", func() {
+		env := agentEnv(fake, "IAC_CODE_PROVIDER=chaos_"+format)
+		a = startAgent(env)
+		a.initialize()
+		sid := a.newSession(cwd)
+		a.finish()
+		fake.Script(llmtest.Reply{Text: "hello"})
+		a = startAgent(env) // the same home: the session is stored
+		a.initialize()
+		load := a.request("session/load", map[string]any{"sessionId": sid, "cwd": cwd, "mcpServers": []any{}})
+		id := a.prompt(sid, "x")
+		list := a.request("session/list", map[string]any{})
+		a.finish()
+		Expect(a.result(list)["sessions"]).To(HaveLen(1))
+		Expect(a.result(load)).To(HaveKey("modes"))
+		Expect(a.result(id)["stopReason"]).To(BeElementOf("end_turn", "cancelled"))
+	})
+
 	It("cancels running turns on stdin EOF, answers them, and exits 0", func() {
 		fake.Script(llmtest.Reply{Text: "never ending story", Hang: true, AfterChunks: 2})
 		start()
