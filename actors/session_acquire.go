@@ -22,7 +22,9 @@ import (
 // of prompts (session/cancel, $/cancel_request, a connection leaving)
 // answers the waiting ones cancelled, as it does queued prompts.
 // session/close waits too, after cancelling the prompts: the handle must
-// be closed before the close is answered (see closeStore).
+// be closed before the close is answered (see closeStore); so do a
+// leaving connection's drain and detach, after cancelling its prompts,
+// so that its other requests are answered before it goes.
 
 type (
 	// acquiring is the one Acquire in flight of a session. mu orders the
@@ -266,15 +268,18 @@ func (s *session) holdWhileAcquiring(ctx actor.Context) bool {
 		s.cancelHeld(ctx, m.conn, m.requestID)
 		return false
 	case *drain:
+		// A closing connection's prompts are cancelled at once; its other
+		// requests (a load, a set_mode) are answered before it hears the
+		// session is idle, as they were before it.
 		from := m.from
 		if from == nil {
 			from = s.conn
 		}
 		s.cancelHeld(ctx, from, nil)
-		return false
+		s.hold(m, nil, func(ctx actor.Context) { s.drainFor(ctx, from) })
 	case *detach:
 		s.cancelHeld(ctx, m.conn, nil)
-		return false
+		s.hold(m, nil, func(ctx actor.Context) { s.detachClient(ctx, m.conn) })
 	default:
 		return false
 	}

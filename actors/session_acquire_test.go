@@ -156,6 +156,11 @@ var _ = Describe("a session taking its store handle back", func() {
 			return err
 		}, 5*time.Second, 20*time.Millisecond).Should(Succeed(), "the session's hold is let go of")
 	}
+	// stopSession stops the actor of session sid (a crash, the server's
+	// shutdown).
+	stopSession := func(sid string) {
+		s.srv.sys.Root.Stop(actor.NewPID(s.srv.sys.Address(), sessionActorName(sid)))
+	}
 	// texts are the texts of the messages of the model's call-th request.
 	texts := func(call int) []string {
 		var out []string
@@ -221,6 +226,26 @@ var _ = Describe("a session taking its store handle back", func() {
 		Expect(p.requests()).To(HaveLen(1))
 	})
 
+	It("answers a leaving connection's waiting requests before it goes, its waiting prompt cancelled", func() {
+		h := s.connect()
+		sid := started(h)
+
+		prompt := waiting(h, sid, "never")
+		setMode := h.call("session/set_mode", map[string]any{"sessionId": sid, "modeId": "plan"})
+		closed := make(chan struct{})
+		go func() {
+			defer close(closed)
+			h.conn.Close(5 * time.Second)
+		}()
+		Consistently(closed, 100*time.Millisecond).ShouldNot(BeClosed(), "the close waits for the handle")
+		Expect(h.out.response(prompt)).To(HaveKeyWithValue("result", HaveKeyWithValue("stopReason", "cancelled")))
+
+		g.open()
+		Eventually(closed, 5*time.Second).Should(BeClosed())
+		Expect(h.out.response(setMode)).To(HaveKey("result"), "set_mode is answered before the connection goes")
+		Expect(p.requests()).To(HaveLen(1))
+	})
+
 	It("answers the error of the store to the request that waited for it", func() {
 		h := s.connect()
 		sid := started(h)
@@ -279,7 +304,7 @@ var _ = Describe("a session taking its store handle back", func() {
 		sid := closedOnDisk(h)
 
 		loading(h, sid)
-		h.conn.Close(2 * time.Second)
+		stopSession(sid)
 		Eventually(s.srv.Metrics().Sessions.Load, 5*time.Second, 10*time.Millisecond).Should(BeZero(), "the session stopped")
 
 		g.open()
@@ -294,8 +319,8 @@ var _ = Describe("a session taking its store handle back", func() {
 		sid := started(h)
 
 		prompt := waiting(h, sid, "never")
-		h.conn.Close(2 * time.Second)
-		Expect(h.out.response(prompt)).NotTo(HaveKey("error"))
+		stopSession(sid)
+		Expect(h.result(prompt)["stopReason"]).To(Equal("cancelled"))
 		Eventually(s.srv.Metrics().Sessions.Load, 5*time.Second, 10*time.Millisecond).Should(BeZero(), "the session stopped")
 
 		g.open()
