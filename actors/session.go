@@ -32,7 +32,8 @@ const (
 // The session actor lives in several files, one per concern, each with its
 // messages: session.go (lifecycle, the connection it serves),
 // session_attach.go (the connections attached to it, updates to them),
-// session_store.go (its store entry and lease), session_config.go (modes,
+// session_store.go (its store entry and lease), session_acquire.go (its
+// store handle opened or taken back off the actor), session_config.go (modes,
 // models, config options), session_prompt.go (prompts and the turn's end),
 // session_queue.go (prompts waiting for the turn), session_active.go (the
 // running turn as a newcomer sees it), session_commands.go (slash
@@ -157,6 +158,10 @@ type session struct {
 	released     bool
 	releaseTimer *time.Timer
 	releaseArmed bool
+	// acq is the Open or Acquire in flight off the actor, held the
+	// messages waiting for it (session_acquire.go).
+	acq  *acquiring
+	held []*heldMessage
 
 	// handingOff are the askers of a handOff, answered once the session
 	// let go of its lease (after its running turn ended).
@@ -215,7 +220,10 @@ func (s *session) receive(ctx actor.Context) {
 		s.lastActive = time.Now()
 	}
 	if s.remote != nil {
-		s.receiveRemote(ctx)
+		s.receiveRemote(ctx, ctx.Message())
+		return
+	}
+	if s.holdWhileAcquiring(ctx) {
 		return
 	}
 	switch m := ctx.Message().(type) {
@@ -239,10 +247,11 @@ func (s *session) receive(ctx actor.Context) {
 		if s.releaseTimer != nil {
 			s.releaseTimer.Stop()
 		}
-		if s.store != nil {
+		if !s.abandonAcquire() && s.store != nil {
 			s.closeStore()
-			s.store, s.fenced = nil, nil
 		}
+		s.store, s.fenced = nil, nil
+		s.cancelHeld(ctx, nil, nil)
 		s.cancelQueued(ctx, nil, nil)
 		s.closeSandbox()
 	case *idleTick:
@@ -256,7 +265,8 @@ func (s *session) receive(ctx actor.Context) {
 		s.armIdle(ctx, idle)
 		// A session several connections share stays in memory until they
 		// leave: each would have to agree (see retireRequest).
-		if c := s.clients.only(); c != nil && s.turn == nil && !s.retiring && !s.failed && !s.mcpWaiting() && s.queue.empty() {
+		if c := s.clients.only(); c != nil && s.turn == nil && !s.retiring && !s.failed && !s.mcpWaiting() && s.queue.empty() &&
+			s.acq == nil && len(s.held) == 0 {
 			s.retiring = true
 			ctx.Send(c.pid, &retireRequest{id: s.id, pid: ctx.Self(), seen: c.seen})
 		}
@@ -283,42 +293,17 @@ func (s *session) receive(ctx actor.Context) {
 			ctx.Stop(ctx.Self())
 		}
 	case *sessionRequest:
-		c := s.clients.find(m.conn)
-		if m.conn != nil && c == nil {
-			s.respondTo(ctx, m.conn, m.id, nil, errSessionMoved())
-			ctx.Send(m.conn, &sessionMoved{id: s.id, pid: ctx.Self()})
-			return
-		}
-		if c != nil {
-			c.seen++
-			s.conn, s.who = m.conn, c.who
-		}
-		if s.failed {
-			// e.g. a prompt that brought an evicted session back
-			s.respondError(ctx, m.id, s.failErr)
-			return
-		}
-		s.handle(ctx, m)
+		s.serveRequest(ctx, m, false)
+	case *acquired:
+		s.acquiredStore(ctx, m)
+	case *opened:
+		s.openedStore(ctx, m)
 	case *deleteLive:
 		s.endForDeleteElsewhere(ctx)
 	case *handOff:
-		s.handingOff = append(s.handingOff, ctx.Sender())
-		if len(s.handingOff) > 1 {
-			return
-		}
-		s.cancelHeldPrompt(ctx)
-		s.cancelQueued(ctx, nil, nil)
-		s.answerPendingStarts(ctx)
-		if s.turn != nil {
-			s.cancelTurn(ctx)
-			return // see endTurn
-		}
-		s.leave(ctx)
+		s.handOffTo(ctx, ctx.Sender())
 	case *attach:
-		if !s.failed && !s.acquire(ctx, m.conn, m.reqID, true) {
-			return
-		}
-		s.attach(ctx, m)
+		s.attachFor(ctx, m)
 	case *detach:
 		s.detachClient(ctx, m.conn)
 	case *messageDone:
@@ -358,12 +343,60 @@ func (s *session) receive(ctx actor.Context) {
 	}
 }
 
+// serveRequest serves a request of a connection; counted: it was counted
+// in the connection's seen before (it waited for the store handle).
+func (s *session) serveRequest(ctx actor.Context, m *sessionRequest, counted bool) {
+	c := s.clients.find(m.conn)
+	if m.conn != nil && c == nil {
+		s.respondTo(ctx, m.conn, m.id, nil, errSessionMoved())
+		ctx.Send(m.conn, &sessionMoved{id: s.id, pid: ctx.Self()})
+		return
+	}
+	if c != nil {
+		if !counted {
+			c.seen++
+		}
+		s.conn, s.who = m.conn, c.who
+	}
+	if s.failed {
+		// e.g. a prompt that brought an evicted session back
+		s.respondError(ctx, m.id, s.failErr)
+		return
+	}
+	s.handle(ctx, m)
+}
+
+// attachFor attaches a connection that loads or resumes the session.
+func (s *session) attachFor(ctx actor.Context, m *attach) {
+	if !s.failed && !s.acquire(ctx, nil, m.conn, m.reqID, true, func(ctx actor.Context) { s.attachFor(ctx, m) }) {
+		return
+	}
+	s.attach(ctx, m)
+}
+
+// handOffTo lets go of the session for another process once its running
+// turn ended, then answers from.
+func (s *session) handOffTo(ctx actor.Context, from *actor.PID) {
+	s.handingOff = append(s.handingOff, from)
+	if len(s.handingOff) > 1 {
+		return
+	}
+	s.cancelHeldPrompt(ctx)
+	s.cancelQueued(ctx, nil, nil)
+	s.answerPendingStarts(ctx)
+	if s.turn != nil {
+		s.cancelTurn(ctx)
+		return // see endTurn
+	}
+	s.leave(ctx)
+}
+
 func (s *session) handle(ctx actor.Context, r *sessionRequest) {
 	switch r.method {
 	case protocol.MethodSessionCancel, protocol.MethodSessionClose:
 		// they write nothing: a released handle stays released
 	default:
-		if !s.acquire(ctx, r.conn, r.id, false) {
+		if !s.acquire(ctx, r, r.conn, r.id, false, func(ctx actor.Context) { s.serveRequest(ctx, r, true) }) {
 			return
 		}
 	}
@@ -421,7 +454,9 @@ func (s *session) handle(ctx actor.Context, r *sessionRequest) {
 }
 
 // open creates, loads or forks the session's store entry, then answers the
-// request that started it.
+// request that started it. A load, resume or restore opens it off the
+// actor (startOpen): the store may wait for another process, or another
+// pod share or hand over the session.
 func (s *session) open(ctx actor.Context) {
 	var (
 		entries []store.Entry
@@ -434,14 +469,14 @@ func (s *session) open(ctx actor.Context) {
 	case startFork:
 		s.store, entries, err = s.deps.Store.Fork(s.forkSrc, s.id)
 	default:
-		s.store, entries, err = s.deps.Store.Open(s.id)
-		if s.shareRemote(ctx, err) {
-			return // a stub of the session another pod holds
-		}
-		for try := 0; try < 2 && s.takeOver(err); try++ {
-			s.store, entries, err = s.deps.Store.Open(s.id)
-		}
+		s.startOpen(ctx) // then openWith, or a stub of the session another pod holds
+		return
 	}
+	s.openWith(ctx, entries, err)
+}
+
+// openWith goes on with the session's opening once the store answered.
+func (s *session) openWith(ctx actor.Context, entries []store.Entry, err error) {
 	if err == nil {
 		entries, _, err = store.RepairSession(s.store, entries)
 	}

@@ -68,14 +68,25 @@ func cancelledPrompt() protocol.PromptResponse {
 func (s *session) cancelQueued(ctx actor.Context, conn *actor.PID, requestID protocol.RawMessage) {
 	kept := s.queue.waiting[:0]
 	for _, r := range s.queue.waiting {
-		if (conn == nil || conn.Equal(r.conn)) && (requestID == nil || bytes.Equal(requestID, protocol.CanonicalID(r.id))) {
-			s.respondTo(ctx, r.conn, r.id, cancelledPrompt(), nil)
+		if cancels(r, conn, requestID) {
+			s.answerCancelled(ctx, r)
 			continue
 		}
 		kept = append(kept, r)
 	}
 	clear(s.queue.waiting[len(kept):])
 	s.queue.waiting = kept
+}
+
+// cancels reports whether a cancel of conn's prompts (every connection's
+// when conn is nil), or of the one with requestID, is one of prompt r.
+func cancels(r *sessionRequest, conn *actor.PID, requestID protocol.RawMessage) bool {
+	return (conn == nil || conn.Equal(r.conn)) && (requestID == nil || bytes.Equal(requestID, protocol.CanonicalID(r.id)))
+}
+
+// answerCancelled answers prompt r, which never started, cancelled.
+func (s *session) answerCancelled(ctx actor.Context, r *sessionRequest) {
+	s.respondTo(ctx, r.conn, r.id, cancelledPrompt(), nil)
 }
 
 // echoPrompt shows a starting prompt to every attached client as

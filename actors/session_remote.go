@@ -6,6 +6,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/google/uuid"
+	"github.com/rs/zerolog"
 
 	"github.com/iac-code/iac-code/protocol"
 	"github.com/iac-code/iac-code/store"
@@ -90,18 +91,27 @@ func (c *connection) relayed(ctx actor.Context, m *clusterpb.Relay) {
 	c.dispatch(ctx, msg)
 }
 
-// shareRemote makes a load or resume of a session another pod holds a stub
-// of it there (share mode), and reports whether it did; else the session is
-// taken over as before.
-func (s *session) shareRemote(ctx actor.Context, err error) bool {
-	var inUse *store.InUseError
-	if s.deps.Handover == nil || s.deps.Config.SessionAttach != AttachShare || !errors.As(err, &inUse) ||
-		errors.Is(err, store.ErrFenced) || inUse.Owner == "" || (s.start != startLoad && s.start != startResume) {
-		return false
+// shareCall is a Handover.Share a load or resume of a session another pod
+// holds may make (share mode): prepared on the actor (shareRequest), made
+// off it once the store said who holds the session (share).
+type shareCall struct {
+	handover  Handover
+	id        string
+	principal string
+	stub      *actor.PID
+	init      []byte
+	open      []byte
+}
+
+// shareRequest prepares the Share of this session's load or resume, nil
+// when the session would not be shared but taken over.
+func (s *session) shareRequest(ctx actor.Context) *shareCall {
+	if s.deps.Handover == nil || s.deps.Config.SessionAttach != AttachShare || (s.start != startLoad && s.start != startResume) {
+		return nil
 	}
 	c := s.clients.only()
 	if c == nil {
-		return false
+		return nil
 	}
 	caps := protocol.ClientCapabilities{Terminal: c.caps.Terminal}
 	if c.caps.ReadTextFile || c.caps.WriteTextFile {
@@ -112,15 +122,25 @@ func (s *session) shareRemote(ctx actor.Context, err error) bool {
 	}
 	init := protocol.MustMarshal(&protocol.Message{JSONRPC: "2.0", ID: shareInitID, Method: protocol.MethodInitialize,
 		Params: protocol.MustMarshal(protocol.InitializeRequest{ProtocolVersion: protocol.ProtocolVersion, ClientCapabilities: &caps})})
-	proxy, serr := s.deps.Handover.Share(s.id, inUse.Owner, c.who.Principal, ctx.Self(), init,
-		s.openRequest(s.start, s.startReq, s.startCwd, s.mcp.start))
-	if serr != nil {
-		s.log.Info().Err(serr).Str("holder", inUse.Owner).Msg("session not shared by its pod; taking it over")
-		return false
+	return &shareCall{handover: s.deps.Handover, id: s.id, principal: c.who.Principal, stub: ctx.Self(), init: init,
+		open: s.openRequest(s.start, s.startReq, s.startCwd, s.mcp.start)}
+}
+
+// share asks the pod named by err, the store's refusal to open the
+// session, to attach a proxy for the stub (a cross-pod call, seconds at
+// worst: made off the actor, see startOpen), and returns the proxy, or nil
+// when the session is to be taken over as before.
+func (sc *shareCall) share(log zerolog.Logger, err error) *actor.PID {
+	var inUse *store.InUseError
+	if sc == nil || !errors.As(err, &inUse) || errors.Is(err, store.ErrFenced) || inUse.Owner == "" {
+		return nil
 	}
-	s.remote = proxy
-	ctx.Watch(proxy)
-	return true
+	proxy, serr := sc.handover.Share(sc.id, inUse.Owner, sc.principal, sc.stub, sc.init, sc.open)
+	if serr != nil {
+		log.Info().Err(serr).Str("holder", inUse.Owner).Msg("session not shared by its pod; taking it over")
+		return nil
+	}
+	return proxy
 }
 
 // openRequest is the load or resume of this session a proxy is sent.
@@ -155,9 +175,9 @@ func (s *session) endStubForDelete(ctx actor.Context, tell *client) {
 	ctx.Stop(ctx.Self())
 }
 
-func (s *session) receiveRemote(ctx actor.Context) {
+func (s *session) receiveRemote(ctx actor.Context, msg any) {
 	client := s.clients.only()
-	switch m := ctx.Message().(type) {
+	switch m := msg.(type) {
 	case *clusterpb.Relay:
 		if client != nil {
 			s.fromProxy(ctx, client.pid, m.Body)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/rs/zerolog"
 
 	"github.com/iac-code/iac-code/llm"
 	"github.com/iac-code/iac-code/protocol"
@@ -33,21 +34,22 @@ type (
 
 func (*sessionLeft) IgnoreDeadLetterLogging() {}
 
-// takeOver asks the process named by an in-use error to hand the session
-// over (cluster mode), and reports whether it did, so that opening it again
-// may succeed. It blocks the actor for that round trip, as the store calls
-// around it do: the requests queued meanwhile are served in order after it.
-func (s *session) takeOver(err error) bool {
+// takeOverSession asks the process named by an in-use error to hand
+// session id over (cluster mode), and reports whether it did, so that
+// opening it again may succeed. A round trip to another pod: called off the
+// session actor, by the goroutine of an Open or Acquire (startOpen,
+// startAcquire).
+func takeOverSession(h Handover, log zerolog.Logger, id string, err error) bool {
 	var inUse *store.InUseError
-	if s.deps.Handover == nil || !errors.As(err, &inUse) || errors.Is(err, store.ErrFenced) || inUse.Owner == "" {
+	if h == nil || !errors.As(err, &inUse) || errors.Is(err, store.ErrFenced) || inUse.Owner == "" {
 		return false
 	}
 	start := time.Now()
-	if herr := s.deps.Handover.TakeOver(s.id, inUse.Owner); herr != nil {
-		s.log.Info().Err(herr).Str("holder", inUse.Owner).Msg("session not handed over")
+	if herr := h.TakeOver(id, inUse.Owner); herr != nil {
+		log.Info().Err(herr).Str("holder", inUse.Owner).Msg("session not handed over")
 		return false
 	}
-	s.log.Info().Str("from", inUse.Owner).Dur("took", time.Since(start)).Msg("session handed over by another pod")
+	log.Info().Str("from", inUse.Owner).Dur("took", time.Since(start)).Msg("session handed over by another pod")
 	return true
 }
 
@@ -186,40 +188,6 @@ func (s *session) markTurn(running bool) {
 	if err := m.RecordTurn(turn); err != nil {
 		s.writeFailed(err, "record the running turn")
 	}
-}
-
-// acquire takes the store handle back before the session serves a request
-// (released sessions only). When another process wrote the session
-// meanwhile, the session reloads it from disk. When another process holds
-// it now, reqID is answered with an error naming the situation and the
-// request is not served; an explicit load or resume (takeOver) asks that
-// process to hand the session over first (cluster mode), a prompt does not:
-// the session went elsewhere, as to another connection.
-func (s *session) acquire(ctx actor.Context, conn *actor.PID, reqID protocol.RawMessage, takeOver bool) bool {
-	if !s.released {
-		return true
-	}
-	entries, changed, err := s.store.Acquire()
-	for try := 0; takeOver && try < 2 && s.takeOver(err); try++ {
-		entries, changed, err = s.store.Acquire()
-	}
-	if err != nil {
-		s.respondTo(ctx, conn, reqID, nil, s.storeError(err, "cannot reopen the session"))
-		return false
-	}
-	s.released = false
-	if changed {
-		s.log.Info().Int("entries", len(entries)).Msg("session changed by another process; reloaded")
-		if repaired, _, rerr := store.RepairSession(s.store, entries); rerr == nil {
-			entries = repaired
-		} else {
-			s.writeFailed(rerr, "repair session history")
-		}
-		s.entries = entries
-		s.adoptMeta()
-	}
-	s.armRelease(ctx, s.deps.Config.SessionRelease)
-	return true
 }
 
 // writeFailed reports a failed store write. A session taken over by another
