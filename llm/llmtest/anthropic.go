@@ -3,7 +3,6 @@ package llmtest
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 )
@@ -156,23 +155,8 @@ func writeAnthropicError(w http.ResponseWriter, r *Reply) {
 }
 
 func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
-	body, err := io.ReadAll(r.Body)
-	if err != nil {
-		return
-	}
-	rec := RecordedRequest{Method: r.Method, Path: r.URL.Path, Header: r.Header.Clone(), Body: body, Format: FormatAnthropic}
-	head := decodeHead(body)
-	s.mu.Lock()
-	s.requests = append(s.requests, rec)
-	s.mu.Unlock()
-
-	reply := s.next()
-	if reply.Status >= 400 {
-		writeAnthropicError(w, &reply)
-		return
-	}
-	if !head.Stream {
-		writeAnthropicError(w, &Reply{Status: http.StatusBadRequest, ErrorMessage: "llmtest: only stream: true is supported"})
+	head, reply, ok := s.take(w, r, FormatAnthropic, writeAnthropicError)
+	if !ok {
 		return
 	}
 	model := head.Model

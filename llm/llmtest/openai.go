@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"time"
@@ -89,23 +88,8 @@ type ChatTool struct {
 }
 
 func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
-	body, err := io.ReadAll(r.Body)
-	if err != nil {
-		return
-	}
-	rec := RecordedRequest{Method: r.Method, Path: r.URL.Path, Header: r.Header.Clone(), Body: body, Format: FormatOpenAI}
-	head := decodeHead(body)
-	s.mu.Lock()
-	s.requests = append(s.requests, rec)
-	s.mu.Unlock()
-
-	reply := s.next()
-	if reply.Status >= 400 {
-		writeError(w, &reply)
-		return
-	}
-	if !head.Stream {
-		writeError(w, &Reply{Status: http.StatusBadRequest, ErrorMessage: "llmtest: only stream: true is supported"})
+	head, reply, ok := s.take(w, r, FormatOpenAI, writeError)
+	if !ok {
 		return
 	}
 	model := head.Model

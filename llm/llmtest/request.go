@@ -2,6 +2,7 @@ package llmtest
 
 import (
 	"encoding/json"
+	"io"
 	"net/http"
 
 	gojson "github.com/goccy/go-json"
@@ -64,4 +65,28 @@ func (r RecordedRequest) JSON() map[string]any {
 	var m map[string]any
 	_ = json.Unmarshal(r.Body, &m)
 	return m
+}
+
+// take records request r of format and takes the next scripted reply for
+// it; an error reply, or a request that does not stream, is answered here
+// with writeErr (false).
+func (s *Server) take(w http.ResponseWriter, r *http.Request, format string, writeErr func(http.ResponseWriter, *Reply)) (requestHead, Reply, bool) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		return requestHead{}, Reply{}, false
+	}
+	head := decodeHead(body)
+	s.mu.Lock()
+	s.requests = append(s.requests, RecordedRequest{Method: r.Method, Path: r.URL.Path, Header: r.Header.Clone(), Body: body, Format: format})
+	s.mu.Unlock()
+	reply := s.next()
+	if reply.Status >= 400 {
+		writeErr(w, &reply)
+		return head, reply, false
+	}
+	if !head.Stream {
+		writeErr(w, &Reply{Status: http.StatusBadRequest, ErrorMessage: "llmtest: only stream: true is supported"})
+		return head, reply, false
+	}
+	return head, reply, true
 }
