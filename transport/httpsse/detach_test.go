@@ -1,7 +1,6 @@
 package httpsse_test
 
 import (
-	"net"
 	"strings"
 	"time"
 
@@ -130,28 +129,7 @@ var _ = Describe("detached turns (DetachedTurnMax)", func() {
 		e := startEnv(httpsse.Config{ReplayBuffer: 100, DetachedTurnMax: 30 * time.Second})
 		const chunks, size = 1500, 16 << 10
 		e.fake.Script(llmtest.Reply{Chunks: chunks, ChunkText: strings.Repeat("z", size)})
-		dial := func(network, addr string) (net.Conn, error) {
-			nc, err := net.Dial(network, addr)
-			if err == nil {
-				_ = nc.(*net.TCPConn).SetReadBuffer(4096)
-			}
-			return nc, err
-		}
-		ws, _, err := e.dialWS(nil, nil, dial)
-		Expect(err).NotTo(HaveOccurred())
-		DeferCleanup(func() { _ = ws.Close() })
-		call := func(m map[string]any) map[string]any {
-			Expect(ws.WriteJSON(m)).To(Succeed())
-			for {
-				var got map[string]any
-				Expect(ws.ReadJSON(&got)).To(Succeed())
-				if got["id"] == m["id"] {
-					return got
-				}
-			}
-		}
-		call(rpc(0.0, "initialize", map[string]any{"protocolVersion": 1}))
-		sid := call(rpc(1.0, "session/new", map[string]any{"cwd": e.cwd, "mcpServers": []any{}}))["result"].(map[string]any)["sessionId"].(string)
+		ws, sid := dialSlowReader(e)
 		Expect(ws.WriteJSON(rpc(2, "session/prompt", map[string]any{"sessionId": sid,
 			"prompt": []any{map[string]any{"type": "text", "text": "flood"}}}))).To(Succeed())
 		Eventually(e.metrics, 20*time.Second, 50*time.Millisecond).Should(ContainSubstring("iaccode_http_detached_total 1"))

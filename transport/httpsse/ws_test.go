@@ -155,6 +155,35 @@ func wsText(msgs []map[string]any) string {
 	return b.String()
 }
 
+// dialSlowReader opens a WebSocket with a 4 KiB receive buffer, reads
+// synchronously up to a new session's id, and leaves reading to the spec
+// (which then stops: a client that does not read).
+func dialSlowReader(e *env) (*websocket.Conn, string) {
+	dial := func(network, addr string) (net.Conn, error) {
+		nc, err := net.Dial(network, addr)
+		if err == nil {
+			_ = nc.(*net.TCPConn).SetReadBuffer(4096)
+		}
+		return nc, err
+	}
+	ws, _, err := e.dialWS(nil, nil, dial)
+	ExpectWithOffset(1, err).NotTo(HaveOccurred())
+	DeferCleanup(func() { _ = ws.Close() })
+	call := func(m map[string]any) map[string]any {
+		ExpectWithOffset(2, ws.WriteJSON(m)).To(Succeed())
+		for {
+			var got map[string]any
+			ExpectWithOffset(2, ws.ReadJSON(&got)).To(Succeed())
+			if got["id"] == m["id"] {
+				return got
+			}
+		}
+	}
+	call(rpc(0.0, "initialize", map[string]any{"protocolVersion": 1}))
+	res := call(rpc(1.0, "session/new", map[string]any{"cwd": e.cwd, "mcpServers": []any{}}))["result"].(map[string]any)
+	return ws, res["sessionId"].(string)
+}
+
 var _ = Describe("WebSocket on /acp", func() {
 	It("upgrades to 101 with Acp-Connection-Id and runs a prompt with a permission request over text frames", func() {
 		e := startEnv(httpsse.Config{})
@@ -320,29 +349,7 @@ var _ = Describe("WebSocket on /acp", func() {
 	It("closes a socket whose client stops reading once its bounded buffer is full (turns cancelled without detached turns)", func() {
 		e := startEnv(httpsse.Config{ReplayBuffer: 200, DetachedTurnMax: -1})
 		e.fake.Script(llmtest.Reply{Chunks: 3000, ChunkText: strings.Repeat("z", 16<<10)})
-		dial := func(network, addr string) (net.Conn, error) {
-			nc, err := net.Dial(network, addr)
-			if err == nil {
-				_ = nc.(*net.TCPConn).SetReadBuffer(4096)
-			}
-			return nc, err
-		}
-		ws, _, err := e.dialWS(nil, nil, dial)
-		Expect(err).NotTo(HaveOccurred())
-		DeferCleanup(func() { _ = ws.Close() })
-		// Read synchronously up to the session id, then never again.
-		call := func(m map[string]any) map[string]any {
-			Expect(ws.WriteJSON(m)).To(Succeed())
-			for {
-				var got map[string]any
-				Expect(ws.ReadJSON(&got)).To(Succeed())
-				if got["id"] == m["id"] {
-					return got
-				}
-			}
-		}
-		call(rpc(0.0, "initialize", map[string]any{"protocolVersion": 1}))
-		sid := call(rpc(1.0, "session/new", map[string]any{"cwd": e.cwd, "mcpServers": []any{}}))["result"].(map[string]any)["sessionId"]
+		ws, sid := dialSlowReader(e)
 		Expect(ws.WriteJSON(rpc(2, "session/prompt", map[string]any{"sessionId": sid,
 			"prompt": []any{map[string]any{"type": "text", "text": "flood"}}}))).To(Succeed())
 		Eventually(e.metrics, 20*time.Second, 50*time.Millisecond).Should(
