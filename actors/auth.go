@@ -56,7 +56,7 @@ func (d *Deps) usableCredentials(log zerolog.Logger) bool {
 // answer the auth error. A key that comes from the environment cannot be
 // forgotten by the server: that is said, not pretended.
 func (c *connection) logout(m *protocol.Message) {
-	if c.who.Principal != DefaultPrincipal && c.who.Principal != "" {
+	if c.who.Principal != DefaultPrincipal { // ConnectAs names an empty principal DefaultPrincipal
 		// The key is the server's, shared by every user: one of them
 		// cannot take it away from the others.
 		c.fail(m.ID, protocol.NewError(protocol.CodeInvalidRequest,
