@@ -141,16 +141,22 @@ func syncDir(dir string) error {
 	return err
 }
 
-// setScalar sets key to the string value in the mapping m.
-func setScalar(m *yaml.Node, key, value string) {
+// setScalar sets key to the string value in the mapping m and reports
+// whether that changed m (false: key had that very string already).
+func setScalar(m *yaml.Node, key, value string) bool {
 	v := &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: value}
 	for i := 0; i+1 < len(m.Content); i += 2 {
 		if m.Content[i].Value == key {
+			old := m.Content[i+1]
+			if old.Kind == yaml.ScalarNode && old.Tag == "!!str" && old.Value == value {
+				return false
+			}
 			m.Content[i+1] = v
-			return
+			return true
 		}
 	}
 	m.Content = append(m.Content, &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: key}, v)
+	return true
 }
 
 // deleteKey removes every entry of key from the mapping m.
@@ -248,7 +254,7 @@ func SaveSessionDefault(home, principal, id, value string) error {
 		} else {
 			m = ensureMapping(ensureMapping(root, "principalDefaults"), principal)
 		}
-		setScalar(m, id, value)
-		return true
+		// The same choice again (most of them) is a read, not a write.
+		return setScalar(m, id, value)
 	})
 }
