@@ -19,6 +19,8 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/iac-code/iac-code/llm/llmtest"
 	"github.com/iac-code/iac-code/tools/procgroup"
 )
@@ -261,11 +263,33 @@ var _ = Describe("chaos", Label("e2e", "chaos"), func() {
 	It("answers a session/new flood on a starved stdio server, and idle sessions give their descriptors back", func() {
 		a := startAgentCmd(serverCmd(96, "acp"), env("IAC_CODE_SESSION_RELEASE=300ms"))
 		a.initialize()
+		fds := func() int {
+			ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", a.cmd.Process.Pid))
+			Expect(err).NotTo(HaveOccurred())
+			return len(ents)
+		}
+		// File-store sessions let go of their lock (and descriptors) between
+		// turns, so a flood of session/new alone may never exhaust 96
+		// descriptors. The second half of the flood therefore runs starved
+		// for sure: the server's soft limit is lowered to its lowest free
+		// descriptor number, so no file can be opened until it is raised back.
 		const n = 120
 		ids := make([]float64, n)
-		for i := range ids {
+		for i := range n / 2 {
 			ids[i] = a.request("session/new", map[string]any{"cwd": cwd})
 		}
+		for _, id := range ids[:n/2] {
+			a.response(id)
+		}
+		Eventually(fds, 10*time.Second, 50*time.Millisecond).Should(BeNumerically("<", 30))
+		restore := starveDescriptors(a.cmd.Process.Pid)
+		for i := n / 2; i < n; i++ {
+			ids[i] = a.request("session/new", map[string]any{"cwd": cwd})
+		}
+		for _, id := range ids[n/2:] {
+			a.response(id)
+		}
+		restore()
 		var opened []string
 		limited := 0
 		for _, id := range ids {
@@ -278,19 +302,11 @@ var _ = Describe("chaos", Label("e2e", "chaos"), func() {
 			opened = append(opened, m["result"].(map[string]any)["sessionId"].(string))
 		}
 		GinkgoWriter.Printf("%d of %d session/new opened, %d refused for lack of descriptors\n", len(opened), n, limited)
-		// File-store sessions let go of their lock between turns (one
-		// session, several processes), so the flood need not exhaust the
-		// descriptors any more; whether it does depends on timing. Either
-		// way every request was answered, by a session or by -32011.
 		Expect(len(opened) + limited).To(Equal(n))
+		Expect(limited).To(BeNumerically(">", 0), "a starved stdio server refuses for lack of descriptors")
 		Expect(opened).NotTo(BeEmpty())
 		// idle sessions release theirs: new sessions open again, and the old
 		// ones take theirs back for a prompt
-		fds := func() int {
-			ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", a.cmd.Process.Pid))
-			Expect(err).NotTo(HaveOccurred())
-			return len(ents)
-		}
 		Eventually(fds, 10*time.Second, 50*time.Millisecond).Should(BeNumerically("<", 30),
 			"%d live sessions hold no descriptor once idle", len(opened))
 		Expect(a.response(a.request("session/new", map[string]any{"cwd": cwd}))).To(HaveKey("result"))
@@ -459,3 +475,27 @@ var _ = Describe("chaos", Label("e2e", "chaos"), func() {
 		a.sigterm(10 * time.Second)
 	})
 })
+
+// starveDescriptors lowers pid's soft descriptor limit to its lowest free
+// descriptor number, so every open, socket or pipe there fails with EMFILE
+// until the returned func puts the limit back.
+func starveDescriptors(pid int) (restore func()) {
+	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	Expect(err).NotTo(HaveOccurred())
+	open := map[uint64]bool{}
+	for _, e := range ents {
+		fd, err := strconv.ParseUint(e.Name(), 10, 64)
+		Expect(err).NotTo(HaveOccurred())
+		open[fd] = true
+	}
+	var free uint64
+	for open[free] {
+		free++
+	}
+	var old unix.Rlimit
+	Expect(unix.Prlimit(pid, unix.RLIMIT_NOFILE, nil, &old)).To(Succeed())
+	Expect(unix.Prlimit(pid, unix.RLIMIT_NOFILE, &unix.Rlimit{Cur: free, Max: old.Max}, nil)).To(Succeed())
+	return func() {
+		Expect(unix.Prlimit(pid, unix.RLIMIT_NOFILE, &old, nil)).To(Succeed())
+	}
+}

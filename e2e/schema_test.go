@@ -84,6 +84,7 @@ type wireChecker struct {
 	schema *acpSchema
 	mu     sync.Mutex
 	asked  map[string]string // client request id (raw JSON) -> method
+	alias  map[string]string // method -> the method whose schema checks it
 	Errors []string
 	Passed int
 }
@@ -100,7 +101,11 @@ func (w *wireChecker) ClientSent(line []byte) {
 	}
 	if json.Unmarshal(line, &m) == nil && m.Method != "" && m.ID != nil {
 		w.mu.Lock()
-		w.asked[string(m.ID)] = canonical(m.Method)
+		method := canonical(m.Method)
+		if as, ok := w.alias[method]; ok {
+			method = as
+		}
+		w.asked[string(m.ID)] = method
 		w.mu.Unlock()
 	}
 }
@@ -172,6 +177,18 @@ func (w *wireChecker) fail(format string, args ...any) {
 	w.mu.Lock()
 	w.Errors = append(w.Errors, fmt.Sprintf(format, args...))
 	w.mu.Unlock()
+}
+
+// checkAs validates responses to method as responses to as: for unstable
+// methods absent from the v1 schema whose response has a stable shape
+// (session/fork answers like session/new).
+func (w *wireChecker) checkAs(method, as string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.alias == nil {
+		w.alias = map[string]string{}
+	}
+	w.alias[method] = as
 }
 
 // Violations returns what failed so far.

@@ -120,6 +120,8 @@ var _ = Describe("one session shared across pods", Label("e2e", "shared", "clust
 		Expect(chatText(a.updatesOf(sid, from), "user_message_chunk")).To(Equal("what do you see?"))
 		Expect(chatText(a.updatesOf(sid, from), "agent_message_chunk")).To(Equal("Seen from B."))
 
+		Expect(cl.pods[0].check.Violations()).To(BeEmpty(), "schema violations on the holder's wire before the kill")
+		Expect(cl.pods[0].check.Passed).To(BeNumerically(">", 0))
 		killed := time.Now()
 		Expect(cl.pods[0].cmd.Process.Kill()).To(Succeed())
 		<-cl.pods[0].exited
@@ -130,5 +132,7 @@ var _ = Describe("one session shared across pods", Label("e2e", "shared", "clust
 		}, 20*time.Second, 200*time.Millisecond).Should(HaveKeyWithValue("result", HaveKeyWithValue("stopReason", "end_turn")))
 		GinkgoWriter.Printf("kill -9 of the holder → B's next prompt served on B after %v\n", time.Since(killed))
 		Expect(chatTexts(lastRequest(fake))).To(Equal([]string{"Remember 42", "Noted: 42.", "what do you see?", "Seen from B.", "and now?"}))
+		Expect(cl.pods[1].check.Violations()).To(BeEmpty(), "schema violations on the other pod's wire")
+		Expect(cl.pods[1].check.Passed).To(BeNumerically(">", 0))
 	})
 })

@@ -36,6 +36,47 @@ type tenancy struct {
 	env        []string
 	aliceToken string
 	bobToken   string
+	checks     []*wireChecker
+}
+
+// open is openConn with a wire checker of the connection's own: request ids
+// restart at 1 on every connection, so one checker shared by several would
+// check an answer against another connection's request. session/fork is
+// unstable (not in the v1 schema); its answer is checked as session/new's
+// here, and against the unstable schema by checkFork.
+func (t *tenancy) open(via *httpAgent) *acpConn {
+	v := *via
+	v.check = newWireChecker(schemaV1)
+	v.check.checkAs("session/fork", "session/new")
+	t.checks = append(t.checks, v.check)
+	return openConn(&v)
+}
+
+// expectCleanWire asserts that every frame the connections opened by open
+// received was valid ACP v1.
+func (t *tenancy) expectCleanWire() {
+	for _, c := range t.checks {
+		ExpectWithOffset(1, c.Violations()).To(BeEmpty(), "schema violations")
+		ExpectWithOffset(1, c.Passed).To(BeNumerically(">", 0))
+	}
+}
+
+// checkFork asserts that the answer to the session/fork request id on c is
+// valid as the unstable schema's ForkSessionResponse.
+func checkFork(c *acpConn, id float64) {
+	unstable := newWireChecker(loadSchema(filepath.Join(nodeDir, "node_modules", "@agentclientprotocol", "sdk", "schema", "v1", "schema.unstable.json")))
+	unstable.ClientSent([]byte(`{"jsonrpc":"2.0","id":` + jsonText(id) + `,"method":"session/fork"}`))
+	for _, ev := range c.events {
+		if ev.msg["id"] == id && ev.msg["method"] == nil {
+			for _, l := range ev.lines {
+				if v, ok := strings.CutPrefix(l, "data: "); ok {
+					unstable.ServerSent([]byte(v))
+				}
+			}
+		}
+	}
+	ExpectWithOffset(1, unstable.Violations()).To(BeEmpty())
+	ExpectWithOffset(1, unstable.Passed).To(Equal(1))
 }
 
 func newTenancy() *tenancy {
@@ -114,11 +155,11 @@ func refusals(c *acpConn, sid, cwd string) map[string]string {
 // round-robin proxy of two.
 func tenancySpecs(t *tenancy, front func() *httpAgent) {
 	alice, bob := front().as(t.aliceToken), front().as(t.bobToken)
-	ca := openConn(alice)
+	ca := t.open(alice)
 	sid := ca.newSession(t.ws("alice"))
 	ExpectWithOffset(1, ca.wait(ca.prompt(sid, "hello"))).To(HaveKey("result"))
 
-	cb := openConn(bob)
+	cb := t.open(bob)
 	By("B's list does not show A's session; A's does")
 	Expect(jsonText(cb.result("session/list", map[string]any{}))).NotTo(ContainSubstring(sid))
 	Expect(jsonText(ca.result("session/list", map[string]any{}))).To(ContainSubstring(sid))
@@ -158,13 +199,19 @@ func tenancySpecs(t *tenancy, front func() *httpAgent) {
 
 	By("A's own flows all work: prompt, set mode, fork, list, close, load, resume")
 	Expect(ca.call("session/set_mode", map[string]any{"sessionId": sid, "modeId": "plan"})).To(HaveKey("result"))
-	fork := ca.result("session/fork", map[string]any{"sessionId": sid, "cwd": t.ws("alice"), "mcpServers": []any{}})["sessionId"].(string)
+	forkID := ca.send("session/fork", map[string]any{"sessionId": sid, "cwd": t.ws("alice"), "mcpServers": []any{}})
+	forkAnswer := ca.wait(forkID)
+	Expect(forkAnswer).To(HaveKey("result"))
+	checkFork(ca, forkID)
+	fork := forkAnswer["result"].(map[string]any)["sessionId"].(string)
 	Expect(jsonText(ca.result("session/list", map[string]any{}))).To(ContainSubstring(fork))
 	Expect(ca.call("session/close", map[string]any{"sessionId": sid})).To(HaveKey("result"))
 	Expect(ca.call("session/load", map[string]any{"sessionId": sid, "cwd": t.ws("alice"), "mcpServers": []any{}})).To(HaveKey("result"))
 	Expect(ca.wait(ca.prompt(sid, "again"))).To(HaveKey("result"))
-	ca2 := openConn(alice)
+	ca2 := t.open(alice)
 	Expect(ca2.call("session/resume", map[string]any{"sessionId": fork, "cwd": t.ws("alice"), "mcpServers": []any{}})).To(HaveKey("result"))
+	t.expectCleanWire()
+	Expect(front().check.Violations()).To(BeEmpty())
 }
 
 var _ = Describe("tenancy: identities, owned sessions, workspaces", Label("e2e", "tenancy", "http"), func() {
@@ -252,12 +299,12 @@ var _ = Describe("tenancy: identities, owned sessions, workspaces", Label("e2e",
 	It("holds each user to its quotas without starving another: connections (429) and running prompts (-32011)", func() {
 		a := startHTTPAgent(agentEnv(fake, append(t.env, "IAC_CODE_MAX_CONNECTIONS_PER_USER=2", "IAC_CODE_MAX_TURNS_PER_USER=1")...), sharedToken)
 		alice, bob := a.as(t.aliceToken), a.as(t.bobToken)
-		c1, c2 := openConn(alice), openConn(alice)
+		c1, c2 := t.open(alice), t.open(alice)
 		r := alice.post("", jrpc(1, "initialize", map[string]any{"protocolVersion": 1}))
 		Expect(r.status).To(Equal(http.StatusTooManyRequests), string(r.body))
 		Expect(r.header.Get("Retry-After")).NotTo(BeEmpty())
 		Expect(string(r.body)).To(ContainSubstring("limit 2"))
-		cb := openConn(bob)
+		cb := t.open(bob)
 
 		s1, s2 := c1.newSession(t.ws("alice")), c2.newSession(t.ws("alice"))
 		Expect(c1.wait(c1.prompt(s1, "warm up"))).To(HaveKey("result"))
@@ -275,11 +322,14 @@ var _ = Describe("tenancy: identities, owned sessions, workspaces", Label("e2e",
 		Expect(cb.wait(cb.prompt(sb, "hi"))).To(HaveKey("result"))
 
 		By("once the running prompt ends, the user may prompt again; a closed connection frees its slot")
-		c1.call("session/cancel", map[string]any{"sessionId": s1})
+		// session/cancel is a notification: no id, no answer
+		c1.via.accepted(c1.id, jrpc(nil, "session/cancel", map[string]any{"sessionId": s1}))
 		Expect(c1.wait(first)["result"]).To(HaveKeyWithValue("stopReason", "cancelled"))
 		Expect(c2.wait(c2.prompt(s2, "now"))).To(HaveKey("result"))
 		Expect(alice.do(http.MethodDelete, nil, "Acp-Connection-Id", c2.id).status).To(Equal(http.StatusOK))
-		Expect(openConn(alice).id).NotTo(BeEmpty())
+		Expect(t.open(alice).id).NotTo(BeEmpty())
+		t.expectCleanWire()
+		Expect(a.check.Violations()).To(BeEmpty())
 	})
 
 	It("refuses to start on a malformed tokens file, naming file and line", func() {
