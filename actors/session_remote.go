@@ -117,13 +117,27 @@ func (s *session) shareRequest(ctx actor.Context) *shareCall {
 	if c.caps.ReadTextFile || c.caps.WriteTextFile {
 		caps.FS = &protocol.FSCapabilities{ReadTextFile: c.caps.ReadTextFile, WriteTextFile: c.caps.WriteTextFile}
 	}
-	if c.notices {
-		caps.Session = &protocol.ClientSessionCapabilities{Notices: &protocol.Empty{}}
+	if c.caps.Elicitation {
+		caps.Elicitation = &protocol.ElicitationCapabilities{Form: &protocol.Empty{}}
+	}
+	// The proxy's client is this one: what it shows (notices, compaction
+	// updates, boolean options) is what the holding pod's session offers it.
+	if c.notices || s.compactionUpdates || s.booleanOptions {
+		caps.Session = &protocol.ClientSessionCapabilities{}
+		if c.notices {
+			caps.Session.Notices = &protocol.Empty{}
+		}
+		if s.compactionUpdates {
+			caps.Session.Compaction = &protocol.Empty{}
+		}
+		if s.booleanOptions {
+			caps.Session.ConfigOptions = &protocol.ConfigOptionsCapabilities{Boolean: &protocol.Empty{}}
+		}
 	}
 	init := protocol.MustMarshal(&protocol.Message{JSONRPC: "2.0", ID: shareInitID, Method: protocol.MethodInitialize,
 		Params: protocol.MustMarshal(protocol.InitializeRequest{ProtocolVersion: protocol.ProtocolVersion, ClientCapabilities: &caps})})
 	return &shareCall{handover: s.deps.Handover, id: s.id, principal: c.who.Principal, stub: ctx.Self(), init: init,
-		open: s.openRequest(s.start, s.startReq, s.startCwd, s.mcp.start)}
+		open: s.openRequest(s.start, s.startReq, s.startCwd, s.mcp.start, s.startDirs)}
 }
 
 // share asks the pod named by err, the store's refusal to open the
@@ -143,8 +157,10 @@ func (sc *shareCall) share(log zerolog.Logger, err error) *actor.PID {
 	return proxy
 }
 
-// openRequest is the load or resume of this session a proxy is sent.
-func (s *session) openRequest(kind startKind, id protocol.RawMessage, cwd string, servers []protocol.McpServerConfig) []byte {
+// openRequest is the load or resume of this session a proxy is sent, with
+// the client's additionalDirectories: the holding pod reads them omitted as
+// none and would drop the session's own.
+func (s *session) openRequest(kind startKind, id protocol.RawMessage, cwd string, servers []protocol.McpServerConfig, dirs []string) []byte {
 	method := protocol.MethodSessionLoad
 	if kind == startResume {
 		method = protocol.MethodSessionResume
@@ -152,8 +168,11 @@ func (s *session) openRequest(kind startKind, id protocol.RawMessage, cwd string
 	if servers == nil {
 		servers = []protocol.McpServerConfig{}
 	}
-	params := protocol.MustMarshal(map[string]any{"sessionId": s.id, "cwd": cwd, "mcpServers": servers})
-	return protocol.MustMarshal(&protocol.Message{JSONRPC: "2.0", ID: id, Method: method, Params: params})
+	params := map[string]any{"sessionId": s.id, "cwd": cwd, "mcpServers": servers}
+	if len(dirs) > 0 {
+		params["additionalDirectories"] = dirs
+	}
+	return protocol.MustMarshal(&protocol.Message{JSONRPC: "2.0", ID: id, Method: method, Params: protocol.MustMarshal(params)})
 }
 
 // relay sends one JSON-RPC message to the proxy.
@@ -216,7 +235,7 @@ func (s *session) receiveRemote(ctx actor.Context, msg any) {
 			return
 		}
 		if m.reqID != nil {
-			open, _ := protocol.Decode(s.openRequest(m.kind, m.reqID, m.cwd, m.servers))
+			open, _ := protocol.Decode(s.openRequest(m.kind, m.reqID, m.cwd, m.servers, m.dirs))
 			s.relay(ctx, open)
 		}
 	case *cancelTurns:
