@@ -45,6 +45,10 @@ type (
 // shareInitID is the id of the proxy's initialize; its answer is dropped.
 var shareInitID = protocol.RawMessage(`"iac-code-share"`)
 
+// shareCancelTurns, from a stub to its proxy, cancels the proxy's turns
+// (the stub's connection got cancelTurns without a request id).
+const shareCancelTurns = "$/iac-code/cancel_turns"
+
 // relayOutlet writes a proxy connection's frames to its stub.
 type relayOutlet struct {
 	root *actor.RootContext
@@ -86,6 +90,10 @@ func (c *connection) relayed(ctx actor.Context, m *clusterpb.Relay) {
 	msg, e := protocol.Decode(m.Body)
 	if e != nil {
 		c.log.Warn().Str("error", e.Message).Msg("share: undecodable relayed message")
+		return
+	}
+	if msg.Method == shareCancelTurns && msg.ID == nil {
+		ctx.Send(ctx.Self(), &cancelTurns{})
 		return
 	}
 	c.dispatch(ctx, msg)
@@ -239,10 +247,18 @@ func (s *session) receiveRemote(ctx actor.Context, msg any) {
 			s.relay(ctx, open)
 		}
 	case *cancelTurns:
+		if client == nil || !client.pid.Equal(m.conn) {
+			return // the ids and turns of another connection are not the proxy's
+		}
 		if m.requestID != nil {
 			s.relay(ctx, &protocol.Message{Method: protocol.MethodCancelRequest,
 				Params: protocol.MustMarshal(map[string]protocol.RawMessage{"requestId": m.requestID})})
+			return
 		}
+		// Every turn of the connection (Conn.CancelTurns: its client can no
+		// longer receive): the proxy's on the holding pod, not the turns of
+		// that pod's clients a session/cancel would end too.
+		s.relay(ctx, &protocol.Message{Method: shareCancelTurns})
 	case *drain:
 		ctx.Send(m.from, &sessionIdle{sessionID: s.id})
 	case *detach:

@@ -1,6 +1,8 @@
 package actors
 
 import (
+	"time"
+
 	"github.com/asynkron/protoactor-go/actor"
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -47,6 +49,7 @@ var _ = Describe("a session loaded through another pod (PostgreSQL)", func() {
 		holder, here *sessionHarness
 		link         *podLink
 		theirs       store.Store
+		provider     *scriptedProvider
 		cwd, extra   string
 		sid          string
 	)
@@ -54,7 +57,8 @@ var _ = Describe("a session loaded through another pod (PostgreSQL)", func() {
 	BeforeEach(func() {
 		mine, pgTheirs := twoPods()
 		theirs = pgTheirs
-		holder = newSessionHarnessOn(&scriptedProvider{}, theirs, nil)
+		provider = &scriptedProvider{}
+		holder = newSessionHarnessOn(provider, theirs, nil)
 		DeferCleanup(holder.close)
 		here = newSessionHarnessOn(&scriptedProvider{}, mine, nil)
 		DeferCleanup(here.close)
@@ -104,5 +108,20 @@ var _ = Describe("a session loaded through another pod (PostgreSQL)", func() {
 		Expect(req.ClientCapabilities.Elicitation.Form).NotTo(BeNil())
 		Expect(req.ClientCapabilities.Session).NotTo(BeNil())
 		Expect(req.ClientCapabilities.Session.Compaction).NotTo(BeNil())
+	})
+
+	It("cancels the prompt it relayed when its transport cancels the connection's turns, and only that one", func() {
+		provider.then(hangAfter("x"))
+		h := connectWith(map[string]any{})
+		h.result(h.call("session/load", map[string]any{"sessionId": sid, "cwd": cwd, "additionalDirectories": []string{extra}}))
+		prompt := h.call("session/prompt", textPrompt(sid, "long"))
+		Eventually(h.out.updates, 5*time.Second).ShouldNot(BeEmpty())
+		other := holder.conns[0]
+		queued := other.call("session/prompt", textPrompt(sid, "after it"))
+		Consistently(func() map[string]any { return other.out.response(queued) }, 200*time.Millisecond).Should(BeNil())
+
+		h.conn.CancelTurns()
+		Expect(h.result(prompt)["stopReason"]).To(Equal("cancelled"))
+		Expect(other.result(queued)["stopReason"]).To(Equal("end_turn"))
 	})
 })
