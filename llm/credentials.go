@@ -5,7 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"sync"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -49,8 +48,6 @@ func ForgetCredential(home, provider string) (bool, error) {
 
 // SetActiveProvider writes activeProvider to home/settings.yml.
 func SetActiveProvider(home, provider string) error {
-	settingsEdits.Lock()
-	defer settingsEdits.Unlock()
 	return EditYAML(filepath.Join(home, SettingsFile), 0o600, func(root *yaml.Node) bool {
 		setScalar(root, "activeProvider", provider)
 		return true
@@ -180,12 +177,8 @@ func deleteKey(m *yaml.Node, key string) bool {
 // server, so one user's choice never changes another's new sessions. A
 // named principal's own value wins; an option it never chose falls back
 // to sessionDefaults (what the home's owner chose, the old shared place).
-// Edits of the file within this process are serialised (settingsEdits):
-// two users choosing at once both keep their value.
-
-// settingsEdits serialises read-modify-write of settings.yml within this
-// process, also where lockEdits does not lock (not unix).
-var settingsEdits sync.Mutex
+// Edits of the file are serialised (EditYAML's lockEdits): two users
+// choosing at once both keep their value.
 
 // SessionDefaults are the option values principal chose last, for their
 // new sessions ("" is the home's own user). A missing or malformed file
@@ -245,8 +238,6 @@ func SaveSessionDefault(home, principal, id, value string) error {
 	if home == "" {
 		return nil
 	}
-	settingsEdits.Lock()
-	defer settingsEdits.Unlock()
 	return EditYAML(filepath.Join(home, SettingsFile), 0o600, func(root *yaml.Node) bool {
 		var m *yaml.Node
 		if principal == "" {

@@ -108,6 +108,27 @@ func TestTakesThoughtLevel(t *testing.T) {
 	}
 }
 
+// openai_compatible has no thinking style of its own; pointed at OpenAI
+// itself its requests carry reasoning_effort, so the option is offered.
+func TestTakesThoughtLevelFollowsTheRequestRule(t *testing.T) {
+	for _, c := range []struct {
+		base, model string
+		want        bool
+	}{
+		{"", "o3", true}, {"https://api.openai.com/v1", "o4-mini", true}, {"", "gpt-4.1", false},
+		{"http://127.0.0.1:9/v1", "o3", false},
+	} {
+		cfg := Config{Provider: "openai_compatible", BaseURL: c.base}
+		if got := cfg.TakesThoughtLevel(c.model); got != c.want {
+			t.Errorf("%q %s: %v", c.base, c.model, got)
+		}
+		_, style := cfg.thinkingStyle()
+		if sends := style == ThinkingEffort && isOpenAIReasoningModel(c.model); sends != c.want {
+			t.Errorf("%q %s: the request sends reasoning_effort %v, the option is offered %v", c.base, c.model, sends, c.want)
+		}
+	}
+}
+
 func TestSessionDefaultsPerPrincipal(t *testing.T) {
 	home := t.TempDir()
 	// an old file: the shared sessionDefaults only

@@ -2,11 +2,18 @@
 
 package llm
 
-import "os"
+import (
+	"os"
+	"sync"
+)
 
-// lockEdits does not lock across processes here (no flock); edits within
-// one process are serialised by their callers where it matters
-// (settingsEdits).
+// editsInProcess serialises the edits of this process where there is no
+// flock to do it (and to exclude other processes, which it cannot).
+var editsInProcess sync.Mutex
+
+// lockEdits does not lock across processes here (no flock); the edits of
+// one process are serialised.
 func lockEdits(path string, perm os.FileMode) (unlock func(), err error) {
-	return func() {}, nil
+	editsInProcess.Lock()
+	return editsInProcess.Unlock, nil
 }

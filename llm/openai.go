@@ -113,11 +113,32 @@ func NewOpenAI(cfg Config) (Provider, error) {
 		opts = append(opts, option.WithAPIKey(cfg.APIKey))
 	}
 	p := &openAIProvider{cfg: cfg, preset: preset, svc: openai.NewChatCompletionService(opts...)}
-	p.maxCompletion = preset.MaxCompletionTokens
-	if u, err := url.Parse(base); err == nil && strings.EqualFold(u.Hostname(), "api.openai.com") {
-		p.maxCompletion = true
-	}
+	p.maxCompletion = preset.MaxCompletionTokens || isOpenAIHost(base)
 	return p, nil
+}
+
+// isOpenAIHost: base is OpenAI's own API (whatever the preset says).
+func isOpenAIHost(base string) bool {
+	u, err := url.Parse(base)
+	return err == nil && strings.EqualFold(u.Hostname(), "api.openai.com")
+}
+
+// thinkingStyle is how the configured server takes reasoning: the
+// preset's style, and OpenAI's reasoning_effort for a preset without one
+// that talks to OpenAI itself (openai_compatible at api.openai.com, or a
+// preset that sends max_completion_tokens). One rule for the request
+// (openAIProvider.thinking) and for offering the option (TakesThoughtLevel).
+func (c Config) thinkingStyle() (Preset, ThinkingStyle) {
+	cfg := c.resolved()
+	p, _ := cfg.Preset()
+	base := cfg.BaseURL
+	if base == "" {
+		base = DefaultOpenAIBaseURL
+	}
+	if p.Thinking == ThinkingNone && (p.MaxCompletionTokens || isOpenAIHost(base)) {
+		return p, ThinkingEffort
+	}
+	return p, p.Thinking
 }
 
 // Stream implements Provider.

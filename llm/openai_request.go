@@ -162,10 +162,7 @@ func (m *openAIMessage) param() openai.ChatCompletionMessageParamUnion {
 
 // thinking asks for reasoning the way the preset's server understands.
 func (p *openAIProvider) thinking(c *openAICall, model string, budget int) {
-	style := p.preset.Thinking
-	if p.maxCompletion && style == ThinkingNone {
-		style = ThinkingEffort // openai_compatible pointed at api.openai.com
-	}
+	_, style := p.cfg.thinkingStyle()
 	switch style {
 	case ThinkingDashScope:
 		c.extras = map[string]any{"enable_thinking": true, "thinking_budget": budget}

@@ -34,11 +34,11 @@ var anthropicThinking = regexp.MustCompile(`claude-(3-7|(opus|sonnet|haiku)-[4-9
 // something: o4-mini and claude-sonnet-4-5 do, gpt-4.1 does not (its
 // requests never carry reasoning_effort).
 func (c Config) TakesThoughtLevel(model string) bool {
-	p, _ := c.Preset()
 	if c.protocol() == ProtocolAnthropic {
 		return anthropicThinking.MatchString(strings.ToLower(model))
 	}
-	switch p.Thinking {
+	p, style := c.thinkingStyle()
+	switch style {
 	case ThinkingDashScope, ThinkingOpenRouter:
 		return true
 	case ThinkingEffort:

@@ -96,6 +96,19 @@ func (e *Edge) detachSocket(c *conn) bool {
 	counted := c.detached // by detachOverflowLocked
 	c.detached = n > 0 && c.state == stateOpen
 	detached := c.detached
+	if detached {
+		// Armed under the lock that saw the connection open: a closeConn
+		// after it stops this timer (before it, none is armed).
+		if c.detachTimer != nil {
+			c.detachTimer.Stop()
+		}
+		c.detachTimer = time.AfterFunc(e.cfg.DetachedTurnMax, func() {
+			if c.pendingPrompts() > 0 {
+				c.log.Info().Dur("after", e.cfg.DetachedTurnMax).Msg("detached turns still running after IAC_CODE_DETACHED_TURN_MAX: cancelling them")
+			}
+			e.closeConn(c, reasonWebSocket, false, e.cfg.CloseTimeout)
+		})
+	}
 	c.mu.Unlock()
 	if !detached {
 		return false
@@ -104,17 +117,5 @@ func (e *Edge) detachSocket(c *conn) bool {
 	if !counted {
 		e.met.detached.Inc()
 	}
-	t := time.AfterFunc(e.cfg.DetachedTurnMax, func() {
-		if c.pendingPrompts() > 0 {
-			c.log.Info().Dur("after", e.cfg.DetachedTurnMax).Msg("detached turns still running after IAC_CODE_DETACHED_TURN_MAX: cancelling them")
-		}
-		e.closeConn(c, reasonWebSocket, false, e.cfg.CloseTimeout)
-	})
-	c.mu.Lock()
-	if c.detachTimer != nil {
-		c.detachTimer.Stop()
-	}
-	c.detachTimer = t
-	c.mu.Unlock()
 	return true
 }

@@ -125,6 +125,10 @@ func (e *Edge) closeConn(c *conn, reason string, drain bool, timeout time.Durati
 		if c.detachTimer != nil {
 			c.detachTimer.Stop() // it would keep c (and its buffer) for DetachedTurnMax
 		}
+		// Closing from here on: detachSocket arms no timer after this.
+		if c.state == stateOpen {
+			c.state = stateClosing
+		}
 		c.mu.Unlock()
 		e.mu.Lock()
 		delete(e.conns, c.id)
@@ -140,9 +144,6 @@ func (e *Edge) closeConn(c *conn, reason string, drain bool, timeout time.Durati
 		e.mu.Unlock()
 		e.settle(c)
 		c.mu.Lock()
-		if c.state == stateOpen {
-			c.state = stateClosing
-		}
 		if c.reason == "" {
 			c.reason = reason
 		}

@@ -169,6 +169,10 @@ func (e *Edge) serveWebSocket(id string, who actors.Identity, allowed func() boo
 		_ = nc.Close()
 	}()
 	e.readWebSocket(c, ws)
+	// The socket is done: a writer blocked on a peer that stopped reading
+	// (no write deadline after the hijack) must not hold it, the handler
+	// and the stream slot while the connection goes on detached.
+	_ = nc.Close()
 	if revoked.Load() || !e.detachSocket(c) {
 		e.closeConn(c, reasonWebSocket, false, e.cfg.CloseTimeout)
 	}

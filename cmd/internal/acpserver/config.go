@@ -21,16 +21,24 @@ type settings struct {
 	http   httpsse.Config
 }
 
+// homeDir is IAC_CODE_HOME, by default ~/.iac-code.
+func homeDir(getenv func(string) string) (string, error) {
+	if home := getenv("IAC_CODE_HOME"); home != "" {
+		return home, nil
+	}
+	dir, err := os.UserHomeDir()
+	if err != nil {
+		return "", fmt.Errorf("cannot find the home directory; set IAC_CODE_HOME: %w", err)
+	}
+	return filepath.Join(dir, ".iac-code"), nil
+}
+
 // loadConfig reads IAC_CODE_HOME and the behaviour settings; an invalid
 // value stops the server at start, naming the variable.
 func loadConfig(getenv func(string) string) (settings, error) {
-	home := getenv("IAC_CODE_HOME")
-	if home == "" {
-		dir, err := os.UserHomeDir()
-		if err != nil {
-			return settings{}, fmt.Errorf("cannot find the home directory; set IAC_CODE_HOME: %w", err)
-		}
-		home = filepath.Join(dir, ".iac-code")
+	home, err := homeDir(getenv)
+	if err != nil {
+		return settings{}, err
 	}
 	s := settings{
 		actors: actors.Config{Home: home, SessionIdle: time.Hour},

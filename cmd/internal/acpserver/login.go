@@ -37,11 +37,11 @@ func runLogin(name string, args []string, stdin io.Reader, stdout, stderr io.Wri
 		fmt.Fprintln(stderr, name+" login:", err)
 		return 1
 	}
-	cfg, err := loadConfig(os.Getenv)
+	// Only the home: a server setting that is invalid must not stop a login.
+	home, err := homeDir(os.Getenv)
 	if err != nil {
 		return fail(err)
 	}
-	home := cfg.actors.Home
 	current, err := llm.LoadConfig(home, os.Getenv)
 	if err != nil {
 		return fail(err)
