@@ -1,7 +1,6 @@
 package actors
 
 import (
-	"bytes"
 	"errors"
 	"time"
 
@@ -322,7 +321,7 @@ func (c *connection) cancelRequest(ctx actor.Context, m *protocol.Message) {
 	}
 	_ = protocol.Unmarshal(m.Params, &p)
 	target := protocol.CanonicalID(p.RequestID)
-	if target == nil {
+	if target == nil || protocol.IDKey(target) == "" {
 		c.fail(m.ID, protocol.ErrInvalidParams(map[string]string{"requestId": "requestId must be a number or a string"}))
 		return
 	}
@@ -344,7 +343,7 @@ func (c *connection) cancelDeferred(ctx actor.Context, requestID protocol.RawMes
 		kept := waiting[:0]
 		for _, w := range waiting {
 			if w.ID != nil && protocol.CanonicalMethod(w.Method) == protocol.MethodSessionPrompt &&
-				(requestID == nil || bytes.Equal(requestID, protocol.CanonicalID(w.ID))) {
+				cancelsID(requestID, w.ID) {
 				c.reply(w.ID, cancelledPrompt())
 				continue
 			}

@@ -53,6 +53,15 @@ type (
 	previewWanted struct {
 		ask     *permissionAsk
 		session *actor.PID
+		// caps of the client the call would run through, if allowed now:
+		// the diff is read where the run will read (its buffer).
+		caps tools.ClientCaps
+	}
+	// previewRead is the diff read for a previewWanted, off the tool's
+	// actor.
+	previewRead struct {
+		wanted *previewWanted
+		diff   *tools.Diff
 	}
 	// permissionDecision answers a permissionAsk. caps are the capabilities
 	// of the client that owns the session now, for a call that may run
@@ -158,11 +167,11 @@ type permissionTag struct {
 func (s *session) askClient(ctx actor.Context, a *permissionAsk) {
 	s.permActive = a // later asks queue behind this one meanwhile
 	if a.preview != nil {
-		// The tool's actor reads the file, off this one. Should it stop
+		// The tool's actor has the file read, off this one. Should it stop
 		// before it answers (a crash, a sub-agent's turn stopping its
 		// tools), previewGone lets the asks behind it go on.
 		ctx.Watch(a.replyTo)
-		ctx.Send(a.replyTo, &previewWanted{ask: a, session: ctx.Self()})
+		ctx.Send(a.replyTo, &previewWanted{ask: a, session: ctx.Self(), caps: s.promptCaps()})
 		return
 	}
 	s.sendAsk(ctx, a)

@@ -41,12 +41,12 @@ type countedCall struct {
 	gate chan struct{}
 }
 
-func (c countedCall) Preview() *tools.Diff {
+func (c countedCall) Preview(ctx context.Context, cl tools.Client) *tools.Diff {
 	c.n.Add(1)
 	if c.gate != nil {
 		<-c.gate
 	}
-	return c.Call.(tools.Previewer).Preview()
+	return c.Call.(tools.Previewer).Preview(ctx, cl)
 }
 
 // panickyPreviews is a real tool whose calls panic reading their diff.
@@ -62,12 +62,12 @@ func (t panickyPreviews) Prepare(env *tools.Env, input json.RawMessage) (tools.C
 
 type panickyCall struct{ tools.Call }
 
-func (panickyCall) Preview() *tools.Diff { panic("preview broke") }
+func (panickyCall) Preview(context.Context, tools.Client) *tools.Diff { panic("preview broke") }
 
 // noDiff is a Previewer whose diff is empty.
 type noDiff struct{}
 
-func (noDiff) Preview() *tools.Diff { return nil }
+func (noDiff) Preview(context.Context, tools.Client) *tools.Diff { return nil }
 
 // callTools is a model answer calling the tools named in calls at once,
 // each with its args.

@@ -325,6 +325,30 @@ var _ = Describe("connection limits and cancellation", func() {
 		Expect(texts).To(Equal([]string{"long", "partial", "next"}))
 	})
 
+	It("matches $/cancel_request's requestId with the prompt's id as read, not as spelled: \"\\u0061\" cancels \"a\"", func() {
+		p.then(hangAfter("partial"))
+		h = newHarness(p)
+		sid := h.newSession(cwd)
+		params := protocol.MustMarshal(textPrompt(sid, "long"))
+		h.conn.Deliver(&protocol.Message{JSONRPC: "2.0", ID: protocol.RawMessage(`"a"`), Method: "session/prompt", Params: params})
+		answer := func() map[string]any {
+			for _, f := range h.out.all() {
+				if f["id"] == "a" && f["method"] == nil {
+					return f
+				}
+			}
+			return nil
+		}
+		Eventually(h.out.updates, 5*time.Second).ShouldNot(BeEmpty())
+		h.conn.Deliver(&protocol.Message{JSONRPC: "2.0", Method: "$/cancel_request",
+			Params: protocol.RawMessage(`{"requestId":"\u0041"}`)}) // "A": another id
+		Consistently(answer, 100*time.Millisecond).Should(BeNil())
+		h.conn.Deliver(&protocol.Message{JSONRPC: "2.0", Method: "$/cancel_request",
+			Params: protocol.RawMessage(`{"requestId":"\u0061"}`)})
+		Eventually(answer, 5*time.Second).ShouldNot(BeNil())
+		Expect(answer()["result"]).To(HaveKeyWithValue("stopReason", "cancelled"))
+	})
+
 	It("cancels the connection's running turns on CancelTurns and keeps serving", func() {
 		p.then(hangAfter("x"))
 		h = newHarness(p)

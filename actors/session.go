@@ -1,7 +1,6 @@
 package actors
 
 import (
-	"bytes"
 	"fmt"
 	"slices"
 	"strings"
@@ -275,11 +274,11 @@ func (s *session) receive(ctx actor.Context) {
 		s.releaseIfIdle(ctx)
 	case *cancelTurns:
 		if s.turn != nil && m.conn.Equal(s.promptConn) &&
-			(m.requestID == nil || bytes.Equal(m.requestID, protocol.CanonicalID(s.promptID))) {
+			cancelsID(m.requestID, s.promptID) {
 			s.cancelTurn(ctx)
 		}
 		if h := s.mcp.held; h != nil && m.conn.Equal(h.conn) &&
-			(m.requestID == nil || bytes.Equal(m.requestID, protocol.CanonicalID(h.id))) {
+			cancelsID(m.requestID, h.id) {
 			s.cancelHeldPrompt(ctx)
 		}
 		s.cancelQueued(ctx, m.conn, m.requestID)

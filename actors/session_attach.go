@@ -380,11 +380,21 @@ func withdraw(ctx actor.Context, conn *actor.PID, tag any) {
 	ctx.Send(conn, &withdrawRequest{tag: tag})
 }
 
+// sameTag reports whether two request tags are of one request; a
+// remoteTag by its key alone, as a withdrawal knows only that.
+func sameTag(a, b any) bool {
+	if ra, ok := a.(remoteTag); ok {
+		rb, ok := b.(remoteTag)
+		return ok && ra.key != "" && ra.key == rb.key
+	}
+	return a == b
+}
+
 // withdrawRequest (connection side): the pending request with that tag is
 // forgotten and its client told with $/cancel_request, at once.
 func (c *connection) withdraw(m *withdrawRequest) {
 	for n, p := range c.pending {
-		if p.tag != m.tag {
+		if !sameTag(p.tag, m.tag) {
 			continue
 		}
 		delete(c.pending, n)

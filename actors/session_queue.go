@@ -1,7 +1,6 @@
 package actors
 
 import (
-	"bytes"
 	"fmt"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -81,7 +80,18 @@ func (s *session) cancelQueued(ctx actor.Context, conn *actor.PID, requestID pro
 // cancels reports whether a cancel of conn's prompts (every connection's
 // when conn is nil), or of the one with requestID, is one of prompt r.
 func cancels(r *sessionRequest, conn *actor.PID, requestID protocol.RawMessage) bool {
-	return (conn == nil || conn.Equal(r.conn)) && (requestID == nil || bytes.Equal(requestID, protocol.CanonicalID(r.id)))
+	return (conn == nil || conn.Equal(r.conn)) && cancelsID(requestID, r.id)
+}
+
+// cancelsID reports whether a cancel of the request with requestID (of
+// every one, when nil) is one of the request with id: the ids are compared
+// as read (protocol.IDKey), not as spelled, so "\u0061" cancels "a".
+func cancelsID(requestID, id protocol.RawMessage) bool {
+	if requestID == nil {
+		return true
+	}
+	key := protocol.IDKey(requestID)
+	return key != "" && key == protocol.IDKey(id)
 }
 
 // answerCancelled answers prompt r, which never started, cancelled.

@@ -1,7 +1,6 @@
 package actors
 
 import (
-	"bytes"
 	"errors"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -38,8 +37,9 @@ type (
 		init, open *protocol.Message
 	}
 	// remoteTag tags a request of the proxy that the stub's connection
-	// asks its client: the proxy's id, canonical.
-	remoteTag struct{ id string }
+	// asks its client: the proxy's id is answered as sent; key matches it (protocol.IDKey), as a
+	// $/cancel_request of the proxy does.
+	remoteTag struct{ id, key string }
 )
 
 // shareInitID is the id of the proxy's initialize; its answer is dropped.
@@ -223,7 +223,7 @@ func (s *session) receiveRemote(ctx actor.Context, msg any) {
 		}
 		client.seen++
 		if m.method == protocol.MethodSessionClose {
-			s.closeID = protocol.CanonicalID(m.id)
+			s.closeID = m.id
 		}
 		s.relay(ctx, &protocol.Message{ID: m.id, Method: m.method, Params: m.params})
 	case *clientAnswer:
@@ -284,12 +284,12 @@ func (s *session) fromProxy(ctx actor.Context, conn *actor.PID, body []byte) {
 	}
 	switch {
 	case msg.IsResponse():
-		id := protocol.CanonicalID(msg.ID)
-		if bytes.Equal(id, shareInitID) {
+		id := protocol.IDKey(msg.ID)
+		if id == protocol.IDKey(shareInitID) {
 			return
 		}
 		ctx.Send(conn, &outbound{frame: Frame{Data: body, SessionID: s.id}})
-		if s.closeID != nil && bytes.Equal(id, s.closeID) {
+		if s.closeID != nil && id == protocol.IDKey(s.closeID) {
 			ctx.Stop(ctx.Self()) // closed: the connection waits for this actor to stop
 		}
 	case msg.Method == protocol.MethodCancelRequest:
@@ -297,10 +297,10 @@ func (s *session) fromProxy(ctx actor.Context, conn *actor.PID, body []byte) {
 			RequestID protocol.RawMessage `json:"requestId"`
 		}
 		_ = protocol.Unmarshal(msg.Params, &p)
-		withdraw(ctx, conn, remoteTag{id: string(protocol.CanonicalID(p.RequestID))})
+		withdraw(ctx, conn, remoteTag{key: protocol.IDKey(p.RequestID)})
 	case msg.IsRequest():
 		ctx.Send(conn, &outboundRequest{sessionID: s.id, method: msg.Method, params: msg.Params, replyTo: ctx.Self(),
-			tag: remoteTag{id: string(protocol.CanonicalID(msg.ID))}})
+			tag: remoteTag{id: string(msg.ID), key: protocol.IDKey(msg.ID)}})
 	default:
 		ctx.Send(conn, &outbound{frame: Frame{Data: body, SessionID: s.id}})
 	}

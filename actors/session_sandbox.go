@@ -1,7 +1,6 @@
 package actors
 
 import (
-	"os"
 	"path/filepath"
 	"slices"
 
@@ -28,7 +27,7 @@ func (s *session) sandboxJail() *sandbox.Jail {
 		return s.jail
 	}
 	if s.deps.Config.Sandbox.Active() {
-		if exposed := sandbox.Exposed(roots, s.deps.Config.Home, os.Getenv("HOME")); len(exposed) > 0 {
+		if exposed := sandbox.Exposed(roots, s.deps.Config.Home, s.deps.Config.Sandbox.Settings.ProtectedHome()); len(exposed) > 0 {
 			s.log.Warn().Strs("exposed", exposed).Msg("the session's directories contain these; the sandbox cannot hide them")
 		}
 	}

@@ -211,6 +211,8 @@ func (a *toolActor) Receive(ctx actor.Context) {
 		close(a.gone)
 	case *previewWanted:
 		a.previewed(ctx, m)
+	case *previewRead:
+		a.previewDone(ctx, m)
 	case *permissionDecision:
 		switch {
 		case a.stopping:
@@ -330,24 +332,46 @@ func (a *toolActor) start(ctx actor.Context) {
 	ctx.Send(a.session, ask)
 }
 
-// previewed reads the diff the session asks for and always sends the ask
-// back: with the diff; without it when reading it panicked; withdrawn when
-// the call is done or stopping (the session drops it, or, when only a
-// sub-agent's turn ended, goes on with the asks behind it).
+// previewed has the diff the session asks for read off this actor (a
+// large file, a slow disk or the editor's answer must not hold the tool's
+// stop or cancel), through the client when the run would go through it.
+// previewDone sends the ask back.
 func (a *toolActor) previewed(ctx actor.Context, m *previewWanted) {
-	withDiff := *m.ask
-	withDiff.preview, withDiff.previewOf = nil, m.ask
 	if a.done || a.stopping {
-		withDiff.withdrawn = true
-	} else if d := a.readPreview(m.ask.preview); d != nil {
-		withDiff.toolCall.Content = append(slices.Clip(withDiff.toolCall.Content), diffContent(d))
+		a.previewDone(ctx, &previewRead{wanted: m})
+		return
 	}
-	ctx.Send(m.session, &withDiff)
+	self, root, p := ctx.Self(), ctx.ActorSystem().Root, m.ask.preview
+	var cl tools.Client
+	if _, ok := a.call.call.(tools.ClientCall); ok && m.caps.Any() {
+		cl = &toolClient{caps: m.caps, sessionID: a.sessionID, toolCallID: a.call.id, self: self, root: root, gone: a.gone,
+			timeout: a.deps.Config.ClientTimeout}
+	}
+	readCtx := a.parentCtx
+	go func() {
+		root.Send(self, &previewRead{wanted: m, diff: a.readPreview(readCtx, p, cl)})
+	}()
 }
 
-// readPreview is p.Preview(), nil when it panics: the user is asked
-// without the diff rather than never.
-func (a *toolActor) readPreview(p tools.Previewer) (d *tools.Diff) {
+// previewDone always sends the ask back: with the diff; without it when
+// reading it failed or panicked; withdrawn when the call is done or
+// stopping (the session drops it, or, when only a sub-agent's turn ended,
+// goes on with the asks behind it).
+func (a *toolActor) previewDone(ctx actor.Context, m *previewRead) {
+	withDiff := *m.wanted.ask
+	withDiff.preview, withDiff.previewOf = nil, m.wanted.ask
+	if a.done || a.stopping {
+		withDiff.withdrawn = true
+	} else if m.diff != nil {
+		withDiff.toolCall.Content = append(slices.Clip(withDiff.toolCall.Content), diffContent(m.diff))
+	}
+	ctx.Send(m.wanted.session, &withDiff)
+}
+
+// readPreview is p.Preview(ctx, cl), nil when it panics: the user is asked
+// without the diff rather than never. It runs on its own goroutine and
+// touches nothing of the actor but its logger and names.
+func (a *toolActor) readPreview(ctx context.Context, p tools.Previewer, cl tools.Client) (d *tools.Diff) {
 	defer func() {
 		if r := recover(); r != nil {
 			a.deps.Log.Error().Str("session", a.sessionID).Str("tool", a.call.name).Interface("panic", r).
@@ -355,7 +379,7 @@ func (a *toolActor) readPreview(p tools.Previewer) (d *tools.Diff) {
 			d = nil
 		}
 	}()
-	return p.Preview()
+	return p.Preview(ctx, cl)
 }
 
 func (a *toolActor) run(ctx actor.Context) {

@@ -98,12 +98,18 @@ var _ = Describe("an editor client's files and terminal (TypeScript SDK)", Label
 		Expect(toolResultFor(fake, "r1")).To(Equal("     1\tbuf 1\n     2\tbuf 2\n     3\tbuf 3\n     4\tbuf 4\n"))
 		Expect(toolResultFor(fake, "r2")).To(Equal("     2\tbuf 2\n     3\tbuf 3\n"))
 		a, b := filepath.Join(cwd, "a.txt"), filepath.Join(cwd, "b.txt")
+		// The write and the edit each read the buffer twice: for the diff of
+		// their permission request (what the user approves is the buffer's
+		// change), then to run.
 		Expect(ed.methods()).To(Equal([]string{"fs/read_text_file", "fs/read_text_file",
-			"fs/read_text_file", "fs/write_text_file", "fs/read_text_file", "fs/write_text_file"}))
+			"fs/read_text_file", "fs/read_text_file", "fs/write_text_file",
+			"fs/read_text_file", "fs/read_text_file", "fs/write_text_file"}))
 		Expect(ed.Requests[0].Params).To(Equal(map[string]any{"sessionId": run.Result["sessionId"], "path": a}))
 		Expect(ed.Requests[1].Params).To(HaveKeyWithValue("line", 2.0))
 		Expect(ed.Requests[1].Params).To(HaveKeyWithValue("limit", 2.0))
-		Expect(ed.Requests[3].Params).To(Equal(map[string]any{"sessionId": run.Result["sessionId"], "path": b, "content": "new b\n"}))
+		Expect(ed.Requests[2].Params).To(Equal(map[string]any{"sessionId": run.Result["sessionId"], "path": b}))
+		Expect(ed.Requests[4].Params).To(Equal(map[string]any{"sessionId": run.Result["sessionId"], "path": b, "content": "new b\n"}))
+		Expect(ed.Requests[5].Params).To(Equal(map[string]any{"sessionId": run.Result["sessionId"], "path": a}))
 
 		Expect(ed.Buffers).To(Equal(map[string]string{"a.txt": "buf 1\nbuf two\nbuf 3\nbuf 4\n", "b.txt": "new b\n"}))
 		Expect(disk("a.txt")).To(Equal("disk 1\ndisk 2\ndisk 3\n"))
@@ -113,6 +119,16 @@ var _ = Describe("an editor client's files and terminal (TypeScript SDK)", Label
 		edit := lastOf(toolUpdates(run.Updates, "e1"))
 		Expect(edit["content"]).To(ContainElement(And(HaveKeyWithValue("type", "diff"), HaveKeyWithValue("path", a),
 			HaveKeyWithValue("oldText", "buf 1\nbuf 2\nbuf 3\nbuf 4\n"), HaveKeyWithValue("newText", "buf 1\nbuf two\nbuf 3\nbuf 4\n"))))
+		// And so are the diffs of the permission requests, before the runs.
+		asked := map[string]any{}
+		for _, p := range run.PermissionRequests {
+			tc := p["params"].(map[string]any)["toolCall"].(map[string]any)
+			asked[tc["toolCallId"].(string)] = tc["content"]
+		}
+		Expect(asked["e1"]).To(ContainElement(And(HaveKeyWithValue("type", "diff"), HaveKeyWithValue("path", a),
+			HaveKeyWithValue("oldText", "buf 1\nbuf 2\nbuf 3\nbuf 4\n"), HaveKeyWithValue("newText", "buf 1\nbuf two\nbuf 3\nbuf 4\n"))))
+		Expect(asked["w1"]).To(ContainElement(And(HaveKeyWithValue("type", "diff"), HaveKeyWithValue("path", b),
+			Not(HaveKey("oldText")), HaveKeyWithValue("newText", "new b\n"))))
 		write := lastOf(toolUpdates(run.Updates, "w1"))
 		Expect(write["content"]).To(ContainElement(And(HaveKeyWithValue("type", "diff"), HaveKeyWithValue("path", b),
 			Not(HaveKey("oldText")), HaveKeyWithValue("newText", "new b\n"))))

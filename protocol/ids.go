@@ -16,8 +16,9 @@ const MaxDepth = 10_000
 // decodes to a string that no re-encoding gives back). Only a string with
 // raw bytes that are not UTF-8 is decoded and encoded again (they become
 // U+FFFD): sent back raw, they would make the answer invalid JSON. A number
-// or null is kept (the decoder has validated it, and it is ASCII). Anything
-// else is not an id: nil.
+// or null is kept (it is ASCII). Anything else is not an id: nil. id must
+// be well-formed JSON (as the decoder leaves it; PeekID checks its own):
+// only its UTF-8 is checked here. To match one id with another, use IDKey.
 func CanonicalID(id RawMessage) RawMessage {
 	id = bytes.TrimSpace(id)
 	if !validID(id) {
@@ -26,7 +27,7 @@ func CanonicalID(id RawMessage) RawMessage {
 	if id[0] != '"' || plainASCIIString(id) {
 		return id
 	}
-	if utf8.Valid(id) && Valid(id) {
+	if utf8.Valid(id) {
 		return id
 	}
 	var s string
@@ -82,6 +83,9 @@ func PeekID(data []byte) RawMessage {
 			return nil
 		}
 		if isIDKey(key) {
+			if !Valid(data[i:vEnd]) {
+				return nil // nothing has checked this part of data
+			}
 			// a copy: data is often a read buffer that is reused
 			return append(RawMessage(nil), CanonicalID(data[i:vEnd])...)
 		}

@@ -151,6 +151,8 @@ func TestPeekID(t *testing.T) {
 		`{"jsonrpc":"2.0","params":"trunc`:          ``,
 		`{"id":12`:                                  ``, // the number may go on
 		`[1]`:                                       ``,
+		`{"id":"\q","x":1}`:                         ``, // the decoder never saw it
+		`{"id":01,"x":1}`:                           ``,
 	}
 	for in, want := range cases {
 		if got := string(PeekID([]byte(in))); got != want {
@@ -165,5 +167,17 @@ func TestPeekIDDoesNotAliasItsInput(t *testing.T) {
 	copy(buf, `{"id":"zzz"`)
 	if string(id) != `"abc"` {
 		t.Fatalf("id changed with the buffer: %s", id)
+	}
+}
+
+// An id with an escape or a non-ASCII letter is checked once by the decoder;
+// CanonicalID adds a UTF-8 check only.
+func BenchmarkDecodeEscapedID(b *testing.B) {
+	msg := []byte(`{"jsonrpc":"2.0","id":"prompt-\u00e9-42","method":"session/prompt","params":{"sessionId":"s","prompt":[{"type":"text","text":"hello"}]}}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, e := Decode(msg); e != nil {
+			b.Fatal(e)
+		}
 	}
 }

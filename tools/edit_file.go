@@ -103,18 +103,28 @@ func (c *editFileCall) Run(ctx context.Context, _ func(string)) Result {
 	return c.edited(old, updated)
 }
 
-// Preview implements Previewer.
-func (c *editFileCall) Preview() *Diff {
-	f, err := openRegular(c.target)
-	if err != nil {
-		return nil
+// Preview implements Previewer: through the client when RunVia edits its
+// buffer.
+func (c *editFileCall) Preview(ctx context.Context, cl Client) *Diff {
+	var old string
+	if c.viaClient(cl) {
+		text, err := cl.ReadTextFile(ctx, c.target.Location(), 0, 0)
+		if err != nil {
+			return nil
+		}
+		old = text
+	} else {
+		f, err := openRegular(c.target)
+		if err != nil {
+			return nil
+		}
+		data, err := io.ReadAll(f)
+		f.Close()
+		if err != nil {
+			return nil
+		}
+		old = string(data)
 	}
-	data, err := io.ReadAll(f)
-	f.Close()
-	if err != nil {
-		return nil
-	}
-	old := string(data)
 	updated, fail := c.apply(old)
 	if fail != nil {
 		return nil
@@ -127,7 +137,7 @@ func (c *editFileCall) Preview() *Diff {
 // the two the edit is wholly local, so that what is replaced and what is
 // written are one version of the file.
 func (c *editFileCall) RunVia(ctx context.Context, cl Client, progress func(string)) Result {
-	if cl == nil || !cl.Caps().ReadTextFile || !cl.Caps().WriteTextFile {
+	if !c.viaClient(cl) {
 		return c.Run(ctx, progress)
 	}
 	if ctx.Err() != nil {
@@ -149,6 +159,11 @@ func (c *editFileCall) RunVia(ctx context.Context, cl Client, progress func(stri
 		return Errorf(fmt.Sprintf("Cannot write %s through the editor: %v", shown, err))
 	}
 	return c.edited(old, updated)
+}
+
+// viaClient: the edit goes through cl (it can both read and write).
+func (c *editFileCall) viaClient(cl Client) bool {
+	return cl != nil && cl.Caps().ReadTextFile && cl.Caps().WriteTextFile
 }
 
 // apply replaces the one occurrence of c.old in text, or says why not.

@@ -61,12 +61,13 @@ type Call interface {
 }
 
 // Previewer is a Call that can show its change before it runs, for the
-// permission request: the diff against the file as it is on disk now
-// (nil when the call would fail). It is the completed call's diff unless
-// the file changes meanwhile, or the client's buffer differs from the disk
-// (a run through the client reads the buffer).
+// permission request (nil when the call would fail): the diff against the
+// text the run will change — the client's buffer when the run goes
+// through cl (RunVia's rule), else the file on disk — so the user approves
+// the change that is made, unless the text changes meanwhile. cl is nil
+// for a local run.
 type Previewer interface {
-	Preview() *Diff
+	Preview(ctx context.Context, cl Client) *Diff
 }
 
 // Access is what a call reaches, decided on resolved values.

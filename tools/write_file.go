@@ -121,8 +121,19 @@ func (c *writeFileCall) RunVia(ctx context.Context, cl Client, progress func(str
 	return c.written(old)
 }
 
-// Preview implements Previewer.
-func (c *writeFileCall) Preview() *Diff {
+// Preview implements Previewer: the old text as RunVia reads it (the
+// editor's buffer when the client writes and reads).
+func (c *writeFileCall) Preview(ctx context.Context, cl Client) *Diff {
+	if cl != nil && cl.Caps().WriteTextFile && cl.Caps().ReadTextFile {
+		text, err := cl.ReadTextFile(ctx, c.target.Location(), 0, 0)
+		switch {
+		case err == nil:
+			return &Diff{Path: c.target.Location(), OldText: &text, NewText: c.content}
+		case isClientNotFound(err) || !c.existsLocally():
+			return &Diff{Path: c.target.Location(), NewText: c.content}
+		}
+		return nil
+	}
 	old, _, err := c.localOld()
 	if err != nil {
 		return nil

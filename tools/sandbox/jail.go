@@ -19,12 +19,14 @@ type Jail struct {
 	status   Status
 	readOnly []string
 
-	// mu: starts hold it shared, Close exclusively (it waits for them).
+	// mu: starts hold it shared, SetRoots and Close exclusively (they
+	// wait for them).
 	mu     sync.RWMutex
 	roots  []string
 	closed bool
 	// state guards what starts change: the temporary directory and the
-	// cached ruleset (retired ones may still be in use until Close).
+	// cached ruleset (retired ones may still be in use until SetRoots or
+	// Close, which wait for every start).
 	state   sync.Mutex
 	tmp     string
 	cached  *ruleset
@@ -51,14 +53,26 @@ func (j *Jail) Status() Status { return j.status }
 func (j *Jail) Meta() map[string]any { return j.status.Meta() }
 
 // SetRoots replaces the writable roots (the session's additional
-// directories changed); the next start builds its ruleset anew.
+// directories changed); the next start builds its ruleset anew. The
+// rulesets built for the old roots are closed here: holding j.mu
+// exclusively, no start is using them.
 func (j *Jail) SetRoots(roots []string) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	j.roots = append([]string(nil), roots...)
 	j.state.Lock()
-	j.key = ""
+	j.dropRulesets()
 	j.state.Unlock()
+}
+
+// dropRulesets closes the cached and retired rulesets. Called with j.mu
+// locked exclusively (no start holds one) and j.state locked.
+func (j *Jail) dropRulesets() {
+	j.cached.close()
+	for _, rs := range j.retired {
+		rs.close()
+	}
+	j.cached, j.retired, j.key = nil, nil, ""
 }
 
 // Start starts cmd inside the jail. Its environment (cmd.Env, which must
@@ -172,11 +186,9 @@ func (j *Jail) Close() {
 		return
 	}
 	j.closed = true
-	j.cached.close()
-	for _, rs := range j.retired {
-		rs.close()
-	}
-	j.cached, j.retired = nil, nil
+	j.state.Lock()
+	j.dropRulesets()
+	j.state.Unlock()
 	if j.tmp != "" {
 		removeAll(j.tmp)
 	}

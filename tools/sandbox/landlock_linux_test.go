@@ -243,3 +243,41 @@ func TestAJailedProcessReadsTheSpillDirectoryByNameOnly(t *testing.T) {
 		t.Error("the spill directory could be listed")
 	}
 }
+
+// openFDs is how many descriptors the test process has open.
+func openFDs(t *testing.T) int {
+	t.Helper()
+	names, err := readDirNames("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(names)
+}
+
+// Each roots change builds a new ruleset at the next start; the one it
+// replaces is closed then, not kept open until the session ends.
+func TestChangingRootsDoesNotLeakTheOldRuleset(t *testing.T) {
+	st := landlockOrSkip(t)
+	l := newLayout(t)
+	j := st.NewJail([]string{l.ws})
+	defer j.Close()
+	cycle := func(i int) {
+		roots := []string{l.ws}
+		if i%2 == 1 {
+			roots = append(roots, l.sibling)
+		}
+		j.SetRoots(roots)
+		if out, ok := run(t, j, l.ws, "true"); !ok {
+			t.Fatalf("cycle %d: %s", i, out)
+		}
+	}
+	cycle(0) // the temporary directory, the first ruleset
+	before := openFDs(t)
+	const cycles = 50
+	for i := 1; i <= cycles; i++ {
+		cycle(i)
+	}
+	if after := openFDs(t); after > before+2 {
+		t.Errorf("%d roots changes: open descriptors %d -> %d (a ruleset per change kept open)", cycles, before, after)
+	}
+}

@@ -99,11 +99,13 @@ var devices = []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/d
 // system, the toolchains on PATH, the module cache, the settings'
 // widening. getenv is the environment the process will get (PATH, HOME,
 // GOPATH, GOMODCACHE). A PATH entry that is, contains or lies inside the
-// server's state (IAC_CODE_HOME), or that is $HOME or an ancestor of it,
-// is not added: a PATH entry never opens the home.
+// server's state (IAC_CODE_HOME), or that is the server's $HOME
+// (Settings.UserHome) or an ancestor of it, is not added: a PATH entry
+// never opens the home. The child's HOME only locates its git config and
+// module cache; it never decides which home is protected.
 func BuildPolicy(s Settings, req Request, getenv func(string) string) Policy {
 	var b builder
-	home := resolve(getenv("HOME"))
+	home := resolve(s.ProtectedHome())
 	state := resolve(s.Home)
 	for _, w := range req.Writable {
 		b.rw(w)
@@ -149,13 +151,7 @@ func BuildPolicy(s Settings, req Request, getenv func(string) string) Policy {
 	if mod := goModCache(getenv); mod != "" && !opens(mod, home, state) {
 		b.rx(mod) // modules already downloaded build offline; a download needs IAC_CODE_SANDBOX_WRITE
 	}
-	if home != "" {
-		for _, f := range gitConfig {
-			if p := resolve(filepath.Join(home, f)); p != "" && !within(p, state) {
-				b.rx(p)
-			}
-		}
-	}
+	b.gitConfig(home, resolve(getenv("HOME")), state)
 	for _, d := range devices {
 		if p := resolve(d); p != "" {
 			b.p.Devices = append(b.p.Devices, p)
@@ -214,6 +210,25 @@ func (b *builder) add(list *[]string, path string) {
 
 func (b *builder) rw(path string) { b.add(&b.p.ReadWrite, path) }
 func (b *builder) rx(path string) { b.add(&b.p.ReadExec, path) }
+
+// gitConfig adds the git configuration files of the server's home and of
+// the child's HOME when that is another directory. The child's are its
+// own: one that leads (by a symlink) out of its HOME, into the server's
+// home or into the state is left out.
+func (b *builder) gitConfig(home, childHome, state string) {
+	for _, h := range []string{home, childHome} {
+		if h == "" || (h != home && opens(h, home, state)) {
+			continue
+		}
+		for _, f := range gitConfig {
+			p := resolve(filepath.Join(h, f))
+			if p == "" || within(p, state) || (h != home && (!within(p, h) || within(p, home))) {
+				continue
+			}
+			b.rx(p)
+		}
+	}
+}
 
 // etc adds the entries of /etc but the hidden ones; of /etc/ssh and
 // /etc/ssl all but the private keys (host keys, ssl/private).
@@ -275,6 +290,15 @@ func resolve(path string) string {
 		return ""
 	}
 	return filepath.Clean(p)
+}
+
+// ProtectedHome is the home the sandbox protects: the settings', else the
+// server process's $HOME.
+func (s Settings) ProtectedHome() string {
+	if s.UserHome != "" {
+		return s.UserHome
+	}
+	return os.Getenv("HOME")
 }
 
 // within reports whether path is dir or lies beneath it.

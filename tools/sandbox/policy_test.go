@@ -47,7 +47,7 @@ func TestPolicyGrantsTheSessionTheSystemAndToolchainsButNotTheHomeOrTheState(t *
 	l := newLayout(t)
 	path := strings.Join([]string{filepath.Join(l.goRoot, "bin"), l.homeBin, l.home, l.state,
 		filepath.Join(l.state, "bin"), l.root, "relative/bin", "/usr/bin"}, string(os.PathListSeparator))
-	p := BuildPolicy(Settings{Home: l.state}, Request{Writable: []string{l.ws}, TempDir: l.tmp,
+	p := BuildPolicy(Settings{Home: l.state, UserHome: l.home}, Request{Writable: []string{l.ws}, TempDir: l.tmp,
 		ReadOnly: []string{filepath.Join(l.state, "tool-outputs-missing")}}, l.env(path))
 
 	if !slices.Contains(p.ReadWrite, l.ws) || !slices.Contains(p.ReadWrite, l.tmp) || len(p.ReadWrite) != 2 {
@@ -99,7 +99,7 @@ func TestPolicyReadsTheUsersGitConfigOnly(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	p := BuildPolicy(Settings{Home: l.state}, Request{Writable: []string{l.ws}, TempDir: l.tmp}, l.env("/usr/bin"))
+	p := BuildPolicy(Settings{Home: l.state, UserHome: l.home}, Request{Writable: []string{l.ws}, TempDir: l.tmp}, l.env("/usr/bin"))
 	for _, want := range []string{".gitconfig", ".config/git/config"} {
 		if !slices.Contains(p.ReadExec, filepath.Join(l.home, want)) {
 			t.Errorf("read lacks ~/%s: %v", want, p.ReadExec)
@@ -229,7 +229,7 @@ func TestPolicyRefusesAskedDirectoriesThatOpenTheHomeOrTheState(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	p := BuildPolicy(Settings{Home: l.state}, Request{Writable: []string{l.ws}, TempDir: l.tmp, Listless: []string{spill},
+	p := BuildPolicy(Settings{Home: l.state, UserHome: l.home}, Request{Writable: []string{l.ws}, TempDir: l.tmp, Listless: []string{spill},
 		ReadOnly: []string{l.home, l.state, filepath.Join(l.state, "sessions"), l.root, mcpDir}}, l.env("/usr/bin"))
 	for _, path := range p.ReadExec {
 		if path == l.home || path == l.root || within(path, l.state) {
@@ -241,5 +241,42 @@ func TestPolicyRefusesAskedDirectoriesThatOpenTheHomeOrTheState(t *testing.T) {
 	}
 	if !slices.Equal(p.ReadFiles, []string{spill}) {
 		t.Errorf("read-by-name = %v, want only the spill directory", p.ReadFiles)
+	}
+}
+
+// The home the policy protects is the server's, never the one a child's
+// environment names: an MCP server entry's env (sent by the client) that
+// moves HOME away and puts the real home on PATH opens nothing, and a
+// gitconfig its HOME holds is not a way out of it.
+func TestPolicyProtectsTheServersHomeWhateverTheChildsHOMESays(t *testing.T) {
+	l := newLayout(t)
+	secret := filepath.Join(l.home, ".ssh", "id_ed25519")
+	fakeHome := filepath.Join(l.ws, "fake-home")
+	state := filepath.Join(l.root, "srv-state") // outside the home: only the home's own check keeps it closed
+	for _, d := range []string{filepath.Dir(secret), fakeHome, state} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(secret, []byte("key"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(secret, filepath.Join(fakeHome, ".gitconfig")); err != nil {
+		t.Fatal(err)
+	}
+	server := map[string]string{"HOME": l.home}
+	s, err := SettingsFromEnv(func(k string) string { return server[k] }, "", state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := strings.Join([]string{l.home, filepath.Dir(l.home), "/usr/bin"}, string(os.PathListSeparator))
+	for _, childHome := range []string{"/nonexistent", l.sibling, fakeHome} {
+		child := map[string]string{"HOME": childHome, "PATH": path}
+		p := BuildPolicy(s, Request{Writable: []string{l.ws}, TempDir: l.tmp}, func(k string) string { return child[k] })
+		for _, granted := range append(p.ReadExec, p.ReadWrite...) {
+			if within(l.home, granted) || within(secret, granted) {
+				t.Errorf("child HOME=%s: %s is granted: it opens the server's home", childHome, granted)
+			}
+		}
 	}
 }

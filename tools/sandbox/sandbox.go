@@ -51,15 +51,20 @@ type Settings struct {
 	// Home is IAC_CODE_HOME, never reachable through a PATH entry or a
 	// system directory.
 	Home string
+	// UserHome is the server's $HOME, which the sandbox keeps closed. It
+	// is the server's own, never a child's: an MCP server entry's env (a
+	// client's) may set the child's HOME to anything. Empty: the server
+	// process's $HOME.
+	UserHome string
 }
 
-// SettingsFromEnv reads IAC_CODE_SANDBOX (auto|on|off, default auto),
+// SettingsFromEnv reads HOME (the home to protect), IAC_CODE_SANDBOX (auto|on|off, default auto),
 // IAC_CODE_SANDBOX_NETWORK (on|off, default on) and IAC_CODE_SANDBOX_READ
 // and IAC_CODE_SANDBOX_WRITE (lists of absolute paths separated by
 // os.PathListSeparator). mode, when not empty, is the --sandbox flag and
 // wins over the variable.
 func SettingsFromEnv(getenv func(string) string, mode, home string) (Settings, error) {
-	s := Settings{Mode: Auto, Network: true, Home: home}
+	s := Settings{Mode: Auto, Network: true, Home: home, UserHome: getenv("HOME")}
 	var errs []error
 	if mode == "" {
 		mode = getenv("IAC_CODE_SANDBOX")
