@@ -439,16 +439,6 @@ func (s *session) handle(ctx actor.Context, r *sessionRequest) {
 		s.setMode(ctx, r.id, p.ModeID)
 	case protocol.MethodSessionSetConfig:
 		s.setConfig(ctx, r)
-	case protocol.MethodSessionLoad, protocol.MethodSessionResume:
-		kind := startLoad
-		if r.method == protocol.MethodSessionResume {
-			kind = startResume
-		}
-		var p protocol.SessionRef
-		_ = protocol.Unmarshal(r.params, &p)
-		servers, _, _ := protocol.ParseMcpServers(p.McpServers)
-		c := s.clients.find(r.conn)
-		s.attach(ctx, &attach{kind: kind, reqID: r.id, cwd: p.Cwd, conn: r.conn, who: c.who, servers: servers, notices: c.notices, caps: c.caps})
 	}
 }
 

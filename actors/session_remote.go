@@ -45,6 +45,10 @@ type (
 // shareInitID is the id of the proxy's initialize; its answer is dropped.
 var shareInitID = protocol.RawMessage(`"iac-code-share"`)
 
+// shareCancelTurns, from a stub to its proxy, cancels the proxy's turns
+// (the stub's connection got cancelTurns without a request id).
+const shareCancelTurns = "$/iac-code/cancel_turns"
+
 // relayOutlet writes a proxy connection's frames to its stub.
 type relayOutlet struct {
 	root *actor.RootContext
@@ -88,6 +92,10 @@ func (c *connection) relayed(ctx actor.Context, m *clusterpb.Relay) {
 		c.log.Warn().Str("error", e.Message).Msg("share: undecodable relayed message")
 		return
 	}
+	if msg.Method == shareCancelTurns && msg.ID == nil {
+		ctx.Send(ctx.Self(), &cancelTurns{})
+		return
+	}
 	c.dispatch(ctx, msg)
 }
 
@@ -117,13 +125,27 @@ func (s *session) shareRequest(ctx actor.Context) *shareCall {
 	if c.caps.ReadTextFile || c.caps.WriteTextFile {
 		caps.FS = &protocol.FSCapabilities{ReadTextFile: c.caps.ReadTextFile, WriteTextFile: c.caps.WriteTextFile}
 	}
-	if c.notices {
-		caps.Session = &protocol.ClientSessionCapabilities{Notices: &protocol.Empty{}}
+	if c.caps.Elicitation {
+		caps.Elicitation = &protocol.ElicitationCapabilities{Form: &protocol.Empty{}}
+	}
+	// The proxy's client is this one: what it shows (notices, compaction
+	// updates, boolean options) is what the holding pod's session offers it.
+	if c.notices || s.compactionUpdates || s.booleanOptions {
+		caps.Session = &protocol.ClientSessionCapabilities{}
+		if c.notices {
+			caps.Session.Notices = &protocol.Empty{}
+		}
+		if s.compactionUpdates {
+			caps.Session.Compaction = &protocol.Empty{}
+		}
+		if s.booleanOptions {
+			caps.Session.ConfigOptions = &protocol.ConfigOptionsCapabilities{Boolean: &protocol.Empty{}}
+		}
 	}
 	init := protocol.MustMarshal(&protocol.Message{JSONRPC: "2.0", ID: shareInitID, Method: protocol.MethodInitialize,
 		Params: protocol.MustMarshal(protocol.InitializeRequest{ProtocolVersion: protocol.ProtocolVersion, ClientCapabilities: &caps})})
 	return &shareCall{handover: s.deps.Handover, id: s.id, principal: c.who.Principal, stub: ctx.Self(), init: init,
-		open: s.openRequest(s.start, s.startReq, s.startCwd, s.mcp.start)}
+		open: s.openRequest(s.start, s.startReq, s.startCwd, s.mcp.start, s.startDirs)}
 }
 
 // share asks the pod named by err, the store's refusal to open the
@@ -143,8 +165,10 @@ func (sc *shareCall) share(log zerolog.Logger, err error) *actor.PID {
 	return proxy
 }
 
-// openRequest is the load or resume of this session a proxy is sent.
-func (s *session) openRequest(kind startKind, id protocol.RawMessage, cwd string, servers []protocol.McpServerConfig) []byte {
+// openRequest is the load or resume of this session a proxy is sent, with
+// the client's additionalDirectories: the holding pod reads them omitted as
+// none and would drop the session's own.
+func (s *session) openRequest(kind startKind, id protocol.RawMessage, cwd string, servers []protocol.McpServerConfig, dirs []string) []byte {
 	method := protocol.MethodSessionLoad
 	if kind == startResume {
 		method = protocol.MethodSessionResume
@@ -152,8 +176,11 @@ func (s *session) openRequest(kind startKind, id protocol.RawMessage, cwd string
 	if servers == nil {
 		servers = []protocol.McpServerConfig{}
 	}
-	params := protocol.MustMarshal(map[string]any{"sessionId": s.id, "cwd": cwd, "mcpServers": servers})
-	return protocol.MustMarshal(&protocol.Message{JSONRPC: "2.0", ID: id, Method: method, Params: params})
+	params := map[string]any{"sessionId": s.id, "cwd": cwd, "mcpServers": servers}
+	if len(dirs) > 0 {
+		params["additionalDirectories"] = dirs
+	}
+	return protocol.MustMarshal(&protocol.Message{JSONRPC: "2.0", ID: id, Method: method, Params: protocol.MustMarshal(params)})
 }
 
 // relay sends one JSON-RPC message to the proxy.
@@ -216,14 +243,22 @@ func (s *session) receiveRemote(ctx actor.Context, msg any) {
 			return
 		}
 		if m.reqID != nil {
-			open, _ := protocol.Decode(s.openRequest(m.kind, m.reqID, m.cwd, m.servers))
+			open, _ := protocol.Decode(s.openRequest(m.kind, m.reqID, m.cwd, m.servers, m.dirs))
 			s.relay(ctx, open)
 		}
 	case *cancelTurns:
+		if client == nil || !client.pid.Equal(m.conn) {
+			return // the ids and turns of another connection are not the proxy's
+		}
 		if m.requestID != nil {
 			s.relay(ctx, &protocol.Message{Method: protocol.MethodCancelRequest,
 				Params: protocol.MustMarshal(map[string]protocol.RawMessage{"requestId": m.requestID})})
+			return
 		}
+		// Every turn of the connection (Conn.CancelTurns: its client can no
+		// longer receive): the proxy's on the holding pod, not the turns of
+		// that pod's clients a session/cancel would end too.
+		s.relay(ctx, &protocol.Message{Method: shareCancelTurns})
 	case *drain:
 		ctx.Send(m.from, &sessionIdle{sessionID: s.id})
 	case *detach:
