@@ -198,6 +198,7 @@ func Fanout(ctx context.Context, o *Options, p FanoutParams) (*Result, error) {
 	}
 	defer closeConns(context.Background(), conns, nil)
 	uSetup := srv.Usage()
+	treeSetup, _ := proc.ReadTree(srv.Pid())
 
 	m0 := serverMetrics(ctx, h)
 	cw := watchCPU(srv.Pid())
@@ -279,6 +280,12 @@ func Fanout(ctx context.Context, o *Options, p FanoutParams) (*Result, error) {
 	r.add("errors", float64(errs.Total()), "")
 	r.add("server RSS peak", mib(sampler.Peak()), "MiB")
 	r.add("server RSS/conn", float64(uSetup.RSS-u0.RSS)/1024/float64(max(ok, 1)), "KiB").Note = "after setup, before prompts"
+	if treeSetup.Procs > 0 {
+		r.add("server tree PSS after setup", mib(treeSetup.PSS), "MiB").Note = fmt.Sprintf("PSS summed over the server's %d processes, shared pages counted once; summed RSS %.1f MiB", treeSetup.Procs, mib(treeSetup.RSS))
+	}
+	if tree1, err := proc.ReadTree(srv.Pid()); err == nil {
+		r.add("server tree PSS end", mib(tree1.PSS), "MiB").Note = fmt.Sprintf("after the stream; summed RSS %.1f MiB", mib(tree1.RSS))
+	}
 	r.add("server CPU", (u1.CPU - u0.CPU).Seconds(), "s").Note = "whole run"
 	r.add("server CPU (stream)", (u1.CPU - uSetup.CPU).Seconds(), "s")
 	r.add("server CPU/event", float64((u1.CPU-uSetup.CPU).Nanoseconds())/1e3/float64(max(events, 1)), "µs").Note = "= ms per 1,000 events"

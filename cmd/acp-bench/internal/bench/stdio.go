@@ -121,6 +121,7 @@ func StdioStream(ctx context.Context, o *Options, p StdioStreamParams) (*Result,
 
 	ms0, _ := srv.MemStats(ctx)
 	u0 := srv.Usage()
+	tree0, _ := proc.ReadTree(srv.Pid())
 	sampler := proc.StartSampler(srv.Pid(), 5*time.Millisecond, 4000)
 	cw := watchCPU(srv.Pid())
 	prog := o.progress("stdio-stream", int64(p.Chunks), "chunks")
@@ -161,6 +162,9 @@ func StdioStream(ctx context.Context, o *Options, p StdioStreamParams) (*Result,
 	r.add("server RSS before prompt", mib(u0.RSS), "MiB").Note = "after initialize and session/new"
 	r.add("server anon RSS peak", mib(sampler.PeakAnon()), "MiB").Note = "RssAnon sampled every 5 ms: the process's own memory, without the binary's pages"
 	r.add("server anon RSS before prompt", mib(u0.AnonRSS), "MiB")
+	if tree0.Procs > 0 {
+		r.add("server tree PSS before prompt", mib(tree0.PSS), "MiB").Note = fmt.Sprintf("PSS summed over the server's process tree (%d processes: the watchdog maps the same binary), shared pages counted once; summed RSS %.1f MiB, anonymous PSS %.1f MiB", tree0.Procs, mib(tree0.RSS), mib(tree0.AnonPSS))
+	}
 	if ms0 != nil && ms1 != nil {
 		r.add("server allocs/chunk", float64(ms1.Mallocs-ms0.Mallocs)/float64(max(p.Chunks, 1)), "allocs")
 		r.add("server alloc bytes/chunk", float64(ms1.TotalAlloc-ms0.TotalAlloc)/float64(max(p.Chunks, 1)), "B")

@@ -278,3 +278,64 @@ func parseSystem(b []byte) (System, error) {
 	}
 	return s, nil
 }
+
+// Tree is the memory of a process and all its descendants (the server and
+// its watchdog, bash and MCP children), from /proc/<pid>/smaps_rollup.
+// PSS counts a page shared by n processes as 1/n in each, so the binary's
+// pages mapped by the server and its watchdog are counted once in the sum,
+// where summed RSS counts them twice.
+type Tree struct {
+	Procs   int
+	RSS     int64 // bytes, summed over the tree
+	PSS     int64 // bytes, summed over the tree
+	AnonPSS int64 // Pss_Anon, bytes
+}
+
+// ReadTree reads pid's tree (pid 0: this process's).
+func ReadTree(pid int) (Tree, error) {
+	if pid <= 0 {
+		pid = os.Getpid()
+	}
+	var t Tree
+	for _, p := range descendants(pid) {
+		rollup, err := os.ReadFile("/proc/" + strconv.Itoa(p) + "/smaps_rollup")
+		if err != nil {
+			if p == pid {
+				return t, err
+			}
+			continue // a child that just exited
+		}
+		rss, err1 := statusField(rollup, "Rss:")
+		pss, err2 := statusField(rollup, "Pss:")
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		anon, _ := statusField(rollup, "Pss_Anon:")
+		t.Procs++
+		t.RSS += rss * 1024
+		t.PSS += pss * 1024
+		t.AnonPSS += anon * 1024
+	}
+	return t, nil
+}
+
+// descendants is pid and every process below it, from the children files of
+// its threads.
+func descendants(pid int) []int {
+	out := []int{pid}
+	for i := 0; i < len(out); i++ {
+		tasks, _ := os.ReadDir("/proc/" + strconv.Itoa(out[i]) + "/task")
+		for _, task := range tasks {
+			b, err := os.ReadFile("/proc/" + strconv.Itoa(out[i]) + "/task/" + task.Name() + "/children")
+			if err != nil {
+				continue
+			}
+			for _, f := range bytes.Fields(b) {
+				if c, err := strconv.Atoi(string(f)); err == nil {
+					out = append(out, c)
+				}
+			}
+		}
+	}
+	return out
+}

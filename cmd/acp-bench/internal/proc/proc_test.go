@@ -2,6 +2,7 @@ package proc
 
 import (
 	"os"
+	"os/exec"
 	"testing"
 	"time"
 )
@@ -58,5 +59,32 @@ func TestParseSystem(t *testing.T) {
 	}
 	if _, err := parseSystem([]byte("intr 1 2")); err == nil {
 		t.Fatal("malformed accepted")
+	}
+}
+
+// A child is one of the tree's processes, and the tree's PSS (shared pages
+// split between their users) is at most its summed RSS.
+func TestReadTreeCountsChildrenAndSharesPages(t *testing.T) {
+	if _, err := os.Stat("/proc/self/smaps_rollup"); err != nil {
+		t.Skip("no smaps_rollup")
+	}
+	alone, err := ReadTree(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	child := exec.Command("sleep", "30")
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = child.Process.Kill(); _ = child.Wait() }()
+	with, err := ReadTree(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if with.Procs != alone.Procs+1 {
+		t.Fatalf("tree of %d processes with a child, %d without", with.Procs, alone.Procs)
+	}
+	if with.PSS <= 0 || with.PSS > with.RSS || with.AnonPSS > with.PSS {
+		t.Fatalf("pss %d rss %d anon pss %d", with.PSS, with.RSS, with.AnonPSS)
 	}
 }

@@ -1,0 +1,5 @@
+//go:build !race
+
+package httpsse
+
+const raceEnabled = false

@@ -1,0 +1,5 @@
+//go:build !race
+
+package stdio
+
+const raceEnabled = false
