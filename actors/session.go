@@ -31,15 +31,17 @@ const (
 // The session actor lives in several files, one per concern, each with its
 // messages: session.go (lifecycle, the connection it serves),
 // session_attach.go (the connections attached to it, updates to them),
-// session_store.go (its store entry and lease), session_acquire.go (its
-// store handle opened or taken back off the actor), session_config.go (modes,
-// models, config options), session_prompt.go (prompts and the turn's end),
-// session_queue.go (prompts waiting for the turn), session_active.go (the
+// session_store.go (its store entry), session_lease.go (its store lease:
+// released, fenced, handed off), session_acquire.go (its store handle
+// opened or taken back off the actor), session_config.go (modes, models,
+// config options), session_prompt.go (prompts), session_turn.go (the
+// running turn and its end), session_queue.go (prompts waiting for the turn), session_active.go (the
 // running turn as a newcomer sees it), session_commands.go (slash
 // commands), session_replay.go (history as updates), session_mcp.go and
 // session_mcp_prompts.go (MCP servers, their prompts), session_sandbox.go
 // (its jail), session_remote.go (a stub of a session another pod holds),
-// permission.go.
+// permission.go (the permission policy), session_permission.go (asking the
+// clients).
 
 // Messages of the session actor: its lifecycle and the connections it serves.
 type (
@@ -371,23 +373,6 @@ func (s *session) attachFor(ctx actor.Context, m *attach) {
 		return
 	}
 	s.attach(ctx, m)
-}
-
-// handOffTo lets go of the session for another process once its running
-// turn ended, then answers from.
-func (s *session) handOffTo(ctx actor.Context, from *actor.PID) {
-	s.handingOff = append(s.handingOff, from)
-	if len(s.handingOff) > 1 {
-		return
-	}
-	s.cancelHeldPrompt(ctx)
-	s.cancelQueued(ctx, nil, nil)
-	s.answerPendingStarts(ctx)
-	if s.turn != nil {
-		s.cancelTurn(ctx)
-		return // see endTurn
-	}
-	s.leave(ctx)
 }
 
 func (s *session) handle(ctx actor.Context, r *sessionRequest) {

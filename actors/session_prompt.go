@@ -150,73 +150,6 @@ func (s *session) toolsForMode() *tools.Registry {
 	return tools.NewRegistry(ts...)
 }
 
-// cancelTurn tells the running turn to end cancelled.
-func (s *session) cancelTurn(ctx actor.Context) {
-	s.cancelling = true
-	ctx.Send(s.turn, &cancelTurn{})
-}
-
-func (s *session) endTurn(ctx actor.Context, m *turnFinished) {
-	if s.turn == nil {
-		return
-	}
-	s.turn, s.cancelling = nil, false
-	s.markTurn(false)
-	s.releaseTurnCount()
-	s.dropPermissionAsks(ctx)
-	var (
-		repaired, added []store.Entry
-		err             error
-	)
-	if s.fenced == nil {
-		repaired, added, err = store.RepairSession(s.store, s.entries)
-	} else {
-		repaired, added = store.Repair(s.entries) // for the client only
-	}
-	if err != nil {
-		s.writeFailed(err, "repair session history")
-	} else if len(added) > 0 {
-		s.entries = repaired
-		// Tool calls cut short (cancel, close, crash) got no final update
-		// from their stopped tool actors: close them for the client as the
-		// history now has them, failed and interrupted, before the answer —
-		// the same updates a later load replays.
-		for i := range added {
-			for _, u := range replayUpdates(&added[i].Message, replayMessageID(s.id, &added[i])) {
-				s.emit(ctx, u)
-			}
-		}
-	}
-	s.syncStore()
-	// The turn's one metadata write: its usage, the time, and whatever
-	// changed while it ran (see changeMeta).
-	s.meta.Usage = s.meta.Usage.Add(m.usage)
-	s.saveMeta()
-	// Told before the answer, which stays the turn's last frame.
-	s.finishTurn(ctx)
-	switch {
-	case s.fenced != nil:
-		// Whatever the turn's end: what it did since the takeover is lost.
-		s.respondTo(ctx, s.promptConn, s.promptID, nil, s.fenced)
-	case m.err != nil:
-		s.respondTo(ctx, s.promptConn, s.promptID, nil, m.err)
-	default:
-		s.respondTo(ctx, s.promptConn, s.promptID, protocol.PromptResponse{StopReason: m.stopReason, Usage: promptUsage(m.usage)}, nil)
-	}
-	s.promptID, s.promptConn = nil, nil
-	if len(s.handingOff) > 0 && !s.closing {
-		s.leave(ctx)
-		return
-	}
-	if s.closing {
-		s.closeStore()
-		s.respondTo(ctx, s.closeConn, s.closeID, struct{}{}, nil)
-		ctx.Stop(ctx.Self())
-	}
-	s.answerDrainers(ctx)
-	s.startQueued(ctx)
-}
-
 // promptBlocks turns ACP prompt content into model input. Images go to the
 // model as images (a model that takes none gets a text marker, see
 // turn.forModel); audio becomes a text marker. An image that is not
@@ -292,14 +225,5 @@ func promptUsage(u llm.Usage) *protocol.Usage {
 		ThoughtTokens:     u.ThoughtTokens,
 		CachedReadTokens:  u.CachedReadTokens,
 		CachedWriteTokens: u.CachedWriteTokens,
-	}
-}
-
-// releaseTurnCount gives the owner's running-turn slot back (see
-// MaxTurnsPerUser), once.
-func (s *session) releaseTurnCount() {
-	if s.turnCounted {
-		s.turnCounted = false
-		s.deps.turns.release(s.owner)
 	}
 }

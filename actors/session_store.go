@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
-	"github.com/rs/zerolog"
 
 	"github.com/iac-code/iac-code/llm"
 	"github.com/iac-code/iac-code/protocol"
@@ -33,49 +32,6 @@ type (
 )
 
 func (*sessionLeft) IgnoreDeadLetterLogging() {}
-
-// takeOverSession asks the process named by an in-use error to hand
-// session id over (cluster mode), and reports whether it did, so that
-// opening it again may succeed. A round trip to another pod: called off the
-// session actor, by the goroutine of an Open or Acquire (startOpen,
-// startAcquire).
-func takeOverSession(h Handover, log zerolog.Logger, id string, err error) bool {
-	var inUse *store.InUseError
-	if h == nil || !errors.As(err, &inUse) || errors.Is(err, store.ErrFenced) || inUse.Owner == "" {
-		return false
-	}
-	start := time.Now()
-	if herr := h.TakeOver(id, inUse.Owner); herr != nil {
-		log.Info().Err(herr).Str("holder", inUse.Owner).Msg("session not handed over")
-		return false
-	}
-	log.Info().Str("from", inUse.Owner).Dur("took", time.Since(start)).Msg("session handed over by another pod")
-	return true
-}
-
-// leave lets go of the session for another process (handOff): the lease is
-// released, the connection forgets the session, the askers are answered
-// and the actor stops.
-func (s *session) leave(ctx actor.Context) {
-	if s.store != nil {
-		s.closeStore()
-	}
-	s.cancelQueued(ctx, nil, nil)
-	for _, c := range s.clients.list {
-		ctx.Send(c.pid, &sessionLeft{id: s.id, pid: ctx.Self()})
-	}
-	for _, p := range s.handingOff {
-		if p != nil {
-			ctx.Send(p, &handedOff{})
-		}
-	}
-	s.handingOff = nil
-	s.closing = true
-	s.left = make(chan struct{})
-	s.deps.leaving.Store(s.id, s.left)
-	s.log.Info().Msg("session handed over to another pod")
-	ctx.Stop(ctx.Self())
-}
 
 // storeError is the client's view of a store failure to open a session:
 // held by another process, gone, out of descriptors, or internal (logged
@@ -114,58 +70,6 @@ func isFDExhaustion(err error) bool {
 	return errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE)
 }
 
-// armRelease sends the session a releaseTick after d, once at a time.
-func (s *session) armRelease(ctx actor.Context, d time.Duration) {
-	if s.releaseArmed {
-		return
-	}
-	s.releaseArmed = true
-	self, root := ctx.Self(), ctx.ActorSystem().Root
-	s.releaseTimer = time.AfterFunc(d, func() { root.Send(self, &releaseTick{}) })
-}
-
-// releaseIfIdle lets go of the store handle (descriptors, cross-process
-// lock) once nothing has happened for SessionRelease and no turn runs, so
-// an idle session costs no descriptor and another process may take it.
-func (s *session) releaseIfIdle(ctx actor.Context) {
-	if s.released || s.failed || s.store == nil {
-		return
-	}
-	period := s.deps.Config.SessionRelease
-	if s.turn != nil || s.mcp.held != nil {
-		s.armRelease(ctx, period)
-		return
-	}
-	if left := period - time.Since(s.lastActive); left > 0 {
-		s.armRelease(ctx, left)
-		return
-	}
-	s.flushMeta()
-	if err := s.store.Release(); err != nil {
-		s.log.Error().Err(err).Msg("release session store")
-	}
-	s.released = true
-}
-
-// releaseBetweenTurns lets go of a file store's lock as soon as the session
-// is idle (store.TurnMarker): another process on the same home that asks
-// for the session gets it at once, and the next request here takes it
-// back, reloading what that process wrote (acquire). No turn, held or
-// queued prompt, or start waiting for MCP servers may be in progress.
-func (s *session) releaseBetweenTurns() {
-	if s.released || s.failed || s.store == nil || s.closing || s.turn != nil || s.mcpWaiting() || !s.queue.empty() {
-		return
-	}
-	if _, ok := s.store.(store.TurnMarker); !ok {
-		return
-	}
-	s.flushMeta()
-	if err := s.store.Release(); err != nil {
-		s.log.Error().Err(err).Msg("release session store")
-	}
-	s.released = true
-}
-
 // markTurn records in the store whether a turn runs here, and which
 // (store.TurnRecorder): the session lists of other processes and pods show
 // it; the file store's lock says so too (store.TurnMarker), so another
@@ -188,39 +92,6 @@ func (s *session) markTurn(running bool) {
 	if err := m.RecordTurn(turn); err != nil {
 		s.writeFailed(err, "record the running turn")
 	}
-}
-
-// writeFailed reports a failed store write. A session taken over by another
-// process (ErrFenced: its lease lapsed, another process has it now) is
-// fenced: it writes nothing more, and what needed the write is answered
-// with the error (see stopWriting); anything else is logged.
-func (s *session) writeFailed(err error, what string) {
-	if !errors.Is(err, store.ErrFenced) {
-		s.log.Error().Err(err).Msg(what)
-		return
-	}
-	if s.fenced == nil {
-		s.fenced = s.storeError(err, what)
-	}
-}
-
-// stopWriting lets go of a fenced session: a running turn is cancelled (its
-// prompt is answered with the error, see endTurn); then the handle is
-// released, so that the next request takes the session back with what the
-// other process wrote, or answers -32010 naming it while it holds it.
-func (s *session) stopWriting(ctx actor.Context) {
-	if s.turn != nil {
-		s.cancelTurn(ctx)
-		return
-	}
-	if s.store == nil || s.closing {
-		s.fenced = nil
-		return
-	}
-	if err := s.store.Release(); err != nil {
-		s.log.Error().Err(err).Msg("release session store")
-	}
-	s.released, s.fenced = true, nil
 }
 
 // adoptMeta takes the store's metadata, with mode and model made valid here.
