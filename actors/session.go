@@ -266,8 +266,8 @@ func (s *session) receive(ctx actor.Context) {
 		s.armIdle(ctx, idle)
 		// A session several connections share stays in memory until they
 		// leave: each would have to agree (see retireRequest).
-		if c := s.clients.only(); c != nil && s.turn == nil && !s.retiring && !s.failed && !s.mcpWaiting() && s.queue.empty() &&
-			s.acq == nil && len(s.held) == 0 {
+		if s.evictable() {
+			c := s.clients.only()
 			s.retiring = true
 			ctx.Send(c.pid, &retireRequest{id: s.id, pid: ctx.Self(), seen: c.seen})
 		}

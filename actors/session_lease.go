@@ -71,11 +71,11 @@ func (s *session) armRelease(ctx actor.Context, d time.Duration) {
 // lock) once nothing has happened for SessionRelease and no turn runs, so
 // an idle session costs no descriptor and another process may take it.
 func (s *session) releaseIfIdle(ctx actor.Context) {
-	if s.released || s.failed || s.store == nil {
+	if !s.holdsStore() {
 		return
 	}
 	period := s.deps.Config.SessionRelease
-	if s.turn != nil || s.mcp.held != nil {
+	if !s.idleReleasable() {
 		s.armRelease(ctx, period)
 		return
 	}
@@ -96,7 +96,7 @@ func (s *session) releaseIfIdle(ctx actor.Context) {
 // back, reloading what that process wrote (acquire). No turn, held or
 // queued prompt, or start waiting for MCP servers may be in progress.
 func (s *session) releaseBetweenTurns() {
-	if s.released || s.failed || s.store == nil || s.closing || s.turn != nil || s.mcpWaiting() || !s.queue.empty() {
+	if !s.releasableBetweenTurns() {
 		return
 	}
 	if _, ok := s.store.(store.TurnMarker); !ok {
