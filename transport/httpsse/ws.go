@@ -157,18 +157,22 @@ func (e *Edge) serveWebSocket(id string, who actors.Identity, allowed func() boo
 		nc = u.UnsafeConn()
 	}
 	st := c.attachSocket(nc)
+	sock := newWSSocket(ws, nc, e.cfg.wsDeadAfter())
 	written := make(chan struct{})
 	stop := make(chan struct{})
 	var revoked atomic.Bool
 	go func() {
 		defer close(written)
-		if !e.writeWebSocket(st, ws, stop, allowed) {
+		if !e.writeWebSocket(st, sock, stop, allowed) {
 			revoked.Store(true)
 		}
-		// The reader must not wait for a peer the writer gave up on.
-		_ = nc.Close()
+		// The reader must not wait for a peer the writer gave up on; after
+		// a close frame it waits wsLinger at most (socketClosing).
+		if !sock.closing() {
+			_ = nc.Close()
+		}
 	}()
-	e.readWebSocket(c, ws)
+	e.readWebSocket(c, sock)
 	// The socket is done: a writer blocked on a peer that stopped reading
 	// (no write deadline after the hijack) must not hold it, the handler
 	// and the stream slot while the connection goes on detached.
@@ -186,26 +190,36 @@ func (e *Edge) serveWebSocket(id string, who actors.Identity, allowed func() boo
 // until the socket fails, closes, sends a frame over MaxBodySize (the
 // library then closes with 1009) or goes silent for longer than
 // wsDeadAfter (a dead peer; the writer's pings keep a live one talking).
-func (e *Edge) readWebSocket(c *conn, ws *websocket.Conn) {
-	dead := e.cfg.wsDeadAfter()
-	alive := func() { _ = ws.SetReadDeadline(time.Now().Add(dead)) }
-	alive()
-	ws.SetPongHandler(func(string) error { alive(); return nil })
+// Once the server's close frame is out it delivers nothing more and reads
+// until the peer's close frame, or wsLinger (socketClosing).
+func (e *Edge) readWebSocket(c *conn, sock *wsSocket) {
+	ws := sock.ws
+	sock.alive()
+	ws.SetPongHandler(func(string) error { sock.alive(); return nil })
 	ping := ws.PingHandler()
-	ws.SetPingHandler(func(data string) error { alive(); return ping(data) })
+	ws.SetPingHandler(func(data string) error { sock.alive(); return ping(data) })
 	ws.SetReadLimit(int64(e.cfg.MaxBodySize))
+	tooLarge := func() {
+		c.log.Info().Int("limit", e.cfg.MaxBodySize).Msg("websocket message too large: closed with 1009")
+		sock.closeSent() // the library sent the 1009
+		sock.drain()
+	}
 	for {
 		kind, r, err := ws.NextReader()
 		if err != nil {
 			if errors.Is(err, websocket.ErrReadLimit) {
-				c.log.Info().Int("limit", e.cfg.MaxBodySize).Msg("websocket frame too large: closed with 1009")
+				tooLarge()
 			} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
-				c.log.Info().Dur("silent_for", dead).Msg("websocket peer does not answer pings: closed")
+				if sock.closing() {
+					c.log.Debug().Dur("linger", wsLinger).Msg("websocket peer did not answer the close frame")
+				} else {
+					c.log.Info().Dur("silent_for", sock.dead).Msg("websocket peer does not answer pings: closed")
+				}
 			}
 			return
 		}
-		alive()
-		if kind != websocket.TextMessage {
+		sock.alive()
+		if sock.closing() || kind != websocket.TextMessage {
 			if _, err := io.Copy(io.Discard, r); err != nil {
 				return
 			}
@@ -214,7 +228,7 @@ func (e *Edge) readWebSocket(c *conn, ws *websocket.Conn) {
 		data, err := io.ReadAll(r)
 		if err != nil {
 			if errors.Is(err, websocket.ErrReadLimit) {
-				c.log.Info().Int("limit", e.cfg.MaxBodySize).Msg("websocket message too large: closed with 1009")
+				tooLarge()
 			}
 			return
 		}
@@ -270,8 +284,8 @@ func (c *conn) attachSocket(nc net.Conn) *stream {
 // four channels cost more per event than writing the frame (under
 // cachegrind about 2,900 instructions of an event's ~45,000, most of
 // WebSocket's excess over SSE; see docs/performance.md).
-func (e *Edge) writeWebSocket(st *stream, ws *websocket.Conn, stop <-chan struct{}, allowed func() bool) (ok bool) {
-	c := st.c
+func (e *Edge) writeWebSocket(st *stream, sock *wsSocket, stop <-chan struct{}, allowed func() bool) (ok bool) {
+	c, ws := st.c, sock.ws
 	defer func() {
 		c.detach(st)
 	}()
@@ -287,8 +301,7 @@ func (e *Edge) writeWebSocket(st *stream, ws *websocket.Conn, stop <-chan struct
 		pingDue.Store(false)
 		if allowed != nil && !allowed() {
 			c.log.Info().Msg("websocket credential no longer valid: closed")
-			_ = ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.ClosePolicyViolation, "credential no longer valid"),
-				time.Now().Add(wsWriteWait))
+			sock.sendClose(websocket.ClosePolicyViolation, "credential no longer valid")
 			ok = false
 			return false
 		}
@@ -322,7 +335,7 @@ func (e *Edge) writeWebSocket(st *stream, ws *websocket.Conn, stop <-chan struct
 			e.met.eventsSent.Add(uint64(len(batch)))
 			if h.end {
 				code, text := c.closeCode()
-				_ = ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, text), time.Now().Add(wsWriteWait))
+				sock.sendClose(code, text)
 				return
 			}
 			more = c.release(st)
