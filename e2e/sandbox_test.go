@@ -37,16 +37,8 @@ var _ = Describe("sandbox", Label("e2e", "sandbox"), func() {
 		}
 		fake = llmtest.NewServer()
 		DeferCleanup(fake.Close)
-		root, err := filepath.EvalSymlinks(GinkgoT().TempDir())
-		Expect(err).NotTo(HaveOccurred())
-		cwd, sibling = filepath.Join(root, "work", "ws"), filepath.Join(root, "work", "other")
-		home, stateDir = filepath.Join(root, "home"), filepath.Join(root, "state")
-		for _, d := range []string{cwd, sibling, filepath.Join(home, ".ssh"), stateDir} {
-			Expect(os.MkdirAll(d, 0o700)).To(Succeed())
-		}
-		Expect(os.WriteFile(filepath.Join(home, ".ssh", "id_ed25519"), []byte(sshKey+"\n"), 0o600)).To(Succeed())
+		cwd, sibling, home, stateDir = sandboxMachine(sshKey)
 		Expect(os.WriteFile(filepath.Join(stateDir, "planted.txt"), []byte(stateSecret+"\n"), 0o600)).To(Succeed())
-		Expect(os.WriteFile(filepath.Join(sibling, "their-file.txt"), []byte("theirs\n"), 0o600)).To(Succeed())
 		// A tiny Go module and a Node "test", for the toolchain run.
 		proj := filepath.Join(cwd, "proj")
 		Expect(os.MkdirAll(proj, 0o755)).To(Succeed())
@@ -55,6 +47,7 @@ var _ = Describe("sandbox", Label("e2e", "sandbox"), func() {
 		Expect(os.WriteFile(filepath.Join(proj, "package.json"), []byte(`{"name":"proj","version":"1.0.0","private":true,`+
 			`"scripts":{"test":"node -e \"require('fs').writeFileSync('node-ok.txt', require('os').tmpdir())\""}}`), 0o644)).To(Succeed())
 
+		var err error
 		listener, err = net.Listen("tcp4", "127.0.0.1:0")
 		Expect(err).NotTo(HaveOccurred())
 		connects.Store(0)

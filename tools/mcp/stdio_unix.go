@@ -57,8 +57,8 @@ func (t *groupTransport) Connect(ctx context.Context) (sdk.Connection, error) {
 	var err error
 	if jail := t.server.opts.Jail; jail != nil {
 		cmd := t.inner.Command
-		if serr := jail.Start(cmd, func() error { conn, err = t.inner.Connect(ctx); return err },
-			ownDirs(cmd.Path, cmd.Args[1:])...); serr != nil && err == nil {
+		own := ownDirs(cmd.Path, cmd.Args[1:], func(name string) string { return envValue(cmd.Env, name) })
+		if serr := jail.StartWith(cmd, func() error { conn, err = t.inner.Connect(ctx); return err }, own); serr != nil && err == nil {
 			err = serr // the sandbox refused: nothing started
 		}
 	} else {

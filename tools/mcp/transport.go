@@ -85,6 +85,18 @@ func mergeEnv(base []string, entry []Pair) []string {
 	return out
 }
 
+// envValue is the value of name in env, a "NAME=value" list (the last
+// one wins).
+func envValue(env []string, name string) string {
+	var v string
+	for _, kv := range env {
+		if k, val, ok := strings.Cut(kv, "="); ok && k == name {
+			v = val
+		}
+	}
+	return v
+}
+
 // lookPath finds a bare command name in the PATH of env (the server's own
 // environment, the entry's PATH included); a name with a slash is used as
 // is (relative to the session cwd).
@@ -92,13 +104,7 @@ func lookPath(command string, env []string) (string, error) {
 	if strings.ContainsRune(command, '/') {
 		return command, nil
 	}
-	var path string
-	for _, kv := range env {
-		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
-			path = v
-		}
-	}
-	for _, dir := range filepath.SplitList(path) {
+	for _, dir := range filepath.SplitList(envValue(env, "PATH")) {
 		if dir == "" {
 			dir = "."
 		}

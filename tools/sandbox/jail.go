@@ -43,7 +43,9 @@ func (s Status) NewJail(roots []string, readOnly ...string) *Jail {
 	if !s.Active() && !s.Refused() {
 		return nil
 	}
-	return &Jail{status: s, roots: roots, readOnly: readOnly}
+	j := &Jail{status: s, roots: roots, readOnly: readOnly}
+	workspaces.set(j, roots)
+	return j
 }
 
 // Status is what the jail enforces.
@@ -60,6 +62,7 @@ func (j *Jail) SetRoots(roots []string) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	j.roots = append([]string(nil), roots...)
+	workspaces.set(j, j.roots)
 	j.state.Lock()
 	j.dropRulesets()
 	j.state.Unlock()
@@ -83,6 +86,22 @@ func (j *Jail) dropRulesets() {
 // refused, the temporary directory could not be made, or
 // IAC_CODE_SANDBOX=on without Landlock.
 func (j *Jail) Start(cmd *exec.Cmd, start func() error, readOnly ...string) error {
+	return j.StartWith(cmd, start, Reads{Dirs: readOnly})
+}
+
+// Reads are the directories one start asks to read beyond the session's.
+type Reads struct {
+	// Dirs: the command's own directories, the repository root above the
+	// cwd (Request.ReadOnly).
+	Dirs []string
+	// Packages: the package roots of a server's files, resolved once when
+	// found (Request.Packages).
+	Packages []string
+}
+
+// StartWith is Start with reads: a stdio MCP server's own directories and
+// package roots.
+func (j *Jail) StartWith(cmd *exec.Cmd, start func() error, reads Reads) error {
 	if j.status.Refused() {
 		return errors.New("sandbox: IAC_CODE_SANDBOX=on but " + j.status.Reason + "; the command was not run")
 	}
@@ -103,7 +122,7 @@ func (j *Jail) Start(cmd *exec.Cmd, start func() error, readOnly ...string) erro
 		return err
 	}
 	getenv := lookup(env)
-	rs, p, done, err := j.ruleset(tmp, getenv, readOnly)
+	rs, p, done, err := j.ruleset(tmp, getenv, reads)
 	if err != nil {
 		return err
 	}
@@ -116,14 +135,17 @@ func (j *Jail) Start(cmd *exec.Cmd, start func() error, readOnly ...string) erro
 // the policy's inputs are those of the last start (bash calls: always),
 // else new ones (an MCP server's directory: for this start only). Called
 // with j.mu read-locked.
-func (j *Jail) ruleset(tmp string, getenv func(string) string, readOnly []string) (*ruleset, Policy, func(), error) {
+func (j *Jail) ruleset(tmp string, getenv func(string) string, reads Reads) (*ruleset, Policy, func(), error) {
 	// A directory a root holds is granted already: asking for it again
 	// (the repository root when it is the cwd) keeps the cached ruleset.
-	readOnly = slices.DeleteFunc(slices.Clone(readOnly), func(r string) bool {
+	granted := func(r string) bool {
 		dir := resolve(r)
 		return dir != "" && slices.ContainsFunc(j.roots, func(root string) bool { return within(dir, resolve(root)) })
-	})
-	key := strings.Join(append([]string{getenv("PATH"), getenv("HOME"), getenv("GOPATH"), getenv("GOMODCACHE")}, readOnly...), "\x00")
+	}
+	readOnly := slices.DeleteFunc(slices.Clone(reads.Dirs), granted)
+	packages := slices.DeleteFunc(slices.Clone(reads.Packages), granted)
+	key := strings.Join(append(append([]string{getenv("PATH"), getenv("HOME"), getenv("GOPATH"), getenv("GOMODCACHE")},
+		readOnly...), packages...), "\x00")
 	j.state.Lock()
 	if j.key == key && j.cached != nil {
 		rs, p := j.cached, j.policy
@@ -131,13 +153,16 @@ func (j *Jail) ruleset(tmp string, getenv func(string) string, readOnly []string
 		return rs, p, func() {}, nil
 	}
 	j.state.Unlock()
-	req := Request{Writable: j.roots, TempDir: tmp, Listless: j.readOnly, ReadOnly: readOnly}
+	req := Request{Writable: j.roots, TempDir: tmp, Listless: j.readOnly, ReadOnly: readOnly, Packages: packages}
+	if len(packages) > 0 {
+		req.Others = workspaces.others(j)
+	}
 	p := BuildPolicy(j.status.Settings, req, getenv)
 	rs, err := newRuleset(p)
 	if err != nil {
 		return nil, p, nil, err
 	}
-	if len(readOnly) > 0 {
+	if len(readOnly) > 0 || len(packages) > 0 {
 		return rs, p, rs.close, nil
 	}
 	j.state.Lock()
@@ -186,6 +211,7 @@ func (j *Jail) Close() {
 		return
 	}
 	j.closed = true
+	workspaces.drop(j)
 	j.state.Lock()
 	j.dropRulesets()
 	j.state.Unlock()
@@ -211,7 +237,7 @@ func removeAll(dir string) {
 
 // Env is env for a process in policy p with temporary directory tmp:
 // TMPDIR is tmp, and a cache the process could not write (the go
-// command's build cache, the XDG cache, npm's) is moved into tmp, so that
+// command's build cache, the XDG cache, npm's, uv's) is moved into tmp, so that
 // `go build` or `npm test` work without widening the sandbox. A cache
 // directory that IAC_CODE_SANDBOX_WRITE made writable is kept.
 // SSH_AUTH_SOCK is dropped (see dropped).
@@ -239,6 +265,10 @@ func Env(env []string, p Policy, tmp string) []string {
 		npmCache = filepath.Join(home, ".npm")
 	}
 	redirect("npm_config_cache", npmCache, ".npm")
+	if uvCache := getenv("UV_CACHE_DIR"); uvCache != "" {
+		// uv's default is under XDG_CACHE_HOME, moved above.
+		redirect("UV_CACHE_DIR", uvCache, filepath.Join(".cache", "uv"))
+	}
 
 	out := make([]string, 0, len(env)+len(set))
 	for _, kv := range env {
@@ -247,7 +277,7 @@ func Env(env []string, p Policy, tmp string) []string {
 			out = append(out, kv)
 		}
 	}
-	for _, name := range []string{"TMPDIR", "GOCACHE", "XDG_CACHE_HOME", "npm_config_cache"} {
+	for _, name := range []string{"TMPDIR", "GOCACHE", "XDG_CACHE_HOME", "npm_config_cache", "UV_CACHE_DIR"} {
 		if v, ok := set[name]; ok {
 			out = append(out, name+"="+v)
 		}

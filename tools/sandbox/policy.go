@@ -39,6 +39,15 @@ type Request struct {
 	// what a client or a repository names, so one that would open the home
 	// or the server's state (see opens) is left out.
 	ReadOnly []string
+	// Packages are the package roots of a stdio MCP server's files (see
+	// mcp's ownDirs), found by markers in directories anyone may plant
+	// them in: each must be given resolved, and is left out when it
+	// resolves otherwise now (a symlink swapped in since), opens the home
+	// or the server's state, or is or holds the workspace of another
+	// session (Others).
+	Packages []string
+	// Others are the roots of the other sessions' jails (see workspaces).
+	Others []string
 }
 
 // systemDirs are read and executed by every sandboxed process: programs,
@@ -120,6 +129,11 @@ func BuildPolicy(s Settings, req Request, getenv func(string) string) Policy {
 	for _, r := range req.ReadOnly {
 		if dir := resolve(r); dir != "" && !opens(dir, home, state) {
 			b.rx(dir)
+		}
+	}
+	for _, r := range req.Packages {
+		if packageAllowed(r, home, state, req.Others) {
+			b.rx(r)
 		}
 	}
 	for _, r := range s.Read {
@@ -310,6 +324,21 @@ func within(path, dir string) bool {
 		return true
 	}
 	return path == dir || strings.HasPrefix(path, dir+string(filepath.Separator))
+}
+
+// packageAllowed: root (resolved when found) may be granted as a
+// server's package root. It is decided on that resolved value alone: a
+// root that resolves to another path now is refused, not followed.
+func packageAllowed(root, home, state string, others []string) bool {
+	if root == "" || resolve(root) != root || opens(root, home, state) {
+		return false
+	}
+	for _, o := range others {
+		if within(resolve(o), root) {
+			return false
+		}
+	}
+	return true
 }
 
 // opens reports whether granting dir would open the home (dir is $HOME or

@@ -175,7 +175,7 @@ func TestEnvMovesCachesTheSandboxCannotWriteIntoTheTempDir(t *testing.T) {
 	widened := filepath.Join(l.root, "shared-gocache")
 	p := Policy{ReadWrite: []string{l.ws, l.tmp, widened}}
 	env := Env([]string{"HOME=" + l.home, "PATH=/usr/bin", "TMPDIR=/tmp", "GOCACHE=" + widened,
-		"SSH_AUTH_SOCK=/tmp/ssh-x/agent.1"}, p, l.tmp)
+		"SSH_AUTH_SOCK=/tmp/ssh-x/agent.1", "UV_CACHE_DIR=" + filepath.Join(l.home, "uv-cache")}, p, l.tmp)
 	got := lookup(env)
 	if got("SSH_AUTH_SOCK") != "" || got("PATH") != "/usr/bin" {
 		t.Errorf("SSH_AUTH_SOCK kept or PATH lost: %v", env)
@@ -186,7 +186,8 @@ func TestEnvMovesCachesTheSandboxCannotWriteIntoTheTempDir(t *testing.T) {
 	if got("GOCACHE") != widened {
 		t.Errorf("GOCACHE = %q: a writable cache must be kept", got("GOCACHE"))
 	}
-	if got("XDG_CACHE_HOME") != filepath.Join(l.tmp, ".cache") || got("npm_config_cache") != filepath.Join(l.tmp, ".npm") {
+	if got("XDG_CACHE_HOME") != filepath.Join(l.tmp, ".cache") || got("npm_config_cache") != filepath.Join(l.tmp, ".npm") ||
+		got("UV_CACHE_DIR") != filepath.Join(l.tmp, ".cache", "uv") {
 		t.Errorf("caches under the unreadable home not moved: %v", env)
 	}
 	if n := strings.Count(strings.Join(env, "\n"), "TMPDIR="); n != 1 {
@@ -279,4 +280,63 @@ func TestPolicyProtectsTheServersHomeWhateverTheChildsHOMESays(t *testing.T) {
 			}
 		}
 	}
+}
+
+// A server's package root is granted as found (resolved), never when it
+// opens the home or the state, holds or is another session's workspace,
+// or resolves elsewhere since it was found (a symlink swapped in).
+func TestPolicyGrantsAPackageRootOnlyWhereItOpensNothingElse(t *testing.T) {
+	l := newLayout(t)
+	srv := filepath.Join(l.home, "mcp", "weather")
+	work := filepath.Dir(l.ws) // holds ws (this session) and sibling (another's)
+	link := filepath.Join(l.root, "link-to-weather")
+	if err := os.MkdirAll(srv, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(srv, link); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name, root string
+		granted    bool
+	}{
+		{"a package under the home", srv, true},
+		{"the home itself", l.home, false},
+		{"an ancestor of the home", l.root, false},
+		{"the server's state", l.state, false},
+		{"a directory holding another session's workspace", work, false},
+		{"another session's workspace", l.sibling, false},
+		{"a path that is a symlink now", link, false},
+		{"a relative path", "mcp/weather", false},
+	} {
+		p := BuildPolicy(Settings{Home: l.state, UserHome: l.home}, Request{Writable: []string{l.ws}, TempDir: l.tmp,
+			Packages: []string{c.root}, Others: []string{l.sibling}}, l.env("/usr/bin"))
+		if got := slices.Contains(p.ReadExec, c.root); got != c.granted {
+			t.Errorf("%s (%s): granted %v, want %v", c.name, c.root, got, c.granted)
+		}
+		for _, d := range []string{l.home, l.state, l.sibling, work, srv} {
+			if d != c.root && (d != srv || !c.granted) && slices.Contains(p.ReadExec, d) {
+				t.Errorf("%s: %s granted as well: %v", c.name, d, p.ReadExec)
+			}
+		}
+	}
+}
+
+// The live jails' roots are what "another session's workspace" means; a
+// closed jail's are forgotten.
+func TestWorkspacesAreTheOtherOpenJailsRoots(t *testing.T) {
+	st := Status{Settings: Settings{Mode: On}, ABI: 1}
+	a, b := st.NewJail([]string{"/w/a"}), st.NewJail([]string{"/w/b", "/w/b2"})
+	if got := workspaces.others(a); !slices.Contains(got, "/w/b") || !slices.Contains(got, "/w/b2") || slices.Contains(got, "/w/a") {
+		t.Errorf("others of a = %v", got)
+	}
+	b.SetRoots([]string{"/w/c"})
+	if got := workspaces.others(a); !slices.Contains(got, "/w/c") || slices.Contains(got, "/w/b") {
+		t.Errorf("after SetRoots, others of a = %v", got)
+	}
+	b.Close()
+	if got := workspaces.others(a); slices.Contains(got, "/w/c") {
+		t.Errorf("after Close, others of a = %v", got)
+	}
+	a.Close()
 }
