@@ -109,7 +109,7 @@ func (s *session) startPrompt(ctx actor.Context, r *sessionRequest, user *llm.Me
 		mode: s.meta.Mode, thinkingBudget: s.thinkingBudget(), compactionUpdates: s.compactionUpdates,
 		noAutoCompact: !s.autoCompact(),
 		history:       store.Context(s.entries), tools: s.toolsForMode(),
-		compactOnly: command == "compact", jail: s.sandboxJail(),
+		compactOnly: command == "compact", jail: s.sandboxJail(), owner: s.owner,
 	}
 	opts.mcp, opts.mcpKeep = s.mcpTurnTools()
 	props := actor.PropsFromProducer(func() actor.Actor { return newTurn(s.deps, opts) },

@@ -98,6 +98,9 @@ type Deps struct {
 	Log   zerolog.Logger
 	// Metrics may be shared with an edge that exports them; nil = private.
 	Metrics *Metrics
+	// Ledger counts tokens per principal and holds principals to their
+	// token budgets; nil: neither.
+	Ledger *Ledger
 
 	// sessionGuardian is the one guardian of every session actor (see
 	// stopOnCrash).

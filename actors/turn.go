@@ -77,6 +77,8 @@ type turnOptions struct {
 	turnID int64
 	// jail is the session's sandbox, for the processes tools start.
 	jail *sandbox.Jail
+	// owner is the session's principal, whose tokens the turn spends.
+	owner string
 }
 
 func (*streamEnd) IgnoreDeadLetterLogging()      {}
@@ -132,6 +134,8 @@ type turn struct {
 	compactedOnce bool
 	// lastContext is the context size the last model call reported.
 	lastContext int64
+	// budget counts the turn's tokens and checks its owner's budget.
+	budget turnBudget
 
 	ctx        context.Context
 	cancel     context.CancelFunc
@@ -166,15 +170,17 @@ type turn struct {
 // inherited are the session's settings a sub-agent of this turn runs with.
 func (t *turn) inherited() turnOptions {
 	return turnOptions{dirs: t.dirs, mode: t.mode, jail: t.jail, thinkingBudget: t.thinkingBudget,
-		compactionUpdates: t.compactionUpdates, noAutoCompact: t.noAutoCompact}
+		compactionUpdates: t.compactionUpdates, noAutoCompact: t.noAutoCompact, owner: t.budget.owner}
 }
 
 func newTurn(deps *Deps, o turnOptions) *turn {
 	if o.tools == nil {
 		o.tools = deps.Tools
 	}
+	log := deps.Log.With().Str("session", o.sessionID).Logger()
 	return &turn{
 		deps:      deps,
+		budget:    turnBudget{ledger: deps.Ledger, owner: o.owner, log: log},
 		sessionID: o.sessionID,
 		cwd:       o.cwd,
 		dirs:      o.dirs,
@@ -187,7 +193,7 @@ func newTurn(deps *Deps, o turnOptions) *turn {
 		base:              o.tools,
 		mcp:               o.mcp,
 		mcpKeep:           o.mcpKeep,
-		log:               deps.Log.With().Str("session", o.sessionID).Logger(),
+		log:               log,
 		messages:          o.history,
 		compactOnly:       o.compactOnly,
 		session:           o.session,
@@ -220,6 +226,10 @@ func (t *turn) Receive(ctx actor.Context) {
 	case *streamEnd:
 		if m.gen == t.gen && !t.ended {
 			t.onStreamEnd(ctx, m.err)
+		}
+	case *budgetChecked:
+		if !t.ended {
+			t.onBudgetChecked(ctx, m)
 		}
 	case *goroutinePanic:
 		panic(m.p)
@@ -266,6 +276,9 @@ func (t *turn) callModel(ctx actor.Context) {
 		t.finish(ctx, protocol.StopMaxTurnRequests, nil)
 		return
 	}
+	if !t.budget.admit(ctx) {
+		return // callModel again once the budget is checked
+	}
 	if t.needsCompaction() && t.startCompaction(ctx, 3) {
 		return
 	}
@@ -280,6 +293,32 @@ func (t *turn) callModel(ctx actor.Context) {
 
 		ThinkingBudget: t.thinkingBudget,
 	})
+}
+
+// onBudgetChecked: under budget, the model call goes; over it, a turn that
+// has not called the model yet is refused, and one that has stops with
+// what it did so far (its current step, tool results included, is done).
+func (t *turn) onBudgetChecked(ctx actor.Context, m *budgetChecked) {
+	over := t.budget.checked(m)
+	switch {
+	case over == nil:
+		t.callModel(ctx)
+	case t.modelCalls == 0:
+		t.finish(ctx, "", errTokenBudget(over))
+	default:
+		if t.subagent == "" {
+			t.emit(ctx, protocol.ChunkUpdate{SessionUpdate: protocol.UpdateAgentMessageChunk, Content: protocol.Text(budgetStopText(over))})
+		}
+		t.finish(ctx, protocol.StopMaxTokens, nil)
+	}
+}
+
+// modelName is the model the turn's calls go to.
+func (t *turn) modelName() string {
+	if t.model != "" {
+		return t.model
+	}
+	return t.deps.llmConfig().Model
 }
 
 // forModel is msgs as the model takes them: images become text markers
@@ -353,6 +392,7 @@ func (t *turn) onStreamEnd(ctx actor.Context, err error) {
 	t.streaming = false
 	res := t.call.take()
 	callUsage := res.usage
+	t.budget.count(t.modelName(), callUsage)
 	t.usage = t.usage.Add(callUsage)
 	t.stop = res.stop
 	if t.compacting {
@@ -487,8 +527,10 @@ func (t *turn) finish(ctx actor.Context, stopReason string, err *protocol.Error)
 	if t.streaming {
 		// Keep what the user already saw of a cancelled answer (a summary
 		// being written is not an answer and is never shown).
-		if msg := t.call.take().msg; !t.compacting {
-			t.record(ctx, msg)
+		res := t.call.take()
+		t.budget.count(t.modelName(), res.usage)
+		if !t.compacting {
+			t.record(ctx, res.msg)
 		}
 	}
 	t.report = &turnFinished{stopReason: stopReason, usage: t.usage, err: err}

@@ -117,6 +117,18 @@ func ErrLimit(message, reason string, limit int) *Error {
 	return NewError(CodeLimit, message, map[string]any{"reason": reason, "limit": limit})
 }
 
+// ErrTokenBudget: the principal's token budget for period ("day" or
+// "month") is used up; the prompt was refused before the model was called.
+// resetAt (RFC 3339, UTC) is when the budget resets.
+func ErrTokenBudget(period string, limit, used int64, resetAt string) *Error {
+	return NewError(CodeLimit, fmt.Sprintf("Token budget exceeded: %d of %d tokens used this %s; it resets at %s",
+		used, limit, period, resetAt), map[string]any{"reason": ReasonTokenBudget, "period": period, "limit": limit,
+		"used": used, "resetAt": resetAt})
+}
+
+// ReasonTokenBudget is the data.reason of ErrTokenBudget.
+const ReasonTokenBudget = "token_budget_exceeded"
+
 // ErrInternal reports a server-side failure; errorID lets an operator find the log line.
 func ErrInternal(detail, errorID string) *Error {
 	return NewError(CodeInternalError, "Internal error: "+detail, map[string]string{"error": detail, "error_id": errorID})

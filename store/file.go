@@ -36,6 +36,8 @@ type FileStore struct {
 	now     func() time.Time
 	// lockWait: see WithLockWait.
 	lockWait time.Duration
+	// usage counts tokens under <root>/usage (UsageCounter).
+	usage *fileUsage
 
 	mu   sync.Mutex
 	open map[string]bool // ids with a live Session handle (or being deleted)
@@ -56,7 +58,7 @@ var _ Store = (*FileStore)(nil)
 // Options about leases are ignored.
 func New(root string, opts ...Option) (*FileStore, error) {
 	o := newOptions(opts)
-	s := &FileStore{dir: filepath.Join(root, "sessions"), log: o.log, now: o.now, lockWait: o.lockWait,
+	s := &FileStore{dir: filepath.Join(root, "sessions"), usage: newFileUsage(root), log: o.log, now: o.now, lockWait: o.lockWait,
 		open: map[string]bool{}, metas: map[string]cachedMeta{}}
 	if err := os.MkdirAll(s.dir, dirPerm); err != nil {
 		return nil, fmt.Errorf("store: %w", err)

@@ -63,6 +63,8 @@ type JWTVerifier struct {
 
 	cacheMu sync.RWMutex
 	cache   map[string]cachedToken
+	// limits are the budget claims of each principal's last token.
+	limits principalLimits
 }
 
 type cachedToken struct {
@@ -226,6 +228,8 @@ func (v *JWTVerifier) Verify(token []byte) (string, error) {
 		// sessions stored before owners and the server's key.
 		return "", fmt.Errorf("%w: %q is reserved", ErrBadJWT, Default)
 	}
+	v.limits.set(name, Limits{TokensPerDay: claimLimit(claims[ClaimTokensPerDay]),
+		TokensPerMonth: claimLimit(claims[ClaimTokensPerMonth])})
 	exp, err := claims.GetExpirationTime()
 	if err == nil && exp != nil {
 		v.remember(string(token), cachedToken{principal: name, exp: exp.Time})

@@ -20,8 +20,9 @@ const DefaultPollInterval = 2 * time.Second
 
 // tokenUser is one entry of the tokens file.
 type tokenUser struct {
-	name string
-	sum  [32]byte
+	name   string
+	sum    [32]byte
+	limits Limits
 }
 
 // TokenFile is IAC_CODE_AUTH_TOKENS_FILE: YAML
@@ -29,6 +30,8 @@ type tokenUser struct {
 //	users:
 //	  - name: user-a
 //	    token_sha256: "<64 hex digits>"
+//	    tokens_per_day: 200000     # optional: user-a's own token budget
+//	    tokens_per_month: 3000000  # (0: no cap), see Limits
 //
 // Plain tokens are never stored. A name may have several tokens (rotation:
 // add the new one, then remove the old one). The file is re-read when its identity,
@@ -75,6 +78,25 @@ func (f *TokenFile) match(sum [32]byte) (string, bool) {
 		return "", false
 	}
 	return users[found].name, true
+}
+
+// limitsOf is the budget of name's entries (the first that sets each).
+func (f *TokenFile) limitsOf(name string) (Limits, bool) {
+	var l Limits
+	found := false
+	for _, u := range *f.users.Load() {
+		if u.name != name {
+			continue
+		}
+		found = true
+		if l.TokensPerDay == nil {
+			l.TokensPerDay = u.limits.TokensPerDay
+		}
+		if l.TokensPerMonth == nil {
+			l.TokensPerMonth = u.limits.TokensPerMonth
+		}
+	}
+	return l, found
 }
 
 // Watch re-reads the file when it changes, every interval, until ctx ends.
@@ -205,8 +227,18 @@ func parseTokenFile(data []byte) (users []tokenUser, line int, reason string) {
 				}
 				copy(u.sum[:], b)
 				hasSum = true
+			case "tokens_per_day", "tokens_per_month":
+				n, bad := tokenLimit(k.Value, v.Value)
+				if bad != "" {
+					return nil, v.Line, bad
+				}
+				if k.Value == "tokens_per_day" {
+					u.limits.TokensPerDay = n
+				} else {
+					u.limits.TokensPerMonth = n
+				}
 			default:
-				return nil, k.Line, fmt.Sprintf("unknown key %q (expected 'name' and 'token_sha256')", k.Value)
+				return nil, k.Line, fmt.Sprintf("unknown key %q (expected 'name', 'token_sha256', 'tokens_per_day', 'tokens_per_month')", k.Value)
 			}
 		}
 		switch {

@@ -4,6 +4,8 @@ import (
 	"math"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/iac-code/iac-code/transport/auth"
 )
 
@@ -47,6 +49,9 @@ type Config struct {
 	// Bearer <token>" (IACCODE_ACP_HTTP_TOKEN), principal "default". It is
 	// never logged. Ignored when Auth is set (which then holds it).
 	Token string
+	// Collectors are more metrics exported on /metrics (the model's token
+	// counts, waits for the shared model limit).
+	Collectors []prometheus.Collector
 	// Auth, when set, decides the principal of every request from its
 	// Authorization header (transport/auth); nil: Token, or no
 	// authentication (every request is principal "default").

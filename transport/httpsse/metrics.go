@@ -108,6 +108,7 @@ func newMetrics(e *Edge) *metrics {
 	if e.cluster != nil {
 		reg.MustRegister(e.cluster.Collectors()...)
 	}
+	reg.MustRegister(e.cfg.Collectors...)
 	m.handler = fasthttpadaptor.NewFastHTTPHandler(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	return m
 }

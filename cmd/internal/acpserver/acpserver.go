@@ -21,11 +21,12 @@ import (
 	"github.com/iac-code/iac-code/transport/stdio"
 )
 
-// usage takes the command name four times.
+// usage takes the command name five times.
 const usage = `usage: %s acp [--transport stdio|http] [--host 127.0.0.1] [--port 8765] [--allowed-hosts a,b] [--allowed-origins https://x,…] [--sandbox auto|on|off]
            [--cluster-listen HOST:PORT [--advertise HOST:PORT]]   (http; several pods sharing IAC_CODE_STORE_URL)
        %s login [--provider NAME] [--key-stdin]   (stores an API key in $IAC_CODE_HOME/.credentials.yml)
        %s prompt [--cwd DIR] [--session ID] [--mode MODE] [--yes] [--json] "text"   (text on stdin without it)
+       %s usage [--since DATE|DURATION] [--json]   (token usage per person and model, from the store)
        %s --version`
 
 // Main runs the command named name (for messages) with os.Args and exits:
@@ -43,6 +44,8 @@ func Main(name, version string) {
 			os.Exit(runPrompt(name, version, os.Args[2:]))
 		case loginCommand:
 			os.Exit(loginMain(name, os.Args[2:]))
+		case usageCommand:
+			os.Exit(usageMain(name, os.Args[2:], os.Stdout, os.Stderr))
 		}
 	}
 	if err := run(name, version, os.Args[1:]); err != nil {
@@ -53,7 +56,7 @@ func Main(name, version string) {
 
 func run(name, version string, args []string) error {
 	if len(args) == 0 || args[0] != "acp" {
-		return fmt.Errorf(usage, name, name, name, name)
+		return fmt.Errorf(usage, name, name, name, name, name)
 	}
 	fs := flag.NewFlagSet("acp", flag.ContinueOnError)
 	transport := fs.String("transport", "stdio", "stdio or http")
@@ -109,14 +112,14 @@ func run(name, version string, args []string) error {
 			return err
 		}
 		if chain != nil {
-			cfg.http.Auth = chain
+			cfg.http.Auth, cfg.auth = chain, chain
 		}
 	}
 	cfg.http.Host, cfg.http.Port = *host, *port
 	cfg.http.AllowedHosts, cfg.http.AllowedOrigins = splitList(*allowedHosts), splitList(*allowedOrigins)
 	checkFileLimit(log)
 	watchdog := startWatchdog(log)
-	srv, sessions, err := wire(cfg, log)
+	srv, sessions, err := wire(&cfg, log)
 	if err != nil {
 		watchdog.Close(time.Second)
 		return err

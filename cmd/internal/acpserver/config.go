@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/iac-code/iac-code/actors"
+	"github.com/iac-code/iac-code/store"
+	"github.com/iac-code/iac-code/transport/auth"
 	"github.com/iac-code/iac-code/transport/httpsse"
 )
 
@@ -19,6 +21,10 @@ import (
 type settings struct {
 	actors actors.Config
 	http   httpsse.Config
+	// budget is every principal's default token budget; auth, on HTTP,
+	// the identity sources, which may override it per principal.
+	budget store.Budget
+	auth   *auth.Chain
 }
 
 // homeDir is IAC_CODE_HOME, by default ~/.iac-code.
@@ -67,6 +73,8 @@ func loadConfig(getenv func(string) string) (settings, error) {
 	}
 	e.positive("IAC_CODE_MAX_CONNECTIONS_PER_USER", &s.http.MaxConnectionsPerUser)
 	e.positive("IAC_CODE_MAX_TURNS_PER_USER", &s.actors.MaxTurnsPerUser)
+	e.tokens(envTokensPerDay, &s.budget.PerDay)
+	e.tokens(envTokensPerMonth, &s.budget.PerMonth)
 	if root := getenv("IAC_CODE_WORKSPACE_ROOT"); root != "" {
 		if !filepath.IsAbs(root) {
 			e.errs = append(e.errs, fmt.Errorf("IAC_CODE_WORKSPACE_ROOT: want an absolute path (with {user} for the principal), got %q", root))
@@ -87,6 +95,18 @@ func (e *envReader) positive(name string, dst *int) {
 		n, err := strconv.Atoi(v)
 		if err != nil || n <= 0 {
 			e.errs = append(e.errs, fmt.Errorf("%s: want a positive number, got %q", name, v))
+			return
+		}
+		*dst = n
+	}
+}
+
+// tokens reads a token count: a whole number, 0 or more (0: no cap).
+func (e *envReader) tokens(name string, dst *int64) {
+	if v := e.getenv(name); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			e.errs = append(e.errs, fmt.Errorf("%s: want a number of tokens (0: no cap), got %q", name, v))
 			return
 		}
 		*dst = n

@@ -46,7 +46,7 @@ func runPrompt(name, version string, args []string) int {
 		text = string(in)
 	}
 	if strings.TrimSpace(text) == "" {
-		fmt.Fprintf(os.Stderr, "%s: no prompt text (give it as an argument or on stdin)\n"+usage+"\n", name, name, name, name, name)
+		fmt.Fprintf(os.Stderr, "%s: no prompt text (give it as an argument or on stdin)\n"+usage+"\n", name, name, name, name, name, name)
 		return termclient.ExitUsage
 	}
 	dir := *cwd
@@ -80,7 +80,7 @@ func runPrompt(name, version string, args []string) int {
 	}
 	checkFileLimit(log)
 	watchdog := startWatchdog(log)
-	srv, sessions, err := wire(cfg, log)
+	srv, sessions, err := wire(&cfg, log)
 	if err != nil {
 		watchdog.Close(time.Second)
 		fmt.Fprintln(os.Stderr, name+":", err)

@@ -18,25 +18,28 @@ import (
 // it), the session store (IAC_CODE_STORE_URL: files under the home, or
 // PostgreSQL shared by several processes) and the actor system. The store
 // is closed by shutdown, after the actor system.
-func wire(cfg settings, log zerolog.Logger) (*actors.Server, store.Backend, error) {
-	models, err := llm.NewLive(func() (llm.Config, error) {
-		c, err := llm.LoadConfig(cfg.actors.Home, os.Getenv)
-		c.Log = log
-		return c, err
-	})
-	if err != nil {
-		return nil, nil, err
-	}
-	for _, w := range models.Config().Warnings {
-		log.Warn().Msg(w)
-	}
-	log.Info().EmbedObject(models.Config()).Msg("model provider")
+func wire(cfg *settings, log zerolog.Logger) (*actors.Server, store.Backend, error) {
 	// A session another process on this home holds between turns is let go
 	// of at once (see store.TurnMarker); the lock wait covers its requests.
 	sessions, err := store.OpenFromEnv(cfg.actors.Home, os.Getenv, store.WithLogger(log), store.WithLockWait(time.Second))
 	if err != nil {
 		return nil, nil, fmt.Errorf("session store: %w", err)
 	}
+	models, err := llm.NewLive(func() (llm.Config, error) {
+		c, err := llm.LoadConfig(cfg.actors.Home, os.Getenv)
+		c.Log = log
+		return c, err
+	})
+	if err != nil {
+		_ = sessions.Close()
+		return nil, nil, err
+	}
+	for _, w := range models.Config().Warnings {
+		log.Warn().Msg(w)
+	}
+	log.Info().EmbedObject(models.Config()).Msg("model provider")
+	met := newTokenMetrics()
+	cfg.http.Collectors = append(cfg.http.Collectors, met.collectors()...)
 	return actors.NewServer(actors.Deps{Config: cfg.actors, Provider: models, LLM: models,
-		Tools: tools.Default(), Store: sessions, Log: log}), sessions, nil
+		Tools: tools.Default(), Store: sessions, Log: log, Ledger: newLedger(*cfg, sessions, met)}), sessions, nil
 }

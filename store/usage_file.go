@@ -1,0 +1,213 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/iac-code/iac-code/llm"
+	"github.com/iac-code/iac-code/protocol"
+)
+
+// fileUsage is the file store's UsageCounter: <root>/usage/YYYY-MM-DD.jsonl,
+// one line per model call, appended with O_APPEND in one write (so the
+// processes sharing a home never interleave their lines). Each file is read
+// once up to its end and then only from where the last read stopped: a
+// budget check costs a stat and the new lines, not the month.
+type fileUsage struct {
+	dir string
+	// made: dir exists (created once per process).
+	made atomic.Bool
+
+	mu   sync.Mutex
+	days map[string]*usageDay // by file name
+}
+
+// usageDay is what has been read of one day's file.
+type usageDay struct {
+	offset int64
+	totals map[usageKey]*UsageTotal
+}
+
+type usageKey struct{ principal, model string }
+
+// usageLine is one model call in a day file.
+type usageLine struct {
+	Principal string `json:"p"`
+	Model     string `json:"m"`
+	Input     int64  `json:"in,omitempty"`
+	Output    int64  `json:"out,omitempty"`
+	Thought   int64  `json:"th,omitempty"`
+	CacheRead int64  `json:"cr,omitempty"`
+	CacheWrt  int64  `json:"cw,omitempty"`
+}
+
+const usageDayLayout = "2006-01-02"
+
+func newFileUsage(root string) *fileUsage {
+	return &fileUsage{dir: filepath.Join(root, "usage"), days: map[string]*usageDay{}}
+}
+
+// AddUsage implements UsageCounter on the file store.
+func (s *FileStore) AddUsage(ctx context.Context, principal, model string, at time.Time, u llm.Usage) error {
+	return s.usage.add(principal, model, at, u)
+}
+
+// TokensUsed implements UsageCounter on the file store.
+func (s *FileStore) TokensUsed(ctx context.Context, principal string, at time.Time) (day, month int64, err error) {
+	return s.usage.used(principal, at)
+}
+
+// UsageSince implements UsageCounter on the file store.
+func (s *FileStore) UsageSince(ctx context.Context, since time.Time) ([]UsageTotal, error) {
+	return s.usage.since(since)
+}
+
+var _ UsageCounter = (*FileStore)(nil)
+
+func (f *fileUsage) add(principal, model string, at time.Time, u llm.Usage) error {
+	line, err := protocol.Marshal(usageLine{Principal: principal, Model: model, Input: u.InputTokens, Output: u.OutputTokens,
+		Thought: u.ThoughtTokens, CacheRead: u.CachedReadTokens, CacheWrt: u.CachedWriteTokens})
+	if err != nil {
+		return err
+	}
+	if !f.made.Load() {
+		if err := os.MkdirAll(f.dir, dirPerm); err != nil {
+			return err
+		}
+		f.made.Store(true)
+	}
+	fh, err := openFile(filepath.Join(f.dir, at.UTC().Format(usageDayLayout)+".jsonl"), os.O_WRONLY|os.O_APPEND|os.O_CREATE, filePerm)
+	if err != nil {
+		return err
+	}
+	_, err = fh.Write(append(line, '\n'))
+	return errors.Join(err, fh.Close())
+}
+
+func (f *fileUsage) used(principal string, at time.Time) (day, month int64, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	today := DayOf(at)
+	for d := MonthOf(at); !d.After(today); d = d.AddDate(0, 0, 1) {
+		ud, err := f.read(d.Format(usageDayLayout) + ".jsonl")
+		if err != nil {
+			return 0, 0, err
+		}
+		var n int64
+		for k, t := range ud.totals {
+			if k.principal == principal {
+				n += t.Tokens()
+			}
+		}
+		month += n
+		if d.Equal(today) {
+			day = n
+		}
+	}
+	return day, month, nil
+}
+
+func (f *fileUsage) since(since time.Time) ([]UsageTotal, error) {
+	ents, err := os.ReadDir(f.dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	from := DayOf(since)
+	sum := map[usageKey]*UsageTotal{}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, e := range ents {
+		d, err := time.Parse(usageDayLayout, strings.TrimSuffix(e.Name(), ".jsonl"))
+		if err != nil || !strings.HasSuffix(e.Name(), ".jsonl") || d.Before(from) {
+			continue
+		}
+		ud, err := f.read(e.Name())
+		if err != nil {
+			return nil, err
+		}
+		for k, t := range ud.totals {
+			addTotal(sum, k, t.Calls, t.Usage)
+		}
+	}
+	return sortedTotals(sum), nil
+}
+
+// read brings one day's totals up to the end of its file (f.mu held). A
+// last line without its newline is being written: it is read next time.
+func (f *fileUsage) read(name string) (*usageDay, error) {
+	ud := f.days[name]
+	if ud == nil {
+		ud = &usageDay{totals: map[usageKey]*UsageTotal{}}
+		f.days[name] = ud
+	}
+	fh, err := os.Open(filepath.Join(f.dir, name))
+	if errors.Is(err, fs.ErrNotExist) {
+		return ud, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer fh.Close()
+	if _, err := fh.Seek(ud.offset, io.SeekStart); err != nil {
+		return nil, err
+	}
+	data, err := io.ReadAll(fh)
+	if err != nil {
+		return nil, err
+	}
+	end := bytes.LastIndexByte(data, '\n')
+	if end < 0 {
+		return ud, nil
+	}
+	ud.offset += int64(end + 1)
+	for _, raw := range bytes.Split(data[:end], []byte{'\n'}) {
+		var l usageLine
+		if safeUnmarshal(raw, &l) != nil {
+			continue // a damaged line counts nothing
+		}
+		addTotal(ud.totals, usageKey{l.Principal, l.Model}, 1, Usage{InputTokens: l.Input, OutputTokens: l.Output,
+			ThoughtTokens: l.Thought, CachedReadTokens: l.CacheRead, CachedWriteTokens: l.CacheWrt})
+	}
+	return ud, nil
+}
+
+func addTotal(sum map[usageKey]*UsageTotal, k usageKey, calls int64, u Usage) {
+	t := sum[k]
+	if t == nil {
+		t = &UsageTotal{Principal: k.principal, Model: k.model}
+		sum[k] = t
+	}
+	t.Calls += calls
+	t.InputTokens += u.InputTokens
+	t.OutputTokens += u.OutputTokens
+	t.ThoughtTokens += u.ThoughtTokens
+	t.CachedReadTokens += u.CachedReadTokens
+	t.CachedWriteTokens += u.CachedWriteTokens
+}
+
+func sortedTotals(sum map[usageKey]*UsageTotal) []UsageTotal {
+	out := make([]UsageTotal, 0, len(sum))
+	for _, t := range sum {
+		out = append(out, *t)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Principal != out[j].Principal {
+			return out[i].Principal < out[j].Principal
+		}
+		return out[i].Model < out[j].Model
+	})
+	return out
+}
