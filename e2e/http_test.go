@@ -50,12 +50,19 @@ func startHTTPAgent(env []string, token string) *httpAgent {
 // lowered to nofile (0: unchanged).
 func startHTTPAgentLimited(env []string, token string, nofile int) *httpAgent {
 	port := freePort()
+	return startHTTPAgentCmd(serverCmd(nofile, "acp", "--transport", "http", "--port", port), env, token, port)
+}
+
+// startHTTPAgentCmd starts cmd, an HTTP server listening on 127.0.0.1:port,
+// and waits for its /health (in a temp dir unless cmd.Dir is set).
+func startHTTPAgentCmd(cmd *exec.Cmd, env []string, token, port string) *httpAgent {
 	if token != "" {
 		env = append(env, "IACCODE_ACP_HTTP_TOKEN="+token)
 	}
-	cmd := serverCmd(nofile, "acp", "--transport", "http", "--port", port)
 	cmd.Env = env
-	cmd.Dir = GinkgoT().TempDir()
+	if cmd.Dir == "" {
+		cmd.Dir = GinkgoT().TempDir()
+	}
 	a := &httpAgent{cmd: cmd, stderr: &syncBuffer{}, base: "http://127.0.0.1:" + port, token: token,
 		check: newWireChecker(schemaV1), exited: make(chan error, 1),
 		client: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DisableCompression: true}}}
@@ -403,14 +410,18 @@ var _ = Describe("HTTP+SSE transport with a raw HTTP client", Label("e2e", "http
 		a.sigterm(10 * time.Second)
 	})
 
-	It("requires the bearer token when IACCODE_ACP_HTTP_TOKEN is set", func() {
+	It("requires the bearer token when IACCODE_ACP_HTTP_TOKEN is set, but not for /health (probes)", func() {
 		a := startHTTPAgent(agentEnv(fake), "tok-e2e-123")
-		for _, path := range []string{"/acp", "/health", "/metrics"} {
+		for _, path := range []string{"/acp", "/metrics"} {
 			resp, err := http.Get(a.base + path)
 			Expect(err).NotTo(HaveOccurred())
 			resp.Body.Close()
 			Expect(resp.StatusCode).To(Equal(http.StatusUnauthorized), path)
 		}
+		resp, err := http.Get(a.base + "/health")
+		Expect(err).NotTo(HaveOccurred())
+		resp.Body.Close()
+		Expect(resp.StatusCode).To(Equal(http.StatusOK))
 		r := a.post("", jrpc(1, "initialize", map[string]any{"protocolVersion": 1}))
 		Expect(r.status).To(Equal(http.StatusOK))
 		Expect(a.stderr.String()).NotTo(ContainSubstring("tok-e2e-123"))

@@ -263,9 +263,9 @@ var _ = Describe("initialize timeout", func() {
 })
 
 var _ = Describe("authentication", func() {
-	It("requires the bearer token on every route when configured", func() {
+	It("requires the bearer token on every route but /health when configured", func() {
 		e := startEnv(httpsse.Config{Token: "s3cret"})
-		for _, path := range []string{"/acp", "/health", "/metrics", "/nope"} {
+		for _, path := range []string{"/acp", "/metrics", "/nope"} {
 			for _, auth := range []string{"", "Bearer wrong", "Basic czNjcmV0", "Bearer s3cret2", "s3cret"} {
 				r := e.do(http.MethodGet, path, nil, "Authorization", auth)
 				Expect(r.status).To(Equal(http.StatusUnauthorized), path+" "+auth)
@@ -274,6 +274,15 @@ var _ = Describe("authentication", func() {
 		}
 		r := e.post(rpc(1, "initialize", map[string]any{"protocolVersion": 1}))
 		Expect(r.status).To(Equal(http.StatusUnauthorized))
+
+		// Probes (kubelet, load balancers) carry no credentials; a wrong
+		// one does not matter either.
+		for _, auth := range []string{"", "Bearer wrong"} {
+			r := e.do(http.MethodGet, "/health", nil, "Authorization", auth)
+			Expect(r.status).To(Equal(http.StatusOK), auth)
+			Expect(string(r.body)).To(Equal(`{"status":"healthy"}`))
+		}
+		Expect(e.do(http.MethodPost, "/health", nil).status).To(Equal(http.StatusMethodNotAllowed))
 
 		ok := []string{"Authorization", "Bearer s3cret"}
 		Expect(e.do(http.MethodGet, "/health", nil, ok...).status).To(Equal(http.StatusOK))
