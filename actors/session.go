@@ -83,6 +83,9 @@ type (
 type session struct {
 	deps *Deps
 	id   string
+	// phase: what the session is doing, changed by become only
+	// (session_phase.go).
+	phase phase
 	// owner is the principal of the connection that opened the session:
 	// the owner of a new one; load, resume and fork were checked against
 	// the stored owner by that connection (connection.owns).
@@ -116,8 +119,6 @@ type session struct {
 	// end, with its usage: one metadata write per turn (see changeMeta).
 	metaDirty bool
 	entries   []store.Entry
-	failed    bool
-	failErr   *protocol.Error // the answer to requests of a failed session
 	// fenced: a write found the session taken over by another process
 	// (shared store, ErrFenced); the answer to what needed that write. The
 	// session writes nothing more until stopWriting has let go of it.
@@ -130,23 +131,18 @@ type session struct {
 	// while its turn runs.
 	turnID   int64
 	promptID protocol.RawMessage
-	// promptConn and closeConn asked promptID and closeID: their answers
-	// go there even when the session moved to another connection meanwhile.
+	// promptConn asked promptID: its answer goes there even when the
+	// session moved to another connection meanwhile.
 	promptConn *actor.PID
-	closeConn  *actor.PID
 	turnUsage  llm.Usage
 	// soFar: the running turn and its message so far (session_active.go).
 	soFar turnSoFar
 	// cancelling: the running turn was told to cancel (cancelTurn); a diff
 	// read for its permission request comes back to nothing.
 	cancelling bool
-	// closeID is the pending session/close answered once the turn ends.
-	closeID protocol.RawMessage
-	closing bool
 	// drainers are closing connections waiting for the end of the turn of
 	// their prompt (drainFor).
 	drainers []*actor.PID
-	retiring bool
 	// queue: prompts waiting for the running turn (session_queue.go).
 	queue promptQueue
 
@@ -159,16 +155,11 @@ type session struct {
 	released     bool
 	releaseTimer *time.Timer
 	releaseArmed bool
-	// acq is the Open or Acquire in flight off the actor, held the
-	// messages waiting for it (session_acquire.go).
-	acq  *acquiring
-	held []*heldMessage
-
-	// handingOff are the askers of a handOff, answered once the session
-	// let go of its lease (after its running turn ended).
-	handingOff []*actor.PID
-	// left is closed once the session, handed off, stopped.
-	left chan struct{}
+	// acq is the Open or Acquire in flight off the actor
+	// (session_acquire.go); stash the messages waiting for it, or for any
+	// transition (session_stash.go).
+	acq   *acquiring
+	stash []*envelope
 
 	// Permission requests are asked one at a time.
 	permQueue  []*permissionAsk
@@ -206,55 +197,13 @@ func newSession(deps *Deps, id string, who sessionWho, conn *actor.PID, caps too
 	return s
 }
 
-func (s *session) Receive(ctx actor.Context) {
-	s.receive(ctx)
-	if s.fenced != nil {
-		s.stopWriting(ctx)
-	}
-	s.releaseBetweenTurns()
-}
-
-func (s *session) receive(ctx actor.Context) {
-	switch ctx.Message().(type) {
-	case *idleTick, *releaseTick:
-	default:
-		s.lastActive = time.Now()
-	}
-	if s.remote != nil {
-		s.receiveRemote(ctx, ctx.Message())
-		return
-	}
-	if s.holdWhileAcquiring(ctx) {
-		return
-	}
-	switch m := ctx.Message().(type) {
+// stepLive is the live session's step: what it serves (the steps of the
+// other phases hand it what they serve as live).
+func (s *session) stepLive(ctx actor.Context, e envelope) {
+	switch m := e.msg.(type) {
 	case *outbound:
 		s.keepSoFar(m.frame.Data)
 		s.broadcast(ctx, m)
-	case *actor.Started:
-		s.deps.Metrics.Sessions.Add(1)
-		s.open(ctx)
-	case *actor.Stopped:
-		s.deps.Metrics.Sessions.Add(-1)
-		s.releaseTurnCount()
-		s.forgetTurn()
-		if s.left != nil {
-			s.deps.leaving.CompareAndDelete(s.id, s.left)
-			close(s.left)
-		}
-		if s.idleTimer != nil {
-			s.idleTimer.Stop()
-		}
-		if s.releaseTimer != nil {
-			s.releaseTimer.Stop()
-		}
-		if !s.abandonAcquire() && s.store != nil {
-			s.closeStore()
-		}
-		s.store, s.fenced = nil, nil
-		s.cancelHeld(ctx, nil, nil)
-		s.cancelQueued(ctx, nil, nil)
-		s.closeSandbox()
 	case *idleTick:
 		idle := s.deps.Config.SessionIdle
 		if left := idle - time.Since(s.lastActive); left > 0 {
@@ -266,9 +215,8 @@ func (s *session) receive(ctx actor.Context) {
 		s.armIdle(ctx, idle)
 		// A session several connections share stays in memory until they
 		// leave: each would have to agree (see retireRequest).
-		if s.evictable() {
+		if s.evictable() && s.become(phase{kind: phaseEnding, why: endRetire}) {
 			c := s.clients.only()
-			s.retiring = true
 			ctx.Send(c.pid, &retireRequest{id: s.id, pid: ctx.Self(), seen: c.seen})
 		}
 	case *releaseTick:
@@ -286,27 +234,28 @@ func (s *session) receive(ctx actor.Context) {
 		s.cancelQueued(ctx, m.conn, m.requestID)
 		s.startQueued(ctx)
 	case *retireAnswer:
-		s.retiring = false
 		if m.ok {
-			if !s.failed {
+			if s.phase.kind != phaseFailed {
 				s.log.Debug().Msg("idle session evicted from memory")
 			}
-			ctx.Stop(ctx.Self())
+			s.stop(ctx)
+			return
+		}
+		if s.phase.is(phaseEnding, endRetire) {
+			s.become(phase{kind: phaseLive})
 		}
 	case *sessionRequest:
-		s.serveRequest(ctx, m, false)
+		s.serveRequest(ctx, m, e.counted)
 	case *acquired:
 		s.acquiredStore(ctx, m)
-	case *opened:
-		s.openedStore(ctx, m)
 	case *deleteLive:
 		s.endForDeleteElsewhere(ctx)
 	case *handOff:
-		s.handOffTo(ctx, ctx.Sender())
+		s.handOffTo(ctx, e.sender)
 	case *attach:
 		s.attachFor(ctx, m)
 	case *detach:
-		s.detachClient(ctx, m.conn)
+		s.detachClient(ctx, m.conn, endLastDetach)
 	case *messageDone:
 		s.record(ctx, m.msg)
 		s.messageRecorded(&m.msg)
@@ -359,9 +308,9 @@ func (s *session) serveRequest(ctx actor.Context, m *sessionRequest, counted boo
 		}
 		s.conn, s.who = m.conn, c.who
 	}
-	if s.failed {
+	if s.phase.kind == phaseFailed {
 		// e.g. a prompt that brought an evicted session back
-		s.respondError(ctx, m.id, s.failErr)
+		s.respondError(ctx, m.id, s.phase.failErr)
 		return
 	}
 	s.handle(ctx, m)
@@ -369,7 +318,7 @@ func (s *session) serveRequest(ctx actor.Context, m *sessionRequest, counted boo
 
 // attachFor attaches a connection that loads or resumes the session.
 func (s *session) attachFor(ctx actor.Context, m *attach) {
-	if !s.failed && !s.acquire(ctx, nil, m.conn, m.reqID, true, func(ctx actor.Context) { s.attachFor(ctx, m) }) {
+	if !s.acquire(ctx, m, m.conn, m.reqID, true) {
 		return
 	}
 	s.attach(ctx, m)
@@ -380,7 +329,7 @@ func (s *session) handle(ctx actor.Context, r *sessionRequest) {
 	case protocol.MethodSessionCancel, protocol.MethodSessionClose:
 		// they write nothing: a released handle stays released
 	default:
-		if !s.acquire(ctx, r, r.conn, r.id, false, func(ctx actor.Context) { s.serveRequest(ctx, r, true) }) {
+		if !s.acquire(ctx, r, r.conn, r.id, false) {
 			return
 		}
 	}
@@ -406,15 +355,7 @@ func (s *session) handle(ctx actor.Context, r *sessionRequest) {
 		s.cancelHeldPrompt(ctx)
 		s.cancelQueued(ctx, nil, nil)
 		s.answerPendingStarts(ctx)
-		s.closing = true
-		if s.turn == nil {
-			s.closeStore()
-			s.respond(ctx, r.id, struct{}{})
-			ctx.Stop(ctx.Self())
-			return
-		}
-		s.closeID, s.closeConn = r.id, r.conn
-		s.cancelTurn(ctx)
+		s.letGo(ctx, phase{kind: phaseEnding, why: endClose, closeID: r.id, closeConn: r.conn})
 	case protocol.MethodSessionSetMode:
 		var p protocol.SetModeRequest
 		if err := protocol.Unmarshal(r.params, &p); err != nil || !validMode(p.ModeID) {
@@ -455,16 +396,17 @@ func (s *session) openWith(ctx actor.Context, entries []store.Entry, err error) 
 		entries, _, err = store.RepairSession(s.store, entries)
 	}
 	if err != nil {
-		s.failed = true
-		s.failErr = s.storeError(err, "cannot open the session")
+		failErr := s.storeError(err, "cannot open the session")
+		s.become(phase{kind: phaseFailed, failErr: failErr})
 		if s.start != startRestore {
-			s.audit(startMethod(s.start), "error").Int("code", s.failErr.Code).Msg("session not opened")
+			s.audit(startMethod(s.start), "error").Int("code", failErr.Code).Msg("session not opened")
 		}
-		s.respondError(ctx, s.startReq, s.failErr)
+		s.respondError(ctx, s.startReq, failErr)
 		ctx.Send(s.conn, &retireRequest{id: s.id, pid: ctx.Self(), force: true})
 		return
 	}
 	s.entries = entries
+	s.become(phase{kind: phaseLive})
 	s.adoptMeta()
 	if s.startCwd != "" && s.startCwd != s.meta.Cwd && s.start != startNew {
 		s.meta.Cwd = s.startCwd
@@ -558,4 +500,32 @@ func (s *session) respondTo(ctx actor.Context, conn *actor.PID, id protocol.RawM
 		data = protocol.EncodeError(id, e)
 	}
 	ctx.Send(conn, &outbound{frame: Frame{Data: data, SessionID: s.id}})
+}
+
+// stopped is the actor's end, whatever its phase: what it holds is let go
+// of (timers, turn slot, store handle, jail) and what waits is answered.
+func (s *session) stopped(ctx actor.Context) {
+	s.deps.Metrics.Sessions.Add(-1)
+	if s.phase.kind != phaseStopped {
+		s.become(phase{kind: phaseStopped})
+	}
+	s.releaseTurnCount()
+	s.forgetTurn()
+	if left := s.phase.left; left != nil {
+		s.deps.leaving.CompareAndDelete(s.id, left)
+		close(left)
+	}
+	if s.idleTimer != nil {
+		s.idleTimer.Stop()
+	}
+	if s.releaseTimer != nil {
+		s.releaseTimer.Stop()
+	}
+	if !s.abandonAcquire() && s.store != nil {
+		s.closeStore()
+	}
+	s.store, s.fenced = nil, nil
+	s.cancelStashed(ctx, nil, nil)
+	s.cancelQueued(ctx, nil, nil)
+	s.closeSandbox()
 }

@@ -7,7 +7,6 @@ import (
 
 	"github.com/iac-code/iac-code/protocol"
 	"github.com/iac-code/iac-code/store"
-	"github.com/iac-code/iac-code/transport/cluster/clusterpb"
 )
 
 // Taking a released store handle back (acquire) may wait: up to a second
@@ -15,12 +14,13 @@ import (
 // cluster mode a takeover, in which another pod hands the session over
 // (seconds). The session does it off its goroutine (startAcquire) and goes
 // on answering meanwhile: what needs the handle (prompts, set_*, load,
-// resume, delete, a handOff) waits in order in s.held and runs once the
+// resume, delete, a handOff) waits in order in the stash and runs once the
 // handle is back (or, on an error, the request that asked for it is
 // answered with it, and the next one tries again, as they did one after
 // the other before); what needs no handle is served at once, and a cancel
 // of prompts (session/cancel, $/cancel_request, a connection leaving)
-// answers the waiting ones cancelled, as it does queued prompts.
+// answers the waiting ones cancelled, as it does queued prompts. They wait
+// in the session's stash (session_stash.go).
 // session/close waits too, after cancelling the prompts: the handle must
 // be closed before the close is answered (see closeStore); so do a
 // leaving connection's drain and detach, after cancelling its prompts,
@@ -38,7 +38,7 @@ type (
 		opened store.Session
 		// trigger answers the request that asked for the handle with an
 		// error of Acquire (nil once that request was cancelled).
-		trigger *heldMessage
+		trigger *envelope
 	}
 	// acquired is the result of an Acquire made off the actor.
 	acquired struct {
@@ -55,16 +55,6 @@ type (
 		entries []store.Entry
 		err     error
 		proxy   *actor.PID
-	}
-	// heldMessage is a message that waits for the store handle; req is
-	// the request it serves (nil for a message of the server), so that a
-	// cancel finds the prompts among them; msg is the message as it came,
-	// for a stub (the session turned out to be held by another pod).
-	heldMessage struct {
-		msg     any
-		req     *sessionRequest
-		run     func(ctx actor.Context)
-		respond func(ctx actor.Context, e *protocol.Error)
 	}
 )
 
@@ -118,36 +108,37 @@ func (s *session) openedStore(ctx actor.Context, m *opened) {
 	if m.proxy != nil {
 		s.remote = m.proxy
 		ctx.Watch(m.proxy)
+		s.become(phase{kind: phaseStub})
 	} else {
 		s.store = m.store
 		s.openWith(ctx, m.entries, m.err)
 	}
-	s.runHeld(ctx)
+	s.unstash(ctx)
 }
 
 // acquire reports whether the store handle is held, so that the request of
-// conn with reqID may be served now. A released handle is taken back off
-// the actor (startAcquire): the request waits, run serving it once the
-// handle is back, and acquire reports false. When another process holds
+// conn with reqID, msg, may be served now. A released handle is taken back
+// off the actor (startAcquire): msg waits first in the stash, stepped again
+// once the handle is back, and acquire reports false. When another process holds
 // the session, the request is answered with an error naming the situation
 // and is not served; an explicit load or resume (takeOver) asks that
 // process to hand the session over first (cluster mode), a prompt does
 // not: the session went elsewhere, as to another connection.
-func (s *session) acquire(ctx actor.Context, r *sessionRequest, conn *actor.PID, reqID protocol.RawMessage, takeOver bool, run func(ctx actor.Context)) bool {
+func (s *session) acquire(ctx actor.Context, msg any, conn *actor.PID, reqID protocol.RawMessage, takeOver bool) bool {
 	if !s.released {
 		return true
 	}
-	trigger := &heldMessage{req: r, run: run, respond: func(ctx actor.Context, e *protocol.Error) {
+	trigger := &envelope{msg: msg, counted: true, respond: func(ctx actor.Context, e *protocol.Error) {
 		s.respondTo(ctx, conn, reqID, nil, e)
 	}}
-	s.held = append([]*heldMessage{trigger}, s.held...)
+	s.stash = append([]*envelope{trigger}, s.stash...)
 	s.startAcquire(ctx, trigger, takeOver)
 	return false
 }
 
 // startAcquire calls the store's Acquire (and the takeovers) on a goroutine
 // of its own, which sends the result to the session as acquired.
-func (s *session) startAcquire(ctx actor.Context, trigger *heldMessage, takeOver bool) {
+func (s *session) startAcquire(ctx actor.Context, trigger *envelope, takeOver bool) {
 	call := &acquiring{trigger: trigger}
 	s.acq = call
 	self, root, st := ctx.Self(), ctx.ActorSystem().Root, s.store
@@ -179,13 +170,13 @@ func (s *session) acquiredStore(ctx actor.Context, m *acquired) {
 	s.acq = nil
 	if m.err != nil {
 		if t := m.call.trigger; t != nil {
-			s.unhold(t)
+			s.unstashOne(t)
 			t.respond(ctx, s.storeError(m.err, "cannot reopen the session"))
 		}
 	} else {
 		s.reacquired(ctx, m.entries, m.changed)
 	}
-	s.runHeld(ctx)
+	s.unstash(ctx)
 }
 
 // reacquired is the session with its handle back.
@@ -202,107 +193,6 @@ func (s *session) reacquired(ctx actor.Context, entries []store.Entry, changed b
 		s.adoptMeta()
 	}
 	s.armRelease(ctx, s.deps.Config.SessionRelease)
-}
-
-// runHeld runs the held messages in order until one starts another Acquire
-// (the rest wait for that one) or the session stops.
-func (s *session) runHeld(ctx actor.Context) {
-	for s.acq == nil && len(s.held) > 0 && !(s.closing && s.turn == nil) {
-		h := s.held[0]
-		s.held[0] = nil
-		s.held = s.held[1:]
-		if s.remote != nil {
-			s.receiveRemote(ctx, h.msg)
-			continue
-		}
-		h.run(ctx)
-	}
-}
-
-// unhold takes h out of the held messages.
-func (s *session) unhold(h *heldMessage) {
-	for i, x := range s.held {
-		if x == h {
-			s.held = append(s.held[:i], s.held[i+1:]...)
-			return
-		}
-	}
-}
-
-// hold keeps a message that arrived during an Acquire for after it.
-func (s *session) hold(msg any, r *sessionRequest, run func(ctx actor.Context)) {
-	s.held = append(s.held, &heldMessage{msg: msg, req: r, run: run})
-}
-
-// holdWhileAcquiring holds the message being received when it needs the
-// store handle and an Acquire is in flight, and reports whether it did. A
-// cancel of prompts answers the held ones cancelled first, then is served
-// as usual.
-func (s *session) holdWhileAcquiring(ctx actor.Context) bool {
-	if s.acq == nil {
-		return false
-	}
-	switch m := ctx.Message().(type) {
-	case *sessionRequest:
-		switch m.method {
-		case protocol.MethodSessionCancel:
-			s.cancelHeld(ctx, nil, nil)
-			return false
-		case protocol.MethodSessionClose:
-			s.cancelHeld(ctx, nil, nil)
-		}
-		s.hold(m, m, func(ctx actor.Context) { s.serveRequest(ctx, m, false) })
-	case *attach:
-		s.hold(m, nil, func(ctx actor.Context) { s.attachFor(ctx, m) })
-	case *handOff:
-		from := ctx.Sender()
-		s.hold(m, nil, func(ctx actor.Context) { s.handOffTo(ctx, from) })
-	case *deleteLive:
-		s.hold(m, nil, s.endForDeleteElsewhere)
-	case *clusterpb.Relay:
-		// A frame of the proxy the pod holding the session made for this
-		// one while Share was under way (the answer to the load): for the
-		// stub this session becomes once it has the proxy's pid.
-		s.hold(m, nil, func(actor.Context) {})
-	case *cancelTurns:
-		s.cancelHeld(ctx, m.conn, m.requestID)
-		return false
-	case *drain:
-		// A closing connection's prompts are cancelled at once; its other
-		// requests (a load, a set_mode) are answered before it hears the
-		// session is idle, as they were before it.
-		from := m.from
-		if from == nil {
-			from = s.conn
-		}
-		s.cancelHeld(ctx, from, nil)
-		s.hold(m, nil, func(ctx actor.Context) { s.drainFor(ctx, from) })
-	case *detach:
-		s.cancelHeld(ctx, m.conn, nil)
-		s.hold(m, nil, func(ctx actor.Context) { s.detachClient(ctx, m.conn) })
-	default:
-		return false
-	}
-	return true
-}
-
-// cancelHeld answers the held prompts cancelled that a cancel of conn's
-// prompts (every connection's when conn is nil), or of the one with
-// requestID, is of.
-func (s *session) cancelHeld(ctx actor.Context, conn *actor.PID, requestID protocol.RawMessage) {
-	kept := s.held[:0]
-	for _, h := range s.held {
-		if r := h.req; r != nil && r.method == protocol.MethodSessionPrompt && cancels(r, conn, requestID) {
-			if s.acq != nil && s.acq.trigger == h {
-				s.acq.trigger = nil
-			}
-			s.answerCancelled(ctx, r)
-			continue
-		}
-		kept = append(kept, h)
-	}
-	clear(s.held[len(kept):])
-	s.held = kept
 }
 
 // abandonAcquire is the session stopping: it reports whether an Acquire or

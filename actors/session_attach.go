@@ -196,10 +196,6 @@ func (s *session) forwardRequest(ctx actor.Context, m *outboundRequest) {
 }
 
 func (s *session) attach(ctx actor.Context, m *attach) {
-	if s.failed {
-		s.respondTo(ctx, m.conn, m.reqID, nil, s.failErr)
-		return
-	}
 	// The connection counts its requests to this session afresh from the
 	// attach on (openSession resets its count), also when it is the same
 	// connection: without this an idle session loaded again is never
@@ -258,9 +254,9 @@ func (s *session) attachClient(ctx actor.Context, m *attach) {
 // detachClient lets conn go (session/close from it, or it went away): its
 // running prompt ends cancelled, its queued and held prompts are answered
 // cancelled, a permission request asked of it is no longer waited for.
-// When it was the last one, the session ends as it always did: closing, it
-// stops once its turn has. It reports whether conn was attached.
-func (s *session) detachClient(ctx actor.Context, conn *actor.PID) bool {
+// When it was the last one, the session ends (for why): it stops once its
+// turn has. It reports whether conn was attached.
+func (s *session) detachClient(ctx actor.Context, conn *actor.PID, why endReason) bool {
 	if !s.clients.remove(conn) {
 		return false
 	}
@@ -279,12 +275,7 @@ func (s *session) detachClient(ctx actor.Context, conn *actor.PID) bool {
 	}
 	s.cancelHeldPrompt(ctx)
 	s.cancelQueued(ctx, nil, nil)
-	s.closing = true
-	if s.turn != nil {
-		s.cancelTurn(ctx)
-	} else {
-		ctx.Stop(ctx.Self())
-	}
+	s.letGo(ctx, phase{kind: phaseEnding, why: why})
 	return true
 }
 
@@ -304,7 +295,7 @@ func (s *session) endForDelete(ctx actor.Context, by *actor.PID) {
 			continue
 		}
 		s.emitTo(ctx, c.pid, deletedNotice())
-		s.detachClient(ctx, c.pid)
+		s.detachClient(ctx, c.pid, endDeletedElsewhere)
 	}
 }
 
@@ -320,15 +311,10 @@ func (*deleteLive) IgnoreDeadLetterLogging() {}
 // end, when one runs).
 func (s *session) endForDeleteElsewhere(ctx actor.Context) {
 	s.endForDelete(ctx, nil)
-	if s.clients.len() == 0 && !s.closing {
+	if s.clients.len() == 0 {
 		s.cancelHeldPrompt(ctx)
 		s.cancelQueued(ctx, nil, nil)
-		s.closing = true
-		if s.turn != nil {
-			s.cancelTurn(ctx)
-		} else {
-			ctx.Stop(ctx.Self())
-		}
+		s.letGo(ctx, phase{kind: phaseEnding, why: endDeletedElsewhere})
 	}
 }
 
@@ -339,7 +325,7 @@ func (s *session) closeShared(ctx actor.Context, r *sessionRequest) bool {
 	if s.clients.len() < 2 || s.clients.find(r.conn) == nil {
 		return false
 	}
-	s.detachClient(ctx, r.conn)
+	s.detachClient(ctx, r.conn, endClose)
 	s.respondTo(ctx, r.conn, r.id, struct{}{}, nil)
 	ctx.Send(r.conn, &sessionMoved{id: s.id, pid: ctx.Self()})
 	return true

@@ -33,30 +33,6 @@ func takeOverSession(h Handover, log zerolog.Logger, id string, err error) bool 
 	return true
 }
 
-// leave lets go of the session for another process (handOff): the lease is
-// released, the connection forgets the session, the askers are answered
-// and the actor stops.
-func (s *session) leave(ctx actor.Context) {
-	if s.store != nil {
-		s.closeStore()
-	}
-	s.cancelQueued(ctx, nil, nil)
-	for _, c := range s.clients.list {
-		ctx.Send(c.pid, &sessionLeft{id: s.id, pid: ctx.Self()})
-	}
-	for _, p := range s.handingOff {
-		if p != nil {
-			ctx.Send(p, &handedOff{})
-		}
-	}
-	s.handingOff = nil
-	s.closing = true
-	s.left = make(chan struct{})
-	s.deps.leaving.Store(s.id, s.left)
-	s.log.Info().Msg("session handed over to another pod")
-	ctx.Stop(ctx.Self())
-}
-
 // armRelease sends the session a releaseTick after d, once at a time.
 func (s *session) armRelease(ctx actor.Context, d time.Duration) {
 	if s.releaseArmed {
@@ -75,7 +51,7 @@ func (s *session) releaseIfIdle(ctx actor.Context) {
 		return
 	}
 	period := s.deps.Config.SessionRelease
-	if !s.idleReleasable() {
+	if !s.quiet() {
 		s.armRelease(ctx, period)
 		return
 	}
@@ -96,7 +72,7 @@ func (s *session) releaseIfIdle(ctx actor.Context) {
 // back, reloading what that process wrote (acquire). No turn, held or
 // queued prompt, or start waiting for MCP servers may be in progress.
 func (s *session) releaseBetweenTurns() {
-	if !s.releasableBetweenTurns() {
+	if !s.holdsStore() || !s.quiet() {
 		return
 	}
 	if _, ok := s.store.(store.TurnMarker); !ok {
@@ -132,7 +108,7 @@ func (s *session) stopWriting(ctx actor.Context) {
 		s.cancelTurn(ctx)
 		return
 	}
-	if s.store == nil || s.closing {
+	if s.store == nil || !s.phase.serving() {
 		s.fenced = nil
 		return
 	}
@@ -143,18 +119,10 @@ func (s *session) stopWriting(ctx actor.Context) {
 }
 
 // handOffTo lets go of the session for another process once its running
-// turn ended, then answers from.
+// turn ended, then answers from (see finishEnding).
 func (s *session) handOffTo(ctx actor.Context, from *actor.PID) {
-	s.handingOff = append(s.handingOff, from)
-	if len(s.handingOff) > 1 {
-		return
-	}
 	s.cancelHeldPrompt(ctx)
 	s.cancelQueued(ctx, nil, nil)
 	s.answerPendingStarts(ctx)
-	if s.turn != nil {
-		s.cancelTurn(ctx)
-		return // see endTurn
-	}
-	s.leave(ctx)
+	s.letGo(ctx, phase{kind: phaseEnding, why: endHandOff, askers: []*actor.PID{from}})
 }

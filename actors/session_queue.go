@@ -47,7 +47,7 @@ func (s *session) enqueuePrompt(ctx actor.Context, r *sessionRequest) {
 // that is answered at once, such as /clear or a refused one, lets the
 // following one start too).
 func (s *session) startQueued(ctx actor.Context) {
-	for s.queueMayStart() && !s.queue.empty() {
+	for s.turnFree() && !s.queue.empty() {
 		r := s.queue.waiting[0]
 		s.queue.waiting[0] = nil
 		s.queue.waiting = s.queue.waiting[1:]

@@ -1,30 +1,31 @@
 package actors
 
-// The four answers the session gives today to "is it idle" (issue 28):
-// each of its decisions asks its own question, spelled out here so that a
-// table test pins them (session_quiet_test.go) before they are merged.
+// The session's one definition of idle (issue 28). It had four, one per
+// decision: evicting it, releasing its lease after SessionRelease,
+// releasing a file store's lock between turns, starting the next queued
+// prompt; session_quiet_test.go has what each answers, and what changed
+// when they were merged.
 
-// evictable: the idle timer may ask the connection to retire the session
-// (session.go, idleTick).
+// turnFree: a prompt may start a turn now (the next queued one).
+func (s *session) turnFree() bool {
+	return s.phase.serving() && s.turn == nil && s.mcp.held == nil
+}
+
+// quiet is the session's one definition of idle: it serves (live, or
+// asked to retire), no turn runs, no prompt is queued or waits for the MCP
+// servers, no start waits for them, and no message waits for the store
+// handle. An idle session may be evicted (with one client) and let go of
+// its lease.
+func (s *session) quiet() bool {
+	return s.turnFree() && s.queue.empty() && !s.mcpWaiting() && s.acq == nil && len(s.stash) == 0
+}
+
+// evictable: the idle timer may ask the connection to retire the session:
+// idle, live (not asked already), with one client (several would each
+// have to agree).
 func (s *session) evictable() bool {
-	return s.clients.only() != nil && s.turn == nil && !s.retiring && !s.failed && !s.mcpWaiting() && s.queue.empty() &&
-		s.acq == nil && len(s.held) == 0
+	return s.phase.kind == phaseLive && s.quiet() && s.clients.only() != nil
 }
 
-// idleReleasable: the release timer may let go of the store handle, the
-// session being inactive for SessionRelease (releaseIfIdle); holdsStore
-// first, else nothing to release.
-func (s *session) holdsStore() bool { return !s.released && !s.failed && s.store != nil }
-
-func (s *session) idleReleasable() bool { return s.turn == nil && s.mcp.held == nil }
-
-// releasableBetweenTurns: a file store's lock may go as soon as the
-// session received a message and nothing runs (releaseBetweenTurns).
-func (s *session) releasableBetweenTurns() bool {
-	return s.holdsStore() && !s.closing && s.turn == nil && !s.mcpWaiting() && s.queue.empty()
-}
-
-// queueMayStart: the next queued prompt may start (startQueued).
-func (s *session) queueMayStart() bool {
-	return s.turn == nil && s.mcp.held == nil && !s.closing && len(s.handingOff) == 0
-}
+// holdsStore: the session holds its store handle (and lease).
+func (s *session) holdsStore() bool { return !s.released && s.store != nil }

@@ -223,7 +223,7 @@ func (s *session) receiveRemote(ctx actor.Context, msg any) {
 		}
 		client.seen++
 		if m.method == protocol.MethodSessionClose {
-			s.closeID = m.id
+			s.phase.closeID = m.id
 		}
 		s.relay(ctx, &protocol.Message{ID: m.id, Method: m.method, Params: m.params})
 	case *clientAnswer:
@@ -289,7 +289,7 @@ func (s *session) fromProxy(ctx actor.Context, conn *actor.PID, body []byte) {
 			return
 		}
 		ctx.Send(conn, &outbound{frame: Frame{Data: body, SessionID: s.id}})
-		if s.closeID != nil && id == protocol.IDKey(s.closeID) {
+		if s.phase.closeID != nil && id == protocol.IDKey(s.phase.closeID) {
 			ctx.Stop(ctx.Self()) // closed: the connection waits for this actor to stop
 		}
 	case msg.Method == protocol.MethodCancelRequest:

@@ -63,16 +63,11 @@ func (s *session) endTurn(ctx actor.Context, m *turnFinished) {
 		s.respondTo(ctx, s.promptConn, s.promptID, protocol.PromptResponse{StopReason: m.stopReason, Usage: promptUsage(m.usage)}, nil)
 	}
 	s.promptID, s.promptConn = nil, nil
-	if len(s.handingOff) > 0 && !s.closing {
-		s.leave(ctx)
+	s.answerDrainers(ctx)
+	if s.phase.lettingGo() {
+		s.finishEnding(ctx) // the ending waited for the turn
 		return
 	}
-	if s.closing {
-		s.closeStore()
-		s.respondTo(ctx, s.closeConn, s.closeID, struct{}{}, nil)
-		ctx.Stop(ctx.Self())
-	}
-	s.answerDrainers(ctx)
 	s.startQueued(ctx)
 }
 
