@@ -119,10 +119,9 @@ func (s *session) decidePermission(ctx actor.Context, a *permissionAsk) {
 		// (no dialog for a turn that ends).
 		ctx.Unwatch(a.previewOf.replyTo)
 		switch {
-		case a.previewOf != s.permActive, s.cancelling:
+		case a.previewOf != s.perm.active, s.turn.cancelling():
 		case a.withdrawn:
-			s.permActive = nil
-			s.decideQueued(ctx)
+			s.activeGone(ctx)
 		default:
 			s.sendAsk(ctx, a)
 		}
@@ -149,8 +148,8 @@ func (s *session) decidePermission(ctx actor.Context, a *permissionAsk) {
 		allow("bypass_mode")
 	case s.meta.Mode == "accept_edits" && a.kind == tools.KindEdit && a.editsInside:
 		allow("accept_edits_in_cwd")
-	case s.permActive != nil:
-		s.permQueue = append(s.permQueue, a)
+	case s.perm.active != nil:
+		s.queueAsk(a)
 	default:
 		s.askClient(ctx, a)
 	}

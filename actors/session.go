@@ -9,7 +9,6 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/rs/zerolog"
 
-	"github.com/iac-code/iac-code/llm"
 	"github.com/iac-code/iac-code/protocol"
 	"github.com/iac-code/iac-code/store"
 	"github.com/iac-code/iac-code/tools"
@@ -119,27 +118,8 @@ type session struct {
 	// end, with its usage: one metadata write per turn (see changeMeta).
 	metaDirty bool
 	entries   []store.Entry
-	// fenced: a write found the session taken over by another process
-	// (shared store, ErrFenced); the answer to what needed that write. The
-	// session writes nothing more until stopWriting has let go of it.
-	fenced *protocol.Error
-
-	turn *actor.PID
-	// turnCounted: the running turn holds one of its owner's slots.
-	turnCounted bool
-	// turnID numbers the turns; a tool's request to the client is sent only
-	// while its turn runs.
-	turnID   int64
-	promptID protocol.RawMessage
-	// promptConn asked promptID: its answer goes there even when the
-	// session moved to another connection meanwhile.
-	promptConn *actor.PID
-	turnUsage  llm.Usage
-	// soFar: the running turn and its message so far (session_active.go).
-	soFar turnSoFar
-	// cancelling: the running turn was told to cancel (cancelTurn); a diff
-	// read for its permission request comes back to nothing.
-	cancelling bool
+	// turn: the turn slot (session_turn.go).
+	turn turnSlot
 	// drainers are closing connections waiting for the end of the turn of
 	// their prompt (drainFor).
 	drainers []*actor.PID
@@ -150,22 +130,15 @@ type session struct {
 	// timer tick; idleTimer sends the next idleTick.
 	lastActive time.Time
 	idleTimer  *time.Timer
-	// released: the store handle let go of its descriptors and lock after
-	// SessionRelease without activity; acquire takes them back.
-	released     bool
-	releaseTimer *time.Timer
-	releaseArmed bool
-	// acq is the Open or Acquire in flight off the actor
-	// (session_acquire.go); stash the messages waiting for it, or for any
+	// lease: the store lease (session_lease.go), taken back off the actor
+	// (session_acquire.go).
+	lease storeLease
+	// stash: the messages waiting for the store handle, or for any
 	// transition (session_stash.go).
-	acq   *acquiring
 	stash []*envelope
 
-	// Permission requests are asked one at a time.
-	permQueue  []*permissionAsk
-	permActive *permissionAsk
-	// permAsked are the clients asked permActive that have not answered.
-	permAsked []*permissionTag
+	// perm: the permission arbiter (session_permission.go).
+	perm permissionArbiter
 
 	// mcp: the session's MCP servers (session_mcp.go).
 	mcp sessionMCP
@@ -220,11 +193,9 @@ func (s *session) stepLive(ctx actor.Context, e envelope) {
 			ctx.Send(c.pid, &retireRequest{id: s.id, pid: ctx.Self(), seen: c.seen})
 		}
 	case *releaseTick:
-		s.releaseArmed = false
-		s.releaseIfIdle(ctx)
+		s.releaseTicked(ctx)
 	case *cancelTurns:
-		if s.turn != nil && m.conn.Equal(s.promptConn) &&
-			cancelsID(m.requestID, s.promptID) {
+		if s.turn.of(m.conn) && cancelsID(m.requestID, s.turn.promptID) {
 			s.cancelTurn(ctx)
 		}
 		if h := s.mcp.held; h != nil && m.conn.Equal(h.conn) &&
@@ -274,7 +245,7 @@ func (s *session) stepLive(ctx actor.Context, e envelope) {
 			s.onMCPCrash(ctx, m)
 			return
 		}
-		if m.child.Equal(s.turn) {
+		if s.turn.running() && m.child.Equal(s.turn.pid) {
 			errorID := newErrorID()
 			s.log.Error().Str("error_id", errorID).Interface("panic", m.reason.value).
 				Bytes("stack", m.reason.stack).Msg("turn crashed")
@@ -337,7 +308,7 @@ func (s *session) handle(ctx actor.Context, r *sessionRequest) {
 	case protocol.MethodSessionPrompt:
 		s.prompt(ctx, r)
 	case protocol.MethodSessionCancel:
-		if s.turn != nil {
+		if s.turn.running() {
 			s.cancelTurn(ctx)
 		}
 		s.cancelHeldPrompt(ctx)
@@ -518,13 +489,12 @@ func (s *session) stopped(ctx actor.Context) {
 	if s.idleTimer != nil {
 		s.idleTimer.Stop()
 	}
-	if s.releaseTimer != nil {
-		s.releaseTimer.Stop()
-	}
+	s.lease.stopTimer()
 	if !s.abandonAcquire() && s.store != nil {
 		s.closeStore()
 	}
-	s.store, s.fenced = nil, nil
+	s.store = nil
+	s.lease.unfence()
 	s.cancelStashed(ctx, nil, nil)
 	s.cancelQueued(ctx, nil, nil)
 	s.closeSandbox()

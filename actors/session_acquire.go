@@ -68,7 +68,7 @@ func (*opened) IgnoreDeadLetterLogging()   {}
 // messages meanwhile wait as they do for an Acquire.
 func (s *session) startOpen(ctx actor.Context) {
 	call := &acquiring{}
-	s.acq = call
+	s.lease.await(call)
 	self, root, st, share := ctx.Self(), ctx.ActorSystem().Root, s.deps.Store, s.shareRequest(ctx)
 	handover, log, id := s.deps.Handover, s.log, s.id
 	go func() {
@@ -101,10 +101,9 @@ func (s *session) startOpen(ctx actor.Context) {
 // or becomes the stub of the session another pod holds; then the messages
 // that waited run.
 func (s *session) openedStore(ctx actor.Context, m *opened) {
-	if m.call != s.acq {
+	if !s.lease.settle(m.call, m.err == nil && m.proxy == nil) {
 		return
 	}
-	s.acq = nil
 	if m.proxy != nil {
 		s.remote = m.proxy
 		ctx.Watch(m.proxy)
@@ -125,7 +124,7 @@ func (s *session) openedStore(ctx actor.Context, m *opened) {
 // process to hand the session over first (cluster mode), a prompt does
 // not: the session went elsewhere, as to another connection.
 func (s *session) acquire(ctx actor.Context, msg any, conn *actor.PID, reqID protocol.RawMessage, takeOver bool) bool {
-	if !s.released {
+	if !s.lease.released() {
 		return true
 	}
 	trigger := &envelope{msg: msg, counted: true, respond: func(ctx actor.Context, e *protocol.Error) {
@@ -140,7 +139,7 @@ func (s *session) acquire(ctx actor.Context, msg any, conn *actor.PID, reqID pro
 // of its own, which sends the result to the session as acquired.
 func (s *session) startAcquire(ctx actor.Context, trigger *envelope, takeOver bool) {
 	call := &acquiring{trigger: trigger}
-	s.acq = call
+	s.lease.await(call)
 	self, root, st := ctx.Self(), ctx.ActorSystem().Root, s.store
 	handover, log, id := s.deps.Handover, s.log, s.id
 	go func() {
@@ -164,10 +163,9 @@ func (s *session) startAcquire(ctx actor.Context, trigger *envelope, takeOver bo
 // acquiredStore takes the result of startAcquire, then runs the messages
 // that waited for it, in order, while no other Acquire is in flight.
 func (s *session) acquiredStore(ctx actor.Context, m *acquired) {
-	if m.call != s.acq {
+	if !s.lease.settle(m.call, m.err == nil) {
 		return
 	}
-	s.acq = nil
 	if m.err != nil {
 		if t := m.call.trigger; t != nil {
 			s.unstashOne(t)
@@ -181,7 +179,6 @@ func (s *session) acquiredStore(ctx actor.Context, m *acquired) {
 
 // reacquired is the session with its handle back.
 func (s *session) reacquired(ctx actor.Context, entries []store.Entry, changed bool) {
-	s.released = false
 	if changed {
 		s.log.Info().Int("entries", len(entries)).Msg("session changed by another process; reloaded")
 		if repaired, _, rerr := store.RepairSession(s.store, entries); rerr == nil {
@@ -200,11 +197,10 @@ func (s *session) reacquired(ctx actor.Context, entries []store.Entry, changed b
 // (else the session closes s.store, which is then the handle an Open sent
 // and the session did not take yet).
 func (s *session) abandonAcquire() bool {
-	call := s.acq
+	call := s.lease.abandon()
 	if call == nil {
 		return false
 	}
-	s.acq = nil
 	call.mu.Lock()
 	defer call.mu.Unlock()
 	if call.sent {

@@ -97,41 +97,41 @@ type turnSoFar struct {
 // shows the same startedAt.
 func (s *session) beginTurn(id protocol.RawMessage) {
 	now := time.Now().UTC().Truncate(time.Microsecond)
-	s.soFar = turnSoFar{active: &ActiveTurn{StartedAt: now.Format(time.RFC3339Nano), PromptRequest: id, started: now}}
-	s.deps.active.m.Store(s.id, s.soFar.active)
+	s.turn.soFar = turnSoFar{active: &ActiveTurn{StartedAt: now.Format(time.RFC3339Nano), PromptRequest: id, started: now}}
+	s.deps.active.m.Store(s.id, s.turn.soFar.active)
 }
 
 // keepSoFar keeps a frame the running turn sends its clients.
 func (s *session) keepSoFar(f []byte) {
-	if s.turn == nil || s.soFar.active == nil {
+	if !s.turn.running() || s.turn.soFar.active == nil {
 		return
 	}
-	if id, ok := toolCallAnnounced(f); ok && s.soFar.recordedCalls[id] {
+	if id, ok := toolCallAnnounced(f); ok && s.turn.soFar.recordedCalls[id] {
 		return
 	}
-	if len(s.soFar.frames) >= maxSoFarFrames || s.soFar.bytes+len(f) > maxSoFarBytes {
-		if !s.soFar.full {
+	if len(s.turn.soFar.frames) >= maxSoFarFrames || s.turn.soFar.bytes+len(f) > maxSoFarBytes {
+		if !s.turn.soFar.full {
 			s.log.Warn().Msg("running message too large to keep for a load: a load meanwhile misses part of it")
 		}
-		s.soFar.full = true
+		s.turn.soFar.full = true
 		return
 	}
-	s.soFar.frames = append(s.soFar.frames, f)
-	s.soFar.bytes += len(f)
+	s.turn.soFar.frames = append(s.turn.soFar.frames, f)
+	s.turn.soFar.bytes += len(f)
 }
 
 // messageRecorded: the message so far is msg, in the history now.
 func (s *session) messageRecorded(msg *llm.Message) {
-	s.soFar.frames, s.soFar.bytes, s.soFar.full = nil, 0, false
-	if s.soFar.active == nil {
+	s.turn.soFar.frames, s.turn.soFar.bytes, s.turn.soFar.full = nil, 0, false
+	if s.turn.soFar.active == nil {
 		return
 	}
 	for i := range msg.Content {
 		if b := &msg.Content[i]; b.Type == llm.BlockToolUse {
-			if s.soFar.recordedCalls == nil {
-				s.soFar.recordedCalls = map[string]bool{}
+			if s.turn.soFar.recordedCalls == nil {
+				s.turn.soFar.recordedCalls = map[string]bool{}
 			}
-			s.soFar.recordedCalls[b.ToolCallID] = true
+			s.turn.soFar.recordedCalls[b.ToolCallID] = true
 		}
 	}
 }
@@ -155,37 +155,37 @@ func toolCallAnnounced(f []byte) (string, bool) {
 // finishTurn forgets the running turn and tells every attached client that
 // it is over.
 func (s *session) finishTurn(ctx actor.Context) {
-	if s.soFar.active == nil {
+	if s.turn.soFar.active == nil {
 		return
 	}
-	s.deps.active.m.CompareAndDelete(s.id, s.soFar.active)
-	s.soFar = turnSoFar{}
+	s.deps.active.m.CompareAndDelete(s.id, s.turn.soFar.active)
+	s.turn.soFar = turnSoFar{}
 	s.emit(ctx, protocol.SessionInfoUpdate{SessionUpdate: protocol.UpdateSessionInfo, Meta: map[string]any{activeTurnKey: nil}})
 }
 
 // forgetTurn drops the registry entry when the actor stops.
 func (s *session) forgetTurn() {
-	if s.soFar.active != nil {
-		s.deps.active.m.CompareAndDelete(s.id, s.soFar.active)
+	if s.turn.soFar.active != nil {
+		s.deps.active.m.CompareAndDelete(s.id, s.turn.soFar.active)
 	}
 }
 
 // replaySoFar sends conn the running turn's message so far (after the
 // history of a load).
 func (s *session) replaySoFar(ctx actor.Context, conn *actor.PID) {
-	for _, f := range s.soFar.frames {
+	for _, f := range s.turn.soFar.frames {
 		ctx.Send(conn, &outbound{frame: Frame{Data: f, SessionID: s.id}})
 	}
 }
 
 // withActiveTurn adds _meta.activeTurn to meta while a turn runs.
 func (s *session) withActiveTurn(meta map[string]any) map[string]any {
-	if s.turn == nil || s.soFar.active == nil {
+	if !s.turn.running() || s.turn.soFar.active == nil {
 		return meta
 	}
 	if meta == nil {
 		meta = map[string]any{}
 	}
-	meta[activeTurnKey] = s.soFar.active
+	meta[activeTurnKey] = s.turn.soFar.active
 	return meta
 }

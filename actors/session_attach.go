@@ -180,7 +180,7 @@ func (s *session) emitNotice(ctx actor.Context, update any) {
 
 // promptCaps are the capabilities of the client whose prompt runs: its
 // editor serves the turn's fs/* and terminal/* calls.
-func (s *session) promptCaps() tools.ClientCaps { return s.clients.capsOf(s.promptConn) }
+func (s *session) promptCaps() tools.ClientCaps { return s.clients.capsOf(s.turn.promptConn) }
 
 // forwardRequest sends a tool's request to the connection whose prompt
 // runs (its editor's buffers and terminals), if the tool's turn still runs:
@@ -188,11 +188,11 @@ func (s *session) promptCaps() tools.ClientCaps { return s.clients.capsOf(s.prom
 // refused request is answered at once, so the tool does not wait for
 // nothing; so is one whose connection left (its turn is being cancelled).
 func (s *session) forwardRequest(ctx actor.Context, m *outboundRequest) {
-	if s.turn == nil || m.turn != s.turnID || s.clients.find(s.promptConn) == nil {
+	if !s.turn.running() || m.turn != s.turn.id || s.clients.find(s.turn.promptConn) == nil {
 		ctx.Send(m.replyTo, &clientAnswer{tag: m.tag, err: protocol.NewError(protocol.CodeRequestCancelled, "the turn has ended", nil)})
 		return
 	}
-	ctx.Send(s.promptConn, m)
+	ctx.Send(s.turn.promptConn, m)
 }
 
 func (s *session) attach(ctx actor.Context, m *attach) {
@@ -211,8 +211,8 @@ func (s *session) attach(ctx actor.Context, m *attach) {
 	if m.cwd != "" && m.cwd != s.meta.Cwd {
 		s.meta.Cwd = m.cwd
 		s.changeMeta()
-		if s.fenced != nil {
-			s.respondError(ctx, m.reqID, s.fenced)
+		if s.lease.fenced != nil {
+			s.respondError(ctx, m.reqID, s.lease.fenced)
 			return
 		}
 	}
@@ -232,7 +232,7 @@ func (s *session) attachClient(ctx actor.Context, m *attach) {
 			if old.pid.Equal(m.conn) {
 				continue
 			}
-			if s.turn != nil {
+			if s.turn.running() {
 				s.cancelTurn(ctx)
 			}
 			s.answerDrainers(ctx)
@@ -246,8 +246,8 @@ func (s *session) attachClient(ctx actor.Context, m *attach) {
 	known := s.clients.find(m.conn) != nil
 	s.clients.add(client{pid: m.conn, who: m.who, caps: m.caps, notices: m.notices})
 	s.conn, s.who = m.conn, m.who
-	if !known && s.permActive != nil {
-		s.askOne(ctx, s.permActive, m.conn)
+	if !known && s.perm.active != nil {
+		s.askOne(ctx, s.perm.active, m.conn)
 	}
 }
 
@@ -265,7 +265,7 @@ func (s *session) detachClient(ctx actor.Context, conn *actor.PID, why endReason
 		s.cancelHeldPrompt(ctx)
 	}
 	if s.clients.len() > 0 {
-		if s.turn != nil && conn.Equal(s.promptConn) {
+		if s.turn.of(conn) {
 			s.cancelTurn(ctx)
 		} else {
 			s.forgetAsked(ctx, conn)
@@ -344,7 +344,7 @@ func (s *session) drainFor(ctx actor.Context, from *actor.PID) {
 	if h := s.mcp.held; h != nil && from.Equal(h.conn) {
 		s.cancelHeldPrompt(ctx)
 	}
-	if s.turn == nil || !from.Equal(s.promptConn) {
+	if !s.turn.of(from) {
 		ctx.Send(from, &sessionIdle{sessionID: s.id})
 		return
 	}

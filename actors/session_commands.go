@@ -69,8 +69,8 @@ func (s *session) localCommand(ctx actor.Context, r *sessionRequest, user *llm.M
 
 // commandReply answers a command's prompt with reply, without a model call.
 func (s *session) commandReply(ctx actor.Context, r *sessionRequest, reply string) {
-	if s.fenced != nil {
-		s.respondTo(ctx, r.conn, r.id, nil, s.fenced)
+	if s.lease.fenced != nil {
+		s.respondTo(ctx, r.conn, r.id, nil, s.lease.fenced)
 		return
 	}
 	s.emit(ctx, protocol.ChunkUpdate{SessionUpdate: protocol.UpdateAgentMessageChunk, Content: protocol.Text(reply)})
@@ -103,7 +103,7 @@ func (s *session) modeCommand(ctx actor.Context, r *sessionRequest, id string) {
 // the prompt in text; unknown: the values it takes, in text too.
 func (s *session) optionCommand(ctx actor.Context, r *sessionRequest, option, value, unknown string, values []string) {
 	name := strings.ToUpper(option[:1]) + option[1:]
-	if e := s.chooseOption(ctx, option, value); e != nil && e != s.fenced {
+	if e := s.chooseOption(ctx, option, value); e != nil && e != s.lease.fenced {
 		s.commandReply(ctx, r, fmt.Sprintf(unknown, value, strings.Join(values, ", ")))
 		return
 	}

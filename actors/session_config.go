@@ -196,13 +196,13 @@ func (s *session) optionChosen(ctx actor.Context, id string, changed bool) *prot
 	}
 	// The updates go before the caller's answer: a slash command's prompt
 	// answer ends its turn, and a turn's updates come before that.
-	if changed && s.fenced == nil {
+	if changed && s.lease.fenced == nil {
 		if id == "mode" {
 			s.emit(ctx, protocol.CurrentModeUpdate{SessionUpdate: protocol.UpdateCurrentMode, CurrentModeID: s.meta.Mode})
 		}
 		s.emit(ctx, protocol.ConfigOptionUpdate{SessionUpdate: protocol.UpdateConfigOption, ConfigOptions: s.configOptions()})
 	}
-	return s.fenced
+	return s.lease.fenced
 }
 
 // setMode answers session/set_mode (mode is valid: session.go checks it).

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/iac-code/iac-code/protocol"
 	"github.com/iac-code/iac-code/store"
 	"github.com/rs/zerolog"
 )
@@ -33,14 +34,110 @@ func takeOverSession(h Handover, log zerolog.Logger, id string, err error) bool 
 	return true
 }
 
+// leaseState is the state of the session's store lease.
+type leaseState uint8
+
+const (
+	// leaseHeld: the handle holds its descriptors and lock (or there is
+	// no handle yet: s.store nil).
+	leaseHeld leaseState = iota
+	// leaseReleased: the handle let go of its descriptors and lock (after
+	// SessionRelease without activity, or between turns for a file
+	// store); acquire takes them back.
+	leaseReleased
+	// leaseAcquiring: an Open or Acquire is in flight off the actor
+	// (session_acquire.go); messages that need the handle wait.
+	leaseAcquiring
+	// leaseFenced: a write found the session taken over by another process
+	// (shared store, ErrFenced); nothing more is written until stopWriting
+	// has let go of the handle.
+	leaseFenced
+)
+
+// storeLease is the session's store lease; only this file writes its
+// fields. (A closed lease is the session ending: its phase says so.)
+type storeLease struct {
+	state leaseState
+	// fenced: leaseFenced; the answer to what needed the write.
+	fenced *protocol.Error
+	// acq: leaseAcquiring; the Open or Acquire in flight, back the state
+	// it leaves the lease in when it fails.
+	acq  *acquiring
+	back leaseState
+	// timer sends the next releaseTick, armed while it runs.
+	timer *time.Timer
+	armed bool
+}
+
+func (l *storeLease) released() bool  { return l.state == leaseReleased }
+func (l *storeLease) acquiring() bool { return l.acq != nil }
+
+// writable: the session may write its store entry.
+func (l *storeLease) writable() bool { return l.state == leaseHeld }
+
+// await: call is in flight.
+func (l *storeLease) await(call *acquiring) { l.back, l.state, l.acq = l.state, leaseAcquiring, call }
+
+// settle reports whether call is the one in flight, and ends it: the handle
+// is held when it succeeded.
+func (l *storeLease) settle(call *acquiring, held bool) bool {
+	if call != l.acq {
+		return false
+	}
+	l.acq, l.state = nil, l.back
+	if held {
+		l.state = leaseHeld
+	}
+	return true
+}
+
+// abandon ends the call in flight without its result (the session stops).
+func (l *storeLease) abandon() *acquiring {
+	call := l.acq
+	if call != nil {
+		l.acq, l.state = nil, l.back
+	}
+	return call
+}
+
+// letGo: the handle let go of its descriptors and lock.
+func (l *storeLease) letGo() { l.state, l.fenced = leaseReleased, nil }
+
+// fence: the session was taken over; e answers what needed the write.
+func (l *storeLease) fence(e *protocol.Error) {
+	if l.fenced == nil {
+		l.state, l.fenced = leaseFenced, e
+	}
+}
+
+// unfence forgets a fence without letting go (the session ends anyway).
+func (l *storeLease) unfence() {
+	if l.state == leaseFenced {
+		l.state = leaseHeld
+	}
+	l.fenced = nil
+}
+
+func (l *storeLease) stopTimer() {
+	if l.timer != nil {
+		l.timer.Stop()
+	}
+}
+
 // armRelease sends the session a releaseTick after d, once at a time.
 func (s *session) armRelease(ctx actor.Context, d time.Duration) {
-	if s.releaseArmed {
+	if s.lease.armed {
 		return
 	}
-	s.releaseArmed = true
+	s.lease.armed = true
 	self, root := ctx.Self(), ctx.ActorSystem().Root
-	s.releaseTimer = time.AfterFunc(d, func() { root.Send(self, &releaseTick{}) })
+	s.lease.timer = time.AfterFunc(d, func() { root.Send(self, &releaseTick{}) })
+}
+
+// releaseTicked: the release timer fired.
+func (s *session) releaseTicked(ctx actor.Context) {
+	s.lease.armed = false
+	s.releaseIfIdle(ctx)
 }
 
 // releaseIfIdle lets go of the store handle (descriptors, cross-process
@@ -63,7 +160,7 @@ func (s *session) releaseIfIdle(ctx actor.Context) {
 	if err := s.store.Release(); err != nil {
 		s.log.Error().Err(err).Msg("release session store")
 	}
-	s.released = true
+	s.lease.letGo()
 }
 
 // releaseBetweenTurns lets go of a file store's lock as soon as the session
@@ -82,7 +179,7 @@ func (s *session) releaseBetweenTurns() {
 	if err := s.store.Release(); err != nil {
 		s.log.Error().Err(err).Msg("release session store")
 	}
-	s.released = true
+	s.lease.letGo()
 }
 
 // writeFailed reports a failed store write. A session taken over by another
@@ -94,8 +191,8 @@ func (s *session) writeFailed(err error, what string) {
 		s.log.Error().Err(err).Msg(what)
 		return
 	}
-	if s.fenced == nil {
-		s.fenced = s.storeError(err, what)
+	if s.lease.fenced == nil {
+		s.lease.fence(s.storeError(err, what))
 	}
 }
 
@@ -104,18 +201,18 @@ func (s *session) writeFailed(err error, what string) {
 // released, so that the next request takes the session back with what the
 // other process wrote, or answers -32010 naming it while it holds it.
 func (s *session) stopWriting(ctx actor.Context) {
-	if s.turn != nil {
+	if s.turn.running() {
 		s.cancelTurn(ctx)
 		return
 	}
 	if s.store == nil || !s.phase.serving() {
-		s.fenced = nil
+		s.lease.unfence()
 		return
 	}
 	if err := s.store.Release(); err != nil {
 		s.log.Error().Err(err).Msg("release session store")
 	}
-	s.released, s.fenced = true, nil
+	s.lease.letGo()
 }
 
 // handOffTo lets go of the session for another process once its running

@@ -178,7 +178,7 @@ func (s *session) Receive(ctx actor.Context) {
 		s.lastActive = time.Now()
 	}
 	s.step(ctx, envelope{msg: ctx.Message(), sender: ctx.Sender()})
-	if s.fenced != nil {
+	if s.lease.fenced != nil {
 		s.stopWriting(ctx)
 	}
 	s.releaseBetweenTurns()
@@ -269,7 +269,7 @@ func (s *session) letGo(ctx actor.Context, to phase) {
 		s.phase.left = make(chan struct{})
 		s.deps.leaving.Store(s.id, s.phase.left)
 	}
-	if s.turn != nil {
+	if s.turn.running() {
 		s.cancelTurn(ctx)
 		return
 	}
@@ -282,7 +282,7 @@ func (s *session) letGo(ctx actor.Context, to phase) {
 // hand-off's clients are told the session left, and the actor stops.
 func (s *session) finishEnding(ctx actor.Context) {
 	p := s.phase
-	if s.acq == nil && s.store != nil {
+	if !s.lease.acquiring() && s.store != nil {
 		s.closeStore()
 	}
 	switch p.why {

@@ -47,7 +47,7 @@ func (s *session) prompt(ctx actor.Context, r *sessionRequest) {
 		s.respondError(ctx, r.id, protocol.ErrInvalidParams(map[string]string{"prompt": "prompt must not be empty"}))
 		return
 	}
-	if s.turn != nil || s.mcp.held != nil {
+	if s.turn.running() || s.mcp.held != nil {
 		s.enqueuePrompt(ctx, r) // session_queue.go
 		return
 	}
@@ -75,8 +75,8 @@ func (s *session) startPrompt(ctx actor.Context, r *sessionRequest, user *llm.Me
 	if command == "clear" {
 		s.echoPrompt(ctx, user, expanded)
 		s.append(store.CompactionEntry("(The user cleared the conversation; nothing before this point is relevant.)", s.store.LastSeq()))
-		if s.fenced != nil {
-			s.respondError(ctx, r.id, s.fenced)
+		if s.lease.fenced != nil {
+			s.respondError(ctx, r.id, s.lease.fenced)
 			return
 		}
 		s.emit(ctx, protocol.ChunkUpdate{SessionUpdate: protocol.UpdateAgentMessageChunk, Content: protocol.Text("Context cleared.")})
@@ -91,21 +91,19 @@ func (s *session) startPrompt(ctx actor.Context, r *sessionRequest, user *llm.Me
 		s.respondError(ctx, r.id, errTooManyTurns(limit))
 		return
 	}
-	s.turnCounted = true
+	s.countTurn()
 	s.echoPrompt(ctx, user, expanded)
 	if command == "" {
 		s.record(ctx, *user)
-		if s.fenced != nil {
+		if s.lease.fenced != nil {
 			s.releaseTurnCount()
-			s.respondError(ctx, r.id, s.fenced)
+			s.respondError(ctx, r.id, s.lease.fenced)
 			return
 		}
 	}
-	s.promptID, s.promptConn = r.id, r.conn
-	s.turnUsage = llm.Usage{}
-	s.turnID++
+	turnID := s.turn.claim(r.id, r.conn)
 	opts := turnOptions{
-		sessionID: s.id, cwd: s.meta.Cwd, dirs: s.meta.AdditionalDirectories, model: s.meta.Model, turnID: s.turnID,
+		sessionID: s.id, cwd: s.meta.Cwd, dirs: s.meta.AdditionalDirectories, model: s.meta.Model, turnID: turnID,
 		mode: s.meta.Mode, thinkingBudget: s.thinkingBudget(), compactionUpdates: s.compactionUpdates,
 		noAutoCompact: !s.autoCompact(),
 		history:       store.Context(s.entries), tools: s.toolsForMode(),
@@ -114,7 +112,7 @@ func (s *session) startPrompt(ctx actor.Context, r *sessionRequest, user *llm.Me
 	opts.mcp, opts.mcpKeep = s.mcpTurnTools()
 	props := actor.PropsFromProducer(func() actor.Actor { return newTurn(s.deps, opts) },
 		actor.WithReceiverMiddleware(keepStack), actor.WithSupervisor(reportAndStop{}))
-	s.turn, s.cancelling = ctx.Spawn(props), false
+	s.turn.run(ctx.Spawn(props))
 	s.beginTurn(r.id)
 	s.markTurn(true)
 }

@@ -8,7 +8,7 @@ package actors
 
 // turnFree: a prompt may start a turn now (the next queued one).
 func (s *session) turnFree() bool {
-	return s.phase.serving() && s.turn == nil && s.mcp.held == nil
+	return s.phase.serving() && !s.turn.running() && s.mcp.held == nil
 }
 
 // quiet is the session's one definition of idle: it serves (live, or
@@ -17,7 +17,7 @@ func (s *session) turnFree() bool {
 // handle. An idle session may be evicted (with one client) and let go of
 // its lease.
 func (s *session) quiet() bool {
-	return s.turnFree() && s.queue.empty() && !s.mcpWaiting() && s.acq == nil && len(s.stash) == 0
+	return s.turnFree() && s.queue.empty() && !s.mcpWaiting() && !s.lease.acquiring() && len(s.stash) == 0
 }
 
 // evictable: the idle timer may ask the connection to retire the session:
@@ -28,4 +28,6 @@ func (s *session) evictable() bool {
 }
 
 // holdsStore: the session holds its store handle (and lease).
-func (s *session) holdsStore() bool { return !s.released && s.store != nil }
+func (s *session) holdsStore() bool {
+	return s.store != nil && (s.lease.state == leaseHeld || s.lease.state == leaseFenced)
+}

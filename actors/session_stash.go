@@ -36,7 +36,7 @@ func (e *envelope) request() *sessionRequest {
 
 // cannotServeYet: the store entry or handle is on its way; messages that
 // need it wait.
-func (s *session) cannotServeYet() bool { return s.acq != nil }
+func (s *session) cannotServeYet() bool { return s.lease.acquiring() }
 
 // postpone stashes e when the session cannot serve it yet, and reports
 // whether it did. A cancel of prompts answers the stashed ones cancelled
@@ -111,8 +111,8 @@ func (s *session) cancelStashed(ctx actor.Context, conn *actor.PID, requestID pr
 	kept := s.stash[:0]
 	for _, e := range s.stash {
 		if r := e.request(); r != nil && r.method == protocol.MethodSessionPrompt && cancels(r, conn, requestID) {
-			if s.acq != nil && s.acq.trigger == e {
-				s.acq.trigger = nil
+			if call := s.lease.acq; call != nil && call.trigger == e {
+				call.trigger = nil
 			}
 			s.answerCancelled(ctx, r)
 			continue

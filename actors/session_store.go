@@ -78,7 +78,7 @@ func isFDExhaustion(err error) bool {
 // and one at its end, like the history's appends around them; a fenced
 // handle is refused it (writeFailed).
 func (s *session) markTurn(running bool) {
-	if s.fenced != nil || s.released || s.store == nil {
+	if !s.lease.writable() || s.store == nil {
 		return
 	}
 	m, ok := s.store.(store.TurnRecorder)
@@ -86,8 +86,8 @@ func (s *session) markTurn(running bool) {
 		return
 	}
 	var turn *store.RunningTurn
-	if running && s.soFar.active != nil {
-		turn = s.soFar.active.record()
+	if running && s.turn.soFar.active != nil {
+		turn = s.turn.soFar.active.record()
 	}
 	if err := m.RecordTurn(turn); err != nil {
 		s.writeFailed(err, "record the running turn")
@@ -120,7 +120,7 @@ func (s *session) adoptMeta() {
 
 // saveMeta persists s.meta now (nothing once fenced: see writeFailed).
 func (s *session) saveMeta() {
-	if s.fenced != nil {
+	if s.lease.fenced != nil {
 		return
 	}
 	if err := s.store.SaveMeta(s.meta); err != nil {
@@ -138,7 +138,7 @@ func (s *session) saveMeta() {
 // made between turns.
 func (s *session) changeMeta() {
 	s.metaDirty = true
-	if s.turn == nil {
+	if !s.turn.running() {
 		s.saveMeta()
 	}
 }
@@ -157,7 +157,7 @@ func (s *session) record(ctx actor.Context, msg llm.Message) {
 		if title := store.TitleFrom(msg.FirstText()); title != "" {
 			// Written with the turn this prompt starts, at its end.
 			s.meta.Title, s.meta.UpdatedAt, s.metaDirty = title, time.Now().UTC(), true
-			if s.fenced != nil {
+			if s.lease.fenced != nil {
 				return
 			}
 			s.emit(ctx, protocol.SessionInfoUpdate{SessionUpdate: protocol.UpdateSessionInfo, Title: title,
@@ -169,7 +169,7 @@ func (s *session) record(ctx actor.Context, msg llm.Message) {
 // append adds e to the history, in the store unless fenced.
 func (s *session) append(e store.Entry) {
 	entries := []store.Entry{e}
-	if s.fenced == nil {
+	if s.lease.fenced == nil {
 		if err := s.store.Append(entries...); err != nil {
 			s.writeFailed(err, "append to session history")
 		}
@@ -188,7 +188,7 @@ func (s *session) closeStore() {
 }
 
 func (s *session) syncStore() {
-	if s.fenced != nil {
+	if s.lease.fenced != nil {
 		return
 	}
 	if err := s.store.Sync(); err != nil {

@@ -9,17 +9,75 @@ import (
 // The session's turn slot: the one running turn, its cancel, its end (the
 // prompt's answer, what waited for it) and the owner's running-turn count.
 
+// turnState is the turn slot's state.
+type turnState uint8
+
+const (
+	turnIdle turnState = iota
+	turnRunning
+	// turnCancelling: the running turn was told to cancel (cancelTurn); a
+	// diff read for its permission request comes back to nothing.
+	turnCancelling
+)
+
+// turnSlot is the session's one running turn; only this file writes its
+// fields (soFar is written by its own file, session_active.go).
+type turnSlot struct {
+	state turnState
+	pid   *actor.PID
+	// id numbers the turns; a tool's request to the client is sent only
+	// while its turn runs.
+	id int64
+	// promptID is the prompt the turn answers; promptConn asked it: its
+	// answer goes there even when the session moved to another connection
+	// meanwhile.
+	promptID   protocol.RawMessage
+	promptConn *actor.PID
+	// counted: the running turn holds one of its owner's slots
+	// (MaxTurnsPerUser).
+	counted bool
+	// soFar: the running turn and its message so far (session_active.go).
+	soFar turnSoFar
+}
+
+func (t *turnSlot) running() bool    { return t.state != turnIdle }
+func (t *turnSlot) cancelling() bool { return t.state == turnCancelling }
+
+// of reports whether the running turn is the prompt of conn.
+func (t *turnSlot) of(conn *actor.PID) bool { return t.running() && conn.Equal(t.promptConn) }
+
+// claim takes the slot for the prompt id of conn, and numbers its turn
+// (spawned next, then run).
+func (t *turnSlot) claim(id protocol.RawMessage, conn *actor.PID) int64 {
+	t.promptID, t.promptConn = id, conn
+	t.id++
+	return t.id
+}
+
+// run: the turn's actor is pid.
+func (t *turnSlot) run(pid *actor.PID) { t.state, t.pid = turnRunning, pid }
+
+// end frees the slot, and returns the prompt to answer.
+func (t *turnSlot) end() (promptID protocol.RawMessage, promptConn *actor.PID) {
+	promptID, promptConn = t.promptID, t.promptConn
+	t.state, t.pid, t.promptID, t.promptConn = turnIdle, nil, nil, nil
+	return promptID, promptConn
+}
+
+// count: the turn holds one of its owner's slots.
+func (s *session) countTurn() { s.turn.counted = true }
+
 // cancelTurn tells the running turn to end cancelled.
 func (s *session) cancelTurn(ctx actor.Context) {
-	s.cancelling = true
-	ctx.Send(s.turn, &cancelTurn{})
+	s.turn.state = turnCancelling
+	ctx.Send(s.turn.pid, &cancelTurn{})
 }
 
 func (s *session) endTurn(ctx actor.Context, m *turnFinished) {
-	if s.turn == nil {
+	if !s.turn.running() {
 		return
 	}
-	s.turn, s.cancelling = nil, false
+	s.turn.state, s.turn.pid = turnIdle, nil
 	s.markTurn(false)
 	s.releaseTurnCount()
 	s.dropPermissionAsks(ctx)
@@ -27,7 +85,7 @@ func (s *session) endTurn(ctx actor.Context, m *turnFinished) {
 		repaired, added []store.Entry
 		err             error
 	)
-	if s.fenced == nil {
+	if s.lease.fenced == nil {
 		repaired, added, err = store.RepairSession(s.store, s.entries)
 	} else {
 		repaired, added = store.Repair(s.entries) // for the client only
@@ -53,16 +111,16 @@ func (s *session) endTurn(ctx actor.Context, m *turnFinished) {
 	s.saveMeta()
 	// Told before the answer, which stays the turn's last frame.
 	s.finishTurn(ctx)
+	promptID, promptConn := s.turn.end()
 	switch {
-	case s.fenced != nil:
+	case s.lease.fenced != nil:
 		// Whatever the turn's end: what it did since the takeover is lost.
-		s.respondTo(ctx, s.promptConn, s.promptID, nil, s.fenced)
+		s.respondTo(ctx, promptConn, promptID, nil, s.lease.fenced)
 	case m.err != nil:
-		s.respondTo(ctx, s.promptConn, s.promptID, nil, m.err)
+		s.respondTo(ctx, promptConn, promptID, nil, m.err)
 	default:
-		s.respondTo(ctx, s.promptConn, s.promptID, protocol.PromptResponse{StopReason: m.stopReason, Usage: promptUsage(m.usage)}, nil)
+		s.respondTo(ctx, promptConn, promptID, protocol.PromptResponse{StopReason: m.stopReason, Usage: promptUsage(m.usage)}, nil)
 	}
-	s.promptID, s.promptConn = nil, nil
 	s.answerDrainers(ctx)
 	if s.phase.lettingGo() {
 		s.finishEnding(ctx) // the ending waited for the turn
@@ -74,8 +132,8 @@ func (s *session) endTurn(ctx actor.Context, m *turnFinished) {
 // releaseTurnCount gives the owner's running-turn slot back (see
 // MaxTurnsPerUser), once.
 func (s *session) releaseTurnCount() {
-	if s.turnCounted {
-		s.turnCounted = false
+	if s.turn.counted {
+		s.turn.counted = false
 		s.deps.turns.release(s.owner)
 	}
 }
