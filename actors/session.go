@@ -28,7 +28,11 @@ const (
 )
 
 // The session actor lives in several files, one per concern, each with its
-// messages: session.go (lifecycle, the connection it serves),
+// messages: session_phase.go (its phase, the one transition function and
+// the step of each phase: read it first, with docs/architecture.md),
+// session_stash.go (messages waiting for a transition), session_quiet.go
+// (its one definition of idle), session.go (lifecycle, the live step, the
+// connection it serves),
 // session_attach.go (the connections attached to it, updates to them),
 // session_store.go (its store entry), session_lease.go (its store lease:
 // released, fenced, handed off), session_acquire.go (its store handle

@@ -108,8 +108,9 @@ type Deps struct {
 	// Handover, in cluster mode, brings a session held by another pod here
 	// (see Server.SetHandover); nil otherwise.
 	Handover Handover
-	// leaving are the sessions handed off to another process that are still
-	// stopping: id → channel closed once stopped (see HandOff).
+	// leaving are the sessions letting go (ending for good: closed, handed
+	// off, ...) that are still stopping: id → channel closed once stopped
+	// (see HandOff: a handOff that reaches a stopping actor is dropped).
 	leaving *sync.Map
 	// active are the sessions with a running turn (session_active.go).
 	active *activeTurns
