@@ -66,6 +66,8 @@ workloads:
   churn          initialize → session/new → short prompt → session/close → DELETE in a loop
                  over --clients (50) parallel clients for --duration (10s)
   startup        process start → initialize answered over stdio, --runs (20) times
+                 and the idle server's RssFile, RssAnon and tree PSS after it; --cold: the
+                 binary dropped from the page cache before each start
   soak           http-fanout for --duration (10m) with --conns (1000); streams drop at random
                  (mean --drop-every 5s) and resume with Last-Event-ID
   all            every workload above except soak, with the defaults
@@ -82,7 +84,7 @@ flags:
 type config struct {
 	server, jsonPath, htmlPath, home, logLevel, cpuProfile, authToken string
 	selfProfile, compareRef, beforeServer                             string
-	noProgress, debug, baseline, modelFlush, valgrind                 bool
+	noProgress, debug, baseline, modelFlush, valgrind, cold           bool
 	chunks, streams, clients, runs, maxCycles, setupWidth             int
 	rounds                                                            int
 	conns                                                             string
@@ -122,6 +124,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&c.maxCycles, "max-cycles", 0, "stop churn after this many cycles (0: only --duration)")
 	fs.DurationVar(&c.duration, "duration", 0, "run time (default: churn 10s, soak 10m)")
 	fs.IntVar(&c.runs, "runs", 20, "process starts (startup)")
+	fs.BoolVar(&c.cold, "cold", false, "startup: drop the server binary from the page cache before each start, as after a reboot or an image pull (the idle RssFile then does not depend on how the file was written)")
 	fs.DurationVar(&c.dropEvery, "drop-every", 5*time.Second, "mean time between stream drops per connection (soak)")
 	fs.DurationVar(&c.reconnectMax, "reconnect-max", 200*time.Millisecond, "longest pause before a dropped stream resumes (soak)")
 	fs.BoolVar(&c.baseline, "baseline", true, "also run the plain-writer baseline (stdio-stream)")
@@ -290,7 +293,7 @@ func runWorkload(ctx context.Context, name string, o *bench.Options, c *config) 
 		return one(bench.Churn(ctx, o, bench.ChurnParams{
 			Clients: c.clients, Duration: orDefault(c.duration, 10*time.Second), MaxCycles: c.maxCycles, Chunks: orDefault(c.chunks, 5)}))
 	case "startup":
-		return one(bench.Startup(ctx, o, bench.StartupParams{Runs: c.runs}))
+		return one(bench.Startup(ctx, o, bench.StartupParams{Runs: c.runs, Cold: c.cold}))
 	case "soak":
 		conns := connList(c.conns, name)
 		return one(bench.Soak(ctx, o, bench.SoakParams{

@@ -153,6 +153,21 @@ func TestSmokeStartup(t *testing.T) {
 	if ms := metric(t, doc.Results[0], "median"); ms <= 0 {
 		t.Fatalf("median %v", ms)
 	}
+	// The idle server's memory: its mapped binary, its own, and the tree's
+	// with the watchdog (which maps the same binary: more RSS than PSS).
+	r := doc.Results[0]
+	file, anon := metric(t, r, "idle RssFile"), metric(t, r, "idle RssAnon")
+	pss, rss := metric(t, r, "idle tree PSS"), metric(t, r, "idle tree RSS")
+	if file <= 0 || anon <= 0 || pss <= 0 || rss <= pss {
+		t.Fatalf("RssFile %v, RssAnon %v, tree PSS %v, tree RSS %v MiB", file, anon, pss, rss)
+	}
+}
+
+func TestSmokeStartupCold(t *testing.T) {
+	doc := smoke(t, "startup", "--runs", "2", "--cold")
+	if f := metric(t, doc.Results[0], "idle RssFile"); f <= 0 {
+		t.Fatalf("idle RssFile %v", f)
+	}
 }
 
 func TestSmokeSoak(t *testing.T) {

@@ -303,19 +303,36 @@ func baselineWriter() error {
 type StartupParams struct {
 	// Runs is the number of process starts (20).
 	Runs int
+	// Cold drops the server binary's pages from the page cache before each
+	// start (posix_fadvise DONTNEED; pages mapped by a live process stay).
+	// A binary the linker just wrote can sit in the cache in 2 MiB folios
+	// that the kernel maps whole on the first touch (Linux 6.18 maps a
+	// large folio at once), so a warm run measures the file's history;
+	// a cold one measures what the server touches, as after a reboot.
+	Cold bool
 }
 
 // Startup measures process start → initialize answered over stdio.
 func Startup(ctx context.Context, o *Options, p StartupParams) (*Result, error) {
-	r := newResult("startup", "runs="+strconv.Itoa(p.Runs), map[string]any{"runs": p.Runs})
+	params := "runs=" + strconv.Itoa(p.Runs)
+	if p.Cold {
+		params += " cold"
+	}
+	r := newResult("startup", params, map[string]any{"runs": p.Runs, "cold": p.Cold})
 	fake, stopFake := startFake(0)
 	defer stopFake()
 	prog := o.progress("startup", int64(p.Runs), "runs")
 	var times []time.Duration
+	var idle []idleUsage
 	h := stats.NewHistogram()
 	errs := map[string]int64{}
 	for range p.Runs {
-		d, err := startOnce(ctx, o, fake.URL())
+		if p.Cold {
+			if err := dropFromPageCache(o.Bin); err != nil {
+				return nil, fmt.Errorf("--cold: %w", err)
+			}
+		}
+		d, u, err := startOnce(ctx, o, fake.URL())
 		prog.add(1)
 		if err != nil {
 			errs[err.Error()]++
@@ -323,6 +340,9 @@ func Startup(ctx context.Context, o *Options, p StartupParams) (*Result, error) 
 		}
 		times = append(times, d)
 		h.RecordDuration(d)
+		if u.ok {
+			idle = append(idle, u)
+		}
 	}
 	prog.finish()
 	if len(times) == 0 {
@@ -336,24 +356,53 @@ func Startup(ctx context.Context, o *Options, p StartupParams) (*Result, error) 
 	r.add("p90", ms(stats.Exact(times, 90)), "ms")
 	r.add("max", ms(stats.Exact(times, 100)), "ms")
 	r.latency("process start → initialize answered", h)
+	if len(idle) > 0 {
+		median := func(f func(idleUsage) int64) float64 {
+			v := make([]float64, len(idle))
+			for i, u := range idle {
+				v[i] = mib(f(u))
+			}
+			return stats.Exact(v, 50)
+		}
+		file := median(func(u idleUsage) int64 { return u.self.FileRSS })
+		r.add("idle RssFile", file, "MiB").target("≤ 30 MiB", file <= 30).Note =
+			"the binary's pages in the server's page tables, idle after initialize (median of the runs); depends on the page cache: see docs/performance.md, Idle footprint"
+		r.add("idle RssAnon", median(func(u idleUsage) int64 { return u.self.AnonRSS }), "MiB")
+		r.add("idle tree PSS", median(func(u idleUsage) int64 { return u.tree.PSS }), "MiB").Note =
+			"PSS summed over the server and its watchdog, shared pages counted once"
+		r.add("idle tree RSS", median(func(u idleUsage) int64 { return u.tree.RSS }), "MiB").Note = "summed RSS: the pages both map, twice"
+	}
 	r.finish(nil, errs)
 	return r, nil
 }
 
+// idleSettle is how long after the initialize answer the idle server is
+// read: the watchdog it starts runs its own initialisation meanwhile.
+const idleSettle = 300 * time.Millisecond
+
+// idleUsage is the server's memory, and its tree's, once idle after
+// initialize.
+type idleUsage struct {
+	self proc.Usage
+	tree proc.Tree
+	ok   bool
+}
+
 // startOnce starts a fresh server over stdio, answers the time from just
-// before exec to the initialize response, and stops it.
-func startOnce(ctx context.Context, o *Options, fakeURL string) (time.Duration, error) {
+// before exec to the initialize response and its memory idle after it,
+// and stops it.
+func startOnce(ctx context.Context, o *Options, fakeURL string) (time.Duration, idleUsage, error) {
 	args := []string{"acp", "--transport", "stdio"}
 	cmd := exec.Command(o.Bin, args...)
 	cmd.Env = o.serverEnv(fakeURL)
 	cmd.Dir = o.Workdir
 	in, err := cmd.StdinPipe()
 	if err != nil {
-		return 0, err
+		return 0, idleUsage{}, err
 	}
 	rd, wr, err := os.Pipe()
 	if err != nil {
-		return 0, err
+		return 0, idleUsage{}, err
 	}
 	defer rd.Close()
 	cmd.Stdout = wr
@@ -363,7 +412,7 @@ func startOnce(ctx context.Context, o *Options, fakeURL string) (time.Duration, 
 	t0 := time.Now()
 	if err := cmd.Start(); err != nil {
 		wr.Close()
-		return 0, err
+		return 0, idleUsage{}, err
 	}
 	wr.Close()
 	defer func() {
@@ -378,17 +427,26 @@ func startOnce(ctx context.Context, o *Options, fakeURL string) (time.Duration, 
 		}
 	}()
 	if _, err := in.Write(init); err != nil {
-		return 0, err
+		return 0, idleUsage{}, err
 	}
 	acpclient.SetReadDeadline(rd, time.Now().Add(10*time.Second))
 	c := acpclient.NewStdio(in, rd)
 	m, err := c.ReadUntil(1, nil)
 	d := time.Since(t0)
 	if err != nil {
-		return 0, fmt.Errorf("initialize: %w; stderr: %s", err, stderr)
+		return 0, idleUsage{}, fmt.Errorf("initialize: %w; stderr: %s", err, stderr)
 	}
 	if m.Err != nil {
-		return 0, m.Err
+		return 0, idleUsage{}, m.Err
 	}
-	return d, nil
+	var u idleUsage
+	select {
+	case <-ctx.Done():
+	case <-time.After(idleSettle):
+		var err1, err2 error
+		u.self, err1 = proc.Read(cmd.Process.Pid)
+		u.tree, err2 = proc.ReadTree(cmd.Process.Pid)
+		u.ok = err1 == nil && err2 == nil
+	}
+	return d, u, nil
 }

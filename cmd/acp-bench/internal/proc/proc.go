@@ -26,6 +26,9 @@ type Usage struct {
 	// AnonRSS is RssAnon in bytes: the resident memory that is the
 	// process's own (heap, stacks), without the mapped binary's pages.
 	AnonRSS int64
+	// FileRSS is RssFile in bytes: the mapped files' pages (the binary's,
+	// mostly) that are in this process's page tables.
+	FileRSS int64
 	// CPU is user + system time; SysCPU the system (kernel) part.
 	CPU    time.Duration
 	SysCPU time.Duration
@@ -56,6 +59,9 @@ func Read(pid int) (Usage, error) {
 	}
 	if anon, err := statusField(status, "RssAnon:"); err == nil {
 		u.AnonRSS = anon * 1024
+	}
+	if file, err := statusField(status, "RssFile:"); err == nil {
+		u.FileRSS = file * 1024
 	}
 	if th, err := statusField(status, "Threads:"); err == nil {
 		u.Threads = int(th)
