@@ -58,7 +58,13 @@ func Build(ctx context.Context, repo, ref, cacheDir string, log io.Writer) (*Ref
 	}
 	commit := strings.TrimSpace(string(out))
 	r := &Ref{Name: ref, Commit: commit}
-	dir, err := filepath.Abs(filepath.Join(cacheDir, commit[:12]))
+	// A build with cgo off is another binary (linked by Go's linker, not
+	// the system's): cached apart, so before and after are built alike.
+	key := commit[:12]
+	if os.Getenv("CGO_ENABLED") == "0" {
+		key += "-nocgo"
+	}
+	dir, err := filepath.Abs(filepath.Join(cacheDir, key))
 	if err != nil {
 		return nil, err
 	}
