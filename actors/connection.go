@@ -170,6 +170,9 @@ func (c *connection) Receive(ctx actor.Context) {
 		c.deps.Metrics.Connections.Add(1)
 	case *actor.Stopped:
 		c.deps.Metrics.Connections.Add(-1)
+		if c.stub != nil {
+			c.deps.shares.proxies.Delete(ctx.Self().Id)
+		}
 	case *inbound:
 		if m.reject != nil {
 			c.send(protocol.EncodeError(m.rejectID, m.reject), "")
@@ -189,6 +192,8 @@ func (c *connection) Receive(ctx actor.Context) {
 		c.startShare(ctx, m)
 	case *clusterpb.Relay:
 		c.relayed(ctx, m)
+	case *endShare:
+		c.endShare(ctx)
 	case *cancelTurns:
 		c.cancelDeferred(ctx, nil)
 		for _, pid := range c.sessions {

@@ -146,9 +146,9 @@ type session struct {
 
 	// mcp: the session's MCP servers (session_mcp.go).
 	mcp sessionMCP
-	// remote: this actor is the stub of a session another pod holds, and
-	// remote the proxy connection there (session_remote.go).
-	remote *actor.PID
+	// stub: the stub of a session another pod holds (phase stub,
+	// session_stub.go).
+	stub *sessionStub
 	// jail contains what the session's tools start, for jailRoots
 	// (session_sandbox.go); nil until first needed.
 	jail      *sandbox.Jail

@@ -55,6 +55,7 @@ type (
 		entries []store.Entry
 		err     error
 		proxy   *actor.PID
+		share   *shareCall
 	}
 )
 
@@ -93,7 +94,7 @@ func (s *session) startOpen(ctx actor.Context) {
 		if err == nil {
 			call.opened = h
 		}
-		root.Send(self, &opened{call: call, store: h, entries: entries, err: err, proxy: proxy})
+		root.Send(self, &opened{call: call, store: h, entries: entries, err: err, proxy: proxy, share: share})
 	}()
 }
 
@@ -105,10 +106,11 @@ func (s *session) openedStore(ctx actor.Context, m *opened) {
 		return
 	}
 	if m.proxy != nil {
-		s.remote = m.proxy
-		ctx.Watch(m.proxy)
-		s.become(phase{kind: phaseStub})
+		s.becomeStub(ctx, m.share, m.proxy)
 	} else {
+		if m.share != nil {
+			ctx.Stop(m.share.stub) // the leg no proxy writes to
+		}
 		s.store = m.store
 		s.openWith(ctx, m.entries, m.err)
 	}

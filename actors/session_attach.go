@@ -367,11 +367,11 @@ func withdraw(ctx actor.Context, conn *actor.PID, tag any) {
 }
 
 // sameTag reports whether two request tags are of one request; a
-// remoteTag by its key alone, as a withdrawal knows only that.
+// remoteTag by its leg and key alone, as a withdrawal knows only those.
 func sameTag(a, b any) bool {
 	if ra, ok := a.(remoteTag); ok {
 		rb, ok := b.(remoteTag)
-		return ok && ra.key != "" && ra.key == rb.key
+		return ok && ra.key != "" && ra.key == rb.key && ra.leg.Equal(rb.leg)
 	}
 	return a == b
 }

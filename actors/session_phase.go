@@ -78,8 +78,8 @@ type phase struct {
 	why endReason
 	// failErr: failed; the answer to every request.
 	failErr *protocol.Error
-	// closeID, closeConn: ending to close, and a stub; the session/close
-	// answered once the session stopped (the stub: once the proxy did).
+	// closeID, closeConn: ending to close; the session/close answered once
+	// the session stopped (a stub's legs keep their own, session_stub.go).
 	closeID   protocol.RawMessage
 	closeConn *actor.PID
 	// askers: ending; the askers of a handOff, answered once the session
@@ -194,7 +194,7 @@ func (s *session) step(ctx actor.Context, e envelope) {
 		return
 	case *actor.Stopped:
 		if s.phase.kind == phaseStub {
-			s.receiveRemote(ctx, e.msg)
+			s.stepStub(ctx, e)
 			s.become(phase{kind: phaseStopped})
 			return
 		}
@@ -210,7 +210,7 @@ func (s *session) step(ctx actor.Context, e envelope) {
 	case phaseLive:
 		s.stepLive(ctx, e)
 	case phaseStub:
-		s.receiveRemote(ctx, e.msg)
+		s.stepStub(ctx, e)
 	case phaseFailed:
 		s.stepFailed(ctx, e)
 	case phaseEnding:

@@ -2,6 +2,9 @@ package actors
 
 import (
 	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/google/uuid"
@@ -9,26 +12,27 @@ import (
 
 	"github.com/iac-code/iac-code/protocol"
 	"github.com/iac-code/iac-code/store"
+	"github.com/iac-code/iac-code/tools"
 	"github.com/iac-code/iac-code/transport/cluster/clusterpb"
 )
 
 // One session, clients on several pods (cluster mode, share). A load or
 // resume on pod B of a session pod A holds does not take the session over:
-// B's session actor becomes a stub, and A attaches a proxy connection to
-// its live session for it (Handover.Share, Server.ServeShare). The proxy is
-// an ordinary connection actor whose outlet sends every frame to the stub
-// (clusterpb.Relay); the stub relays the requests of its one local
-// connection to the proxy, and the proxy's frames to that connection:
-// updates and answers as they are, agent→client requests through the
-// connection's own request ids (remoteTag carries the proxy's), and the
-// proxy's $/cancel_request as a withdrawRequest. Stub and proxy watch each
-// other, so that either pod's death ends the other side; the stub's local
-// connection then opens the session anew at its next request.
+// B's session actor becomes a stub (session_stub.go), and A attaches a
+// proxy connection to its live session for each connection of B that loads
+// it (Handover.Share, Server.ServeShare). A proxy is an ordinary connection
+// actor whose outlet sends every frame to its leg of the stub
+// (clusterpb.Relay); the stub relays the requests of each local connection
+// to its proxy, and the proxy's frames to that connection: updates and
+// answers as they are, agent→client requests through the connection's own
+// request ids (remoteTag carries the proxy's), and the proxy's
+// $/cancel_request as a withdrawRequest. Stub and proxies watch each other,
+// so that either pod's death ends the other side; a pod shutting down ends
+// its shares first (EndShares). The stub answers what its connections wait
+// for, and they open the session anew at their next request.
 //
-// Limits: a stub serves one connection of its pod (another one loading the
-// session there is refused); a connection's drain does not wait for its
-// prompts on the other pod; the sharing lasts while pod A holds the
-// session's lease.
+// Limits: a connection's drain does not wait for its prompts on the other
+// pod; the sharing lasts while pod A holds the session's lease.
 
 type (
 	// shareStart makes a connection actor the proxy of stub (ServeShare).
@@ -39,7 +43,11 @@ type (
 	// remoteTag tags a request of the proxy that the stub's connection
 	// asks its client: the proxy's id is answered as sent; key matches it (protocol.IDKey), as a
 	// $/cancel_request of the proxy does.
-	remoteTag struct{ id, key string }
+	// leg is the stub's leg of that proxy (session_stub.go).
+	remoteTag struct {
+		leg     *actor.PID
+		id, key string
+	}
 )
 
 // shareInitID is the id of the proxy's initialize; its answer is dropped.
@@ -48,6 +56,13 @@ var shareInitID = protocol.RawMessage(`"iac-code-share"`)
 // shareCancelTurns, from a stub to its proxy, cancels the proxy's turns
 // (the stub's connection got cancelTurns without a request id).
 const shareCancelTurns = "$/iac-code/cancel_turns"
+
+// shareEnd, from a proxy to its stub, says the holding pod ends the
+// sharing (it is shutting down, Server.EndShares).
+const shareEnd = "$/iac-code/share_end"
+
+// endShare tells a proxy connection that its pod ends the sharing.
+type endShare struct{}
 
 // relayOutlet writes a proxy connection's frames to its stub.
 type relayOutlet struct {
@@ -60,6 +75,9 @@ func (o relayOutlet) Send(f Frame) { o.root.Send(o.stub, &clusterpb.Relay{Body: 
 // ServeShare makes a proxy connection for stub, a session actor of another
 // pod, sends it init and open (see Handover.Share) and returns it.
 func (s *Server) ServeShare(sessionID, principal string, stub *actor.PID, init, open []byte) (*actor.PID, error) {
+	if s.deps.shares.ended.Load() {
+		return nil, errors.New("share: this pod is shutting down")
+	}
 	im, e := protocol.Decode(init)
 	if e != nil {
 		return nil, errors.New("share: bad initialize: " + e.Message)
@@ -72,9 +90,45 @@ func (s *Server) ServeShare(sessionID, principal string, stub *actor.PID, init, 
 	// session's owner as any other (connection.owns).
 	conn := s.ConnectAs("share-"+uuid.NewString(), Identity{Principal: principal, Remote: "pod " + stub.Address},
 		relayOutlet{root: s.sys.Root, stub: stub})
+	s.deps.shares.proxies.Store(conn.pid.Id, conn.pid)
 	s.sys.Root.Send(conn.pid, &shareStart{stub: stub, init: im, open: om})
 	s.deps.Log.Info().Str("session", sessionID).Str("stub", stub.Address).Msg("session shared with a connection of another pod")
 	return conn.pid, nil
+}
+
+// EndShares ends the sharing of every session this pod holds with the
+// clients of other pods (shutdown): each proxy tells its stub, which
+// answers what its clients wait for at once, and stops; Share is refused
+// from now on. It waits until the proxies stopped, at most timeout.
+func (s *Server) EndShares(timeout time.Duration) {
+	s.deps.shares.ended.Store(true)
+	s.deps.shares.proxies.Range(func(_, pid any) bool {
+		s.sys.Root.Send(pid.(*actor.PID), &endShare{})
+		return true
+	})
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		left := false
+		s.deps.shares.proxies.Range(func(any, any) bool { left = true; return false })
+		if !left {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// shareRegistry is what EndShares needs: the proxy connections of this
+// pod by actor id, and whether the sharing ended.
+type shareRegistry struct {
+	proxies sync.Map
+	ended   atomic.Bool
+}
+
+// endShare (connection side): the proxy tells its stub, then stops (its
+// sessions see it detach, its turns end).
+func (c *connection) endShare(ctx actor.Context) {
+	c.out.Send(Frame{Data: protocol.EncodeNotification(shareEnd, map[string]string{"reason": stubHolderGone})})
+	ctx.Stop(ctx.Self())
 }
 
 // startShare (connection side): this connection is the proxy of a stub.
@@ -106,13 +160,17 @@ type shareCall struct {
 	handover  Handover
 	id        string
 	principal string
-	stub      *actor.PID
-	init      []byte
-	open      []byte
+	// stub is the leg actor the proxy writes to; holder the incarnation
+	// that shared the session.
+	stub   *actor.PID
+	init   []byte
+	open   []byte
+	holder string
 }
 
 // shareRequest prepares the Share of this session's load or resume, nil
-// when the session would not be shared but taken over.
+// when the session would not be shared but taken over. The proxy writes to
+// a leg actor of this one (session_stub.go).
 func (s *session) shareRequest(ctx actor.Context) *shareCall {
 	if s.deps.Handover == nil || s.deps.Config.SessionAttach != AttachShare || (s.start != startLoad && s.start != startResume) {
 		return nil
@@ -121,31 +179,36 @@ func (s *session) shareRequest(ctx actor.Context) *shareCall {
 	if c == nil {
 		return nil
 	}
-	caps := protocol.ClientCapabilities{Terminal: c.caps.Terminal}
-	if c.caps.ReadTextFile || c.caps.WriteTextFile {
-		caps.FS = &protocol.FSCapabilities{ReadTextFile: c.caps.ReadTextFile, WriteTextFile: c.caps.WriteTextFile}
+	return &shareCall{handover: s.deps.Handover, id: s.id, principal: c.who.Principal, stub: ctx.Spawn(legProps),
+		init: shareInit(c.caps, c.notices, s.compactionUpdates, s.booleanOptions),
+		open: s.openRequest(s.start, s.startReq, s.startCwd, s.mcp.start, s.startDirs)}
+}
+
+// shareInit is the initialize a proxy is sent: the proxy's client is the
+// stub's, and what it shows (notices, compaction updates, boolean options)
+// is what the holding pod's session offers it.
+func shareInit(tc tools.ClientCaps, notices, compaction, booleanOptions bool) []byte {
+	caps := protocol.ClientCapabilities{Terminal: tc.Terminal}
+	if tc.ReadTextFile || tc.WriteTextFile {
+		caps.FS = &protocol.FSCapabilities{ReadTextFile: tc.ReadTextFile, WriteTextFile: tc.WriteTextFile}
 	}
-	if c.caps.Elicitation {
+	if tc.Elicitation {
 		caps.Elicitation = &protocol.ElicitationCapabilities{Form: &protocol.Empty{}}
 	}
-	// The proxy's client is this one: what it shows (notices, compaction
-	// updates, boolean options) is what the holding pod's session offers it.
-	if c.notices || s.compactionUpdates || s.booleanOptions {
+	if notices || compaction || booleanOptions {
 		caps.Session = &protocol.ClientSessionCapabilities{}
-		if c.notices {
+		if notices {
 			caps.Session.Notices = &protocol.Empty{}
 		}
-		if s.compactionUpdates {
+		if compaction {
 			caps.Session.Compaction = &protocol.Empty{}
 		}
-		if s.booleanOptions {
+		if booleanOptions {
 			caps.Session.ConfigOptions = &protocol.ConfigOptionsCapabilities{Boolean: &protocol.Empty{}}
 		}
 	}
-	init := protocol.MustMarshal(&protocol.Message{JSONRPC: "2.0", ID: shareInitID, Method: protocol.MethodInitialize,
+	return protocol.MustMarshal(&protocol.Message{JSONRPC: "2.0", ID: shareInitID, Method: protocol.MethodInitialize,
 		Params: protocol.MustMarshal(protocol.InitializeRequest{ProtocolVersion: protocol.ProtocolVersion, ClientCapabilities: &caps})})
-	return &shareCall{handover: s.deps.Handover, id: s.id, principal: c.who.Principal, stub: ctx.Self(), init: init,
-		open: s.openRequest(s.start, s.startReq, s.startCwd, s.mcp.start, s.startDirs)}
 }
 
 // share asks the pod named by err, the store's refusal to open the
@@ -162,6 +225,7 @@ func (sc *shareCall) share(log zerolog.Logger, err error) *actor.PID {
 		log.Info().Err(serr).Str("holder", inUse.Owner).Msg("session not shared by its pod; taking it over")
 		return nil
 	}
+	sc.holder = inUse.Owner
 	return proxy
 }
 
@@ -181,127 +245,4 @@ func (s *session) openRequest(kind startKind, id protocol.RawMessage, cwd string
 		params["additionalDirectories"] = dirs
 	}
 	return protocol.MustMarshal(&protocol.Message{JSONRPC: "2.0", ID: id, Method: method, Params: protocol.MustMarshal(params)})
-}
-
-// relay sends one JSON-RPC message to the proxy.
-func (s *session) relay(ctx actor.Context, m *protocol.Message) {
-	m.JSONRPC = "2.0"
-	ctx.Send(s.remote, &clusterpb.Relay{Body: protocol.MustMarshal(m)})
-}
-
-// receiveRemote is the stub's behaviour.
-// endStubForDelete ends the stub for a session/delete on this pod: its
-// client (unless it is the deleting one) is told, and the stub stops (its
-// proxy on the holding pod with it). The deleting connection then deletes
-// from the store, which answers -32010 while the other pod holds the
-// session.
-func (s *session) endStubForDelete(ctx actor.Context, tell *client) {
-	if tell != nil {
-		s.emitTo(ctx, tell.pid, deletedNotice())
-	}
-	ctx.Stop(ctx.Self())
-}
-
-func (s *session) receiveRemote(ctx actor.Context, msg any) {
-	client := s.clients.only()
-	switch m := msg.(type) {
-	case *clusterpb.Relay:
-		if client != nil {
-			s.fromProxy(ctx, client.pid, m.Body)
-		}
-	case *deleteLive:
-		s.endStubForDelete(ctx, client)
-	case *sessionRequest:
-		if client == nil || !client.pid.Equal(m.conn) {
-			s.respondTo(ctx, m.conn, m.id, nil, errSessionMoved())
-			ctx.Send(m.conn, &sessionMoved{id: s.id, pid: ctx.Self()})
-			return
-		}
-		if m.method == protocol.MethodSessionDelete {
-			s.endStubForDelete(ctx, nil)
-			return
-		}
-		client.seen++
-		if m.method == protocol.MethodSessionClose {
-			s.phase.closeID = m.id
-		}
-		s.relay(ctx, &protocol.Message{ID: m.id, Method: m.method, Params: m.params})
-	case *clientAnswer:
-		tag, ok := m.tag.(remoteTag)
-		if !ok {
-			return
-		}
-		answer := &protocol.Message{ID: protocol.RawMessage(tag.id), Result: m.result, Error: m.err}
-		if m.err == nil && len(m.result) == 0 {
-			answer.Result = protocol.RawMessage("null")
-		}
-		s.relay(ctx, answer)
-	case *attach:
-		if client == nil || !client.pid.Equal(m.conn) {
-			s.respondTo(ctx, m.conn, m.reqID, nil, protocol.ErrInvalidParams(map[string]string{
-				"session_id": "Session is shared from another server with another connection of this one; load it on that connection"}))
-			return
-		}
-		if m.reqID != nil {
-			open, _ := protocol.Decode(s.openRequest(m.kind, m.reqID, m.cwd, m.servers, m.dirs))
-			s.relay(ctx, open)
-		}
-	case *cancelTurns:
-		if client == nil || !client.pid.Equal(m.conn) {
-			return // the ids and turns of another connection are not the proxy's
-		}
-		if m.requestID != nil {
-			s.relay(ctx, &protocol.Message{Method: protocol.MethodCancelRequest,
-				Params: protocol.MustMarshal(map[string]protocol.RawMessage{"requestId": m.requestID})})
-			return
-		}
-		// Every turn of the connection (Conn.CancelTurns: its client can no
-		// longer receive): the proxy's on the holding pod, not the turns of
-		// that pod's clients a session/cancel would end too.
-		s.relay(ctx, &protocol.Message{Method: shareCancelTurns})
-	case *drain:
-		ctx.Send(m.from, &sessionIdle{sessionID: s.id})
-	case *detach:
-		if client != nil && client.pid.Equal(m.conn) {
-			ctx.Stop(ctx.Self()) // the proxy, watching, stops too
-		}
-	case *actor.Terminated:
-		if m.Who.Equal(s.remote) {
-			s.log.Info().Msg("the proxy of a shared session is gone")
-			ctx.Stop(ctx.Self())
-		}
-	case *actor.Stopped:
-		s.deps.Metrics.Sessions.Add(-1)
-	}
-}
-
-// fromProxy passes one frame of the proxy to the stub's connection.
-func (s *session) fromProxy(ctx actor.Context, conn *actor.PID, body []byte) {
-	msg, e := protocol.Decode(body)
-	if e != nil {
-		s.log.Warn().Str("error", e.Message).Msg("share: undecodable frame of the proxy")
-		return
-	}
-	switch {
-	case msg.IsResponse():
-		id := protocol.IDKey(msg.ID)
-		if id == protocol.IDKey(shareInitID) {
-			return
-		}
-		ctx.Send(conn, &outbound{frame: Frame{Data: body, SessionID: s.id}})
-		if s.phase.closeID != nil && id == protocol.IDKey(s.phase.closeID) {
-			ctx.Stop(ctx.Self()) // closed: the connection waits for this actor to stop
-		}
-	case msg.Method == protocol.MethodCancelRequest:
-		var p struct {
-			RequestID protocol.RawMessage `json:"requestId"`
-		}
-		_ = protocol.Unmarshal(msg.Params, &p)
-		withdraw(ctx, conn, remoteTag{key: protocol.IDKey(p.RequestID)})
-	case msg.IsRequest():
-		ctx.Send(conn, &outboundRequest{sessionID: s.id, method: msg.Method, params: msg.Params, replyTo: ctx.Self(),
-			tag: remoteTag{id: string(msg.ID), key: protocol.IDKey(msg.ID)}})
-	default:
-		ctx.Send(conn, &outbound{frame: Frame{Data: body, SessionID: s.id}})
-	}
 }

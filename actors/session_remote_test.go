@@ -1,6 +1,8 @@
 package actors
 
 import (
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -19,6 +21,31 @@ import (
 type podLink struct {
 	holder, here *Server
 	init         chan *protocol.Message
+	// toStubs and toProxies are the forwarders made on the holder's and on
+	// this side (kill stops them, as the death of the holding pod ends its
+	// remote endpoint).
+	mu                 sync.Mutex
+	toStubs, toProxies []*actor.PID
+}
+
+// silence stops every frame of the holding pod to this side.
+func (l *podLink) silence() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, f := range l.toStubs {
+		Expect(l.holder.sys.Root.StopFuture(f).Wait()).To(Succeed())
+	}
+}
+
+// kill is the holding pod dying: nothing more crosses the link, and what
+// this side watches across it is terminated.
+func (l *podLink) kill() {
+	l.silence()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, f := range l.toProxies {
+		Expect(l.here.sys.Root.StopFuture(f).Wait()).To(Succeed())
+	}
 }
 
 // forwarder is an actor of one system passing the relayed frames it gets
@@ -35,11 +62,16 @@ func (l *podLink) Share(id, _, principal string, stub *actor.PID, init, open []b
 	if m, e := protocol.Decode(init); e == nil {
 		l.init <- m
 	}
-	proxy, err := l.holder.ServeShare(id, principal, forwarder(l.holder, l.here, stub), init, open)
+	toStub := forwarder(l.holder, l.here, stub)
+	proxy, err := l.holder.ServeShare(id, principal, toStub, init, open)
 	if err != nil {
 		return nil, err
 	}
-	return forwarder(l.here, l.holder, proxy), nil
+	toProxy := forwarder(l.here, l.holder, proxy)
+	l.mu.Lock()
+	l.toStubs, l.toProxies = append(l.toStubs, toStub), append(l.toProxies, toProxy)
+	l.mu.Unlock()
+	return toProxy, nil
 }
 
 func (l *podLink) TakeOver(string, string) error { panic("a shared session is not taken over") }
@@ -58,7 +90,7 @@ var _ = Describe("a session loaded through another pod (PostgreSQL)", func() {
 		mine, pgTheirs := twoPods()
 		theirs = pgTheirs
 		provider = &scriptedProvider{}
-		holder = newSessionHarnessOn(provider, theirs, nil)
+		holder = newSessionHarnessOn(provider, theirs, nil, echoTool{})
 		DeferCleanup(holder.close)
 		here = newSessionHarnessOn(&scriptedProvider{}, mine, nil)
 		DeferCleanup(here.close)
@@ -123,5 +155,119 @@ var _ = Describe("a session loaded through another pod (PostgreSQL)", func() {
 		h.conn.CancelTurns()
 		Expect(h.result(prompt)["stopReason"]).To(Equal("cancelled"))
 		Expect(other.result(queued)["stopReason"]).To(Equal("end_turn"))
+	})
+
+	// chatOf is the text of h's updates of kind (agent_message_chunk, user_message_chunk) from frame index from on.
+	chatOf := func(h *harness, from int, kind string) string {
+		var b strings.Builder
+		for _, f := range framesAfter(h, from) {
+			if f["method"] != "session/update" {
+				continue
+			}
+			u := f["params"].(map[string]any)["update"].(map[string]any)
+			if c, ok := u["content"].(map[string]any); ok && u["sessionUpdate"] == kind {
+				b.WriteString(c["text"].(string))
+			}
+		}
+		return b.String()
+	}
+	load := func(h *harness) float64 {
+		return h.call("session/load", map[string]any{"sessionId": sid, "cwd": cwd, "additionalDirectories": []string{extra}})
+	}
+
+	It("serves several connections of this pod: each gets the replay, every update of another client's turn, the permission request (first answer wins) and its own answers", func() {
+		owner := holder.conns[0]
+		provider.then(say("remembered"))
+		Expect(owner.result(owner.call("session/prompt", textPrompt(sid, "remember 42")))["stopReason"]).To(Equal("end_turn"))
+
+		b1, b2 := connectWith(map[string]any{}), connectWith(map[string]any{})
+		b1.result(load(b1))
+		b2.result(load(b2))
+		for _, b := range []*harness{b1, b2} {
+			Expect(chatOf(b, 0, "user_message_chunk")).To(Equal("remember 42"), "the replay")
+			Expect(chatOf(b, 0, "agent_message_chunk")).To(Equal("remembered"))
+		}
+
+		By("a turn of a client of the holding pod asks for permission")
+		provider.then(callTool("c1", "echo", `{"x":1}`)).then(say("done ", "it"))
+		from1, from2 := len(b1.out.all()), len(b2.out.all())
+		turn := owner.call("session/prompt", textPrompt(sid, "use echo"))
+		for _, b := range []*harness{b1, b2} {
+			Eventually(func() int { return len(b.out.requests("session/request_permission")) }, 5*time.Second).Should(Equal(1))
+		}
+		Eventually(func() int { return len(owner.out.requests("session/request_permission")) }, 5*time.Second).Should(Equal(1))
+		b2.answer(b2.out.requests("session/request_permission")[0]["id"],
+			map[string]any{"outcome": map[string]any{"outcome": "selected", "optionId": "allow_once"}})
+		Expect(owner.result(turn)["stopReason"]).To(Equal("end_turn"))
+		res := provider.requests()[2].Messages
+		Expect(res[len(res)-1].Content[0].IsError).To(BeFalse(), "the tool ran: b2's allow won")
+		withdrawn := func(h *harness) bool {
+			for _, f := range h.out.all() {
+				if f["method"] == protocol.MethodCancelRequest {
+					return true
+				}
+			}
+			return false
+		}
+		Eventually(func() bool { return withdrawn(b1) }, 5*time.Second).Should(BeTrue(), "b1's request is withdrawn")
+		for _, b := range []*harness{b1, b2} {
+			Eventually(func() string { return chatOf(b, 0, "agent_message_chunk") }, 5*time.Second).Should(Equal("remembereddone it"))
+		}
+		Expect(chatOf(b1, from1, "user_message_chunk")).To(Equal("use echo"))
+		Expect(chatOf(b2, from2, "user_message_chunk")).To(Equal("use echo"))
+
+		By("each connection's own prompt is answered to it")
+		provider.then(say("to b1")).then(say("to b2"))
+		p1 := b1.call("session/prompt", textPrompt(sid, "from b1"))
+		Expect(b1.result(p1)["stopReason"]).To(Equal("end_turn"))
+		b2.nextID += 10 // ids b1 never sent
+		p2 := b2.call("session/prompt", textPrompt(sid, "from b2"))
+		Expect(b2.result(p2)["stopReason"]).To(Equal("end_turn"))
+		Eventually(func() string { return chatOf(b1, 0, "agent_message_chunk") }, 5*time.Second).Should(HaveSuffix("to b1to b2"))
+		Consistently(func() map[string]any { return b1.out.response(p2) }, 200*time.Millisecond).Should(BeNil(),
+			"b1 did not send that id")
+	})
+
+	// promptThrough loads the session on a new connection of this pod and
+	// sends a prompt whose turn runs on the holder until cancelled.
+	promptThrough := func() (*harness, float64) {
+		provider.then(hangAfter("x"))
+		h := connectWith(map[string]any{})
+		h.result(load(h))
+		prompt := h.call("session/prompt", textPrompt(sid, "long"))
+		Eventually(h.out.updates, 5*time.Second).ShouldNot(BeEmpty())
+		return h, prompt
+	}
+
+	It("answers the prompt it relayed cancelled within seconds when the holding pod dies", func() {
+		h, prompt := promptThrough()
+
+		link.silence()
+		mode := h.call("session/set_mode", map[string]any{"sessionId": sid, "modeId": "plan"})
+		Consistently(func() map[string]any { return h.out.response(mode) }, 100*time.Millisecond).Should(BeNil(), "its answer is lost")
+		link.kill()
+		var answer map[string]any
+		Eventually(func() map[string]any { answer = h.out.response(prompt); return answer }, 3*time.Second).ShouldNot(BeNil())
+		Expect(answer["result"]).To(HaveKeyWithValue("stopReason", "cancelled"))
+		Expect(h.errorOf(mode)).To(And(HaveKeyWithValue("code", -32010.0),
+			HaveKeyWithValue("data", HaveKeyWithValue("reason", "session_holder_gone"))))
+	})
+
+	It("answers at once when the holding pod ends its shares (its shutdown), which refuses new ones", func() {
+		h, prompt := promptThrough()
+
+		began := time.Now()
+		holder.srv.EndShares(2 * time.Second)
+		Expect(time.Since(began)).To(BeNumerically("<", time.Second), "the proxies stopped")
+		Expect(h.result(prompt)["stopReason"]).To(Equal("cancelled"))
+		Expect(time.Since(began)).To(BeNumerically("<", time.Second))
+		_, err := holder.srv.ServeShare(sid, DefaultPrincipal, h.conn.pid, nil, nil)
+		Expect(err).To(MatchError(ContainSubstring("shutting down")))
+	})
+
+	It("answers a hand-off at once: it holds nothing to hand over", func() {
+		h := connectWith(map[string]any{})
+		h.result(load(h))
+		Expect(here.srv.HandOff(sid, 2*time.Second)).To(Succeed())
 	})
 })

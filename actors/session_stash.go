@@ -4,7 +4,6 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/iac-code/iac-code/protocol"
-	"github.com/iac-code/iac-code/transport/cluster/clusterpb"
 )
 
 // The session's one stash (Erlang gen_statem's postpone): a message its
@@ -55,7 +54,7 @@ func (s *session) postpone(ctx actor.Context, e envelope) bool {
 			s.cancelStashed(ctx, nil, nil)
 		}
 	case *attach, *handOff, *deleteLive:
-	case *clusterpb.Relay:
+	case *legFrame:
 		// A frame of the proxy the pod holding the session made for this
 		// one while Share was under way (the answer to the load): for the
 		// stub this session becomes once it has the proxy's pid.

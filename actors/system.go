@@ -112,6 +112,9 @@ type Deps struct {
 	// off, ...) that are still stopping: id → channel closed once stopped
 	// (see HandOff: a handOff that reaches a stopping actor is dropped).
 	leaving *sync.Map
+	// shares are the proxy connections serving other pods' stubs
+	// (session_remote.go).
+	shares *shareRegistry
 	// active are the sessions with a running turn (session_active.go).
 	active *activeTurns
 	// turns counts the running turns of each principal.
@@ -190,6 +193,7 @@ func NewServer(deps Deps) *Server {
 		deps.Metrics = &Metrics{}
 	}
 	deps.leaving = &sync.Map{}
+	deps.shares = &shareRegistry{}
 	deps.active = &activeTurns{}
 	deps.turns = &userTurns{}
 	deps.projects = sysprompt.NewProjects(deps.Config.Home)

@@ -98,6 +98,16 @@ func ErrSessionTakenOver(sessionID string, pid int, incarnation string) *Error {
 	return NewError(CodeSessionInUse, msg+"; what followed was not saved. Try again to continue from what that process saved", data)
 }
 
+// ErrSessionHolderGone: the request went to the pod holding the session
+// (the client's pod shares it from there) and that pod stopped or died
+// before answering. Whether it was done is unknown; loading the session
+// again continues it from what was saved.
+func ErrSessionHolderGone(sessionID, incarnation string) *Error {
+	data := map[string]any{"reason": "session_holder_gone", "sessionId": sessionID}
+	msg := "The iac-code process holding the session went away" + holder(data, 0, incarnation)
+	return NewError(CodeSessionInUse, msg+" before answering; load the session again to continue from what it saved", data)
+}
+
 // holder names a session's holding process in data and as " (…)" for the
 // message; "" when unknown.
 func holder(data map[string]any, pid int, incarnation string) string {

@@ -83,12 +83,19 @@ func onSignals(parent context.Context, log zerolog.Logger, exit func(int)) (cont
 	}
 }
 
+// shareEndWait bounds the end of this pod's shares with other pods'
+// clients at shutdown (actors.Server.EndShares).
+const shareEndWait = 2 * time.Second
+
 // shutdown is the end of every run, after the transport has drained its
-// connections: the actor system stops (its sessions close their handles),
+// connections: the sessions this pod shares with clients of other pods end
+// their shares (those clients get the answers they wait for at once, not
+// when this pod's connections time out), the actor system stops (its sessions close their handles),
 // the session store closes (the shared store releases this process's
 // leases at once), tool process groups still registered are killed, the
 // watchdog is let go.
 func shutdown(srv *actors.Server, sessions store.Backend, wd *procgroup.Watchdog, log zerolog.Logger) {
+	srv.EndShares(shareEndWait)
 	srv.Shutdown()
 	if err := sessions.Close(); err != nil {
 		log.Warn().Err(err).Msg("close session store")

@@ -1,0 +1,365 @@
+package actors
+
+import (
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/iac-code/iac-code/protocol"
+	"github.com/iac-code/iac-code/transport/cluster/clusterpb"
+)
+
+// The stub: a session actor of this pod serving its connections a session
+// another pod holds (the sharing itself is told in session_remote.go).
+// Every connection of this pod attached to the stub has a leg: a small
+// child actor that the holding pod's proxy for that connection writes to.
+// One proxy per connection makes each of them an ordinary client of the
+// holding session: it gets its own replay and answers, every update, and
+// the permission requests, the first answer winning there.
+//
+// A leg remembers the requests it relayed that are not answered yet. When
+// the holding pod ends the sharing (its shutdown, Server.EndShares) or a
+// proxy is gone (the pod died, or its Share failed), the stub stops and
+// answers each of them: a prompt cancelled, a close done, anything else
+// -32010 naming the cause. Its connections open the session anew at their
+// next request.
+
+type (
+	sessionStub struct {
+		// holder is the incarnation holding the session (Share's owner).
+		holder string
+		legs   []*stubLeg
+		// ending is why the stub stops (see answerUnanswered).
+		ending string
+	}
+	// stubLeg is one connection of this pod served through its proxy.
+	stubLeg struct {
+		conn *actor.PID
+		who  sessionWho
+		// pid is the leg actor the proxy writes to; proxy is nil while its
+		// Share is under way, and the messages for it wait in waiting.
+		pid     *actor.PID
+		proxy   *actor.PID
+		waiting []*protocol.Message
+		// pending are the requests relayed and not answered, by IDKey.
+		pending map[string]relayedRequest
+		closeID protocol.RawMessage
+	}
+	relayedRequest struct {
+		id     protocol.RawMessage
+		method string
+	}
+	// legFrame is a frame of the proxy of leg, passed on by the leg actor.
+	legFrame struct {
+		leg  *actor.PID
+		body []byte
+	}
+	// legShared is the result of the Share made for a leg off the actor.
+	legShared struct {
+		leg, proxy *actor.PID
+		err        error
+	}
+)
+
+func (*legFrame) IgnoreDeadLetterLogging()  {}
+func (*legShared) IgnoreDeadLetterLogging() {}
+
+// Why a stub ends (sessionStub.ending).
+const (
+	stubHolderGone = "session_holder_gone"
+	stubDeleted    = "deleted"
+)
+
+// legActor passes the relayed frames of its proxy to its stub.
+type legActor struct{}
+
+func (legActor) Receive(ctx actor.Context) {
+	if m, ok := ctx.Message().(*clusterpb.Relay); ok {
+		ctx.Send(ctx.Parent(), &legFrame{leg: ctx.Self(), body: m.Body})
+	}
+}
+
+var legProps = actor.PropsFromProducer(func() actor.Actor { return legActor{} })
+
+func (st *sessionStub) legOf(conn *actor.PID) *stubLeg {
+	for _, l := range st.legs {
+		if conn != nil && l.conn.Equal(conn) {
+			return l
+		}
+	}
+	return nil
+}
+
+func (st *sessionStub) legAt(pid *actor.PID) *stubLeg {
+	for _, l := range st.legs {
+		if l.pid.Equal(pid) {
+			return l
+		}
+	}
+	return nil
+}
+
+func (st *sessionStub) legOfProxy(pid *actor.PID) *stubLeg {
+	for _, l := range st.legs {
+		if l.proxy != nil && l.proxy.Equal(pid) {
+			return l
+		}
+	}
+	return nil
+}
+
+// becomeStub makes this session the stub of the session holder holds, its
+// one client served through proxy, whose frames come to leg.
+func (s *session) becomeStub(ctx actor.Context, sc *shareCall, proxy *actor.PID) {
+	c := s.clients.only()
+	l := &stubLeg{conn: c.pid, who: c.who, pid: sc.stub, proxy: proxy, pending: map[string]relayedRequest{}}
+	l.expect(s.startReq, startMethod(s.start))
+	s.stub = &sessionStub{holder: sc.holder, legs: []*stubLeg{l}}
+	ctx.Watch(proxy)
+	s.become(phase{kind: phaseStub})
+}
+
+func (l *stubLeg) expect(id protocol.RawMessage, method string) {
+	if id != nil {
+		l.pending[protocol.IDKey(id)] = relayedRequest{id: id, method: method}
+	}
+}
+
+// relayFor sends one JSON-RPC message of l's connection to its proxy.
+func (s *session) relayFor(ctx actor.Context, l *stubLeg, m *protocol.Message) {
+	m.JSONRPC = "2.0"
+	if m.Method != "" {
+		l.expect(m.ID, m.Method)
+	}
+	if l.proxy == nil {
+		l.waiting = append(l.waiting, m)
+		return
+	}
+	ctx.Send(l.proxy, &clusterpb.Relay{Body: protocol.MustMarshal(m)})
+}
+
+// addLeg serves one more connection of this pod that loads or resumes the
+// session: the holding pod is asked for a proxy of its own (off the actor,
+// as the first Share was), which is sent the connection's load.
+func (s *session) addLeg(ctx actor.Context, m *attach) {
+	l := &stubLeg{conn: m.conn, who: m.who, pid: ctx.Spawn(legProps), pending: map[string]relayedRequest{}}
+	l.expect(m.reqID, startMethod(m.kind))
+	s.stub.legs = append(s.stub.legs, l)
+	init := shareInit(m.caps, m.notices, m.compaction, m.booleanOptions)
+	open := s.openRequest(m.kind, m.reqID, m.cwd, m.servers, m.dirs)
+	handover, id, holder, principal := s.deps.Handover, s.id, s.stub.holder, m.who.Principal
+	self, root := ctx.Self(), ctx.ActorSystem().Root
+	go func() {
+		proxy, err := handover.Share(id, holder, principal, l.pid, init, open)
+		root.Send(self, &legShared{leg: l.pid, proxy: proxy, err: err})
+	}()
+}
+
+// legShared takes the proxy made for a leg. A failed Share means the
+// holding pod is gone: the stub ends, so that the next load opens the
+// session here.
+func (s *session) legShared(ctx actor.Context, m *legShared) {
+	l := s.stub.legAt(m.leg)
+	if l == nil {
+		return // its connection left; the proxy, watching the leg, stops
+	}
+	if m.err != nil {
+		s.log.Info().Err(m.err).Str("holder", s.stub.holder).Msg("share: the holding pod did not serve one more connection")
+		s.endStub(ctx, stubHolderGone)
+		return
+	}
+	l.proxy = m.proxy
+	ctx.Watch(m.proxy)
+	for _, w := range l.waiting {
+		ctx.Send(l.proxy, &clusterpb.Relay{Body: protocol.MustMarshal(w)})
+	}
+	l.waiting = nil
+}
+
+// dropLeg lets l's connection go: its proxy stops with the leg actor. The
+// stub ends with its last connection.
+func (s *session) dropLeg(ctx actor.Context, l *stubLeg) {
+	for i, x := range s.stub.legs {
+		if x == l {
+			s.stub.legs = append(s.stub.legs[:i], s.stub.legs[i+1:]...)
+			break
+		}
+	}
+	if l.proxy != nil {
+		ctx.Unwatch(l.proxy)
+	}
+	ctx.Stop(l.pid)
+	if len(s.stub.legs) == 0 {
+		ctx.Stop(ctx.Self())
+	}
+}
+
+// endStub stops the stub; the requests still unanswered are answered as
+// they stop (answerUnanswered).
+func (s *session) endStub(ctx actor.Context, why string) {
+	if s.stub.ending == "" {
+		s.stub.ending = why
+	}
+	ctx.Stop(ctx.Self())
+}
+
+// answerUnanswered answers every request relayed and not answered, once
+// the stub stops: a prompt cancelled, a close done (the connection is let
+// go), anything else an error naming why.
+func (s *session) answerUnanswered(ctx actor.Context) {
+	for _, l := range s.stub.legs {
+		for _, r := range l.pending {
+			switch {
+			case r.method == protocol.MethodSessionPrompt:
+				s.respondTo(ctx, l.conn, r.id, cancelledPrompt(), nil)
+			case r.method == protocol.MethodSessionClose:
+				s.respondTo(ctx, l.conn, r.id, struct{}{}, nil)
+			case s.stub.ending == stubDeleted:
+				s.respondTo(ctx, l.conn, r.id, nil, protocol.ErrSessionNotFound(s.id))
+			default:
+				s.respondTo(ctx, l.conn, r.id, nil, protocol.ErrSessionHolderGone(s.id, s.stub.holder))
+			}
+		}
+		l.pending = nil
+	}
+}
+
+// endStubForDelete ends the stub for a session/delete on this pod: its
+// clients but the deleting one (by) are told, and the stub stops (the
+// proxies on the holding pod with it). The deleting connection then
+// deletes from the store, which answers -32010 while the other pod holds
+// the session.
+func (s *session) endStubForDelete(ctx actor.Context, by *actor.PID) {
+	for _, l := range s.stub.legs {
+		if !l.conn.Equal(by) {
+			s.emitTo(ctx, l.conn, deletedNotice())
+		}
+	}
+	s.endStub(ctx, stubDeleted)
+}
+
+// stepStub is the stub's step. It stops with ctx.Stop: its phase is stub
+// until its Stopped, which answers what its connections still wait for.
+func (s *session) stepStub(ctx actor.Context, e envelope) {
+	st := s.stub
+	switch m := e.msg.(type) {
+	case *legFrame:
+		if l := st.legAt(m.leg); l != nil {
+			s.fromProxy(ctx, l, m.body)
+		}
+	case *legShared:
+		s.legShared(ctx, m)
+	case *deleteLive:
+		s.endStubForDelete(ctx, nil)
+	case *sessionRequest:
+		l := st.legOf(m.conn)
+		if l == nil {
+			s.respondTo(ctx, m.conn, m.id, nil, errSessionMoved())
+			ctx.Send(m.conn, &sessionMoved{id: s.id, pid: ctx.Self()})
+			return
+		}
+		if m.method == protocol.MethodSessionDelete {
+			s.endStubForDelete(ctx, m.conn)
+			return
+		}
+		if m.method == protocol.MethodSessionClose {
+			l.closeID = m.id
+		}
+		s.relayFor(ctx, l, &protocol.Message{ID: m.id, Method: m.method, Params: m.params})
+	case *clientAnswer:
+		tag, ok := m.tag.(remoteTag)
+		if l := st.legAt(tag.leg); ok && l != nil {
+			answer := &protocol.Message{ID: protocol.RawMessage(tag.id), Result: m.result, Error: m.err}
+			if m.err == nil && len(m.result) == 0 {
+				answer.Result = protocol.RawMessage("null")
+			}
+			s.relayFor(ctx, l, answer)
+		}
+	case *attach:
+		l := st.legOf(m.conn)
+		if l == nil {
+			s.addLeg(ctx, m)
+			return
+		}
+		if m.reqID != nil {
+			open, _ := protocol.Decode(s.openRequest(m.kind, m.reqID, m.cwd, m.servers, m.dirs))
+			s.relayFor(ctx, l, open)
+		}
+	case *cancelTurns:
+		l := st.legOf(m.conn)
+		if l == nil {
+			return // the ids and turns of another connection are not its proxy's
+		}
+		if m.requestID != nil {
+			s.relayFor(ctx, l, &protocol.Message{Method: protocol.MethodCancelRequest,
+				Params: protocol.MustMarshal(map[string]protocol.RawMessage{"requestId": m.requestID})})
+			return
+		}
+		// Every turn of the connection (Conn.CancelTurns: its client can no
+		// longer receive): its proxy's on the holding pod, not the turns of
+		// that pod's clients a session/cancel would end too.
+		s.relayFor(ctx, l, &protocol.Message{Method: shareCancelTurns})
+	case *drain:
+		ctx.Send(m.from, &sessionIdle{sessionID: s.id})
+	case *detach:
+		if l := st.legOf(m.conn); l != nil {
+			s.dropLeg(ctx, l)
+		}
+	case *handOff:
+		// A stub holds no lease: nothing to let go of.
+		if e.sender != nil {
+			ctx.Send(e.sender, &handedOff{})
+		}
+	case *actor.Terminated:
+		if st.legOfProxy(m.Who) != nil {
+			s.log.Info().Str("holder", st.holder).Msg("share: the proxy of a connection on the holding pod is gone")
+			s.endStub(ctx, stubHolderGone)
+		}
+	case *actor.Stopped:
+		s.deps.Metrics.Sessions.Add(-1)
+		s.answerUnanswered(ctx)
+	}
+}
+
+// fromProxy passes one frame of l's proxy to l's connection.
+func (s *session) fromProxy(ctx actor.Context, l *stubLeg, body []byte) {
+	msg, e := protocol.Decode(body)
+	if e != nil {
+		s.log.Warn().Str("error", e.Message).Msg("share: undecodable frame of the proxy")
+		return
+	}
+	switch {
+	case msg.IsResponse():
+		id := protocol.IDKey(msg.ID)
+		if id == protocol.IDKey(shareInitID) {
+			return
+		}
+		delete(l.pending, id)
+		ctx.Send(l.conn, &outbound{frame: Frame{Data: body, SessionID: s.id}})
+		if l.closeID != nil && id == protocol.IDKey(l.closeID) {
+			s.closedLeg(ctx, l)
+		}
+	case msg.Method == shareEnd:
+		s.log.Info().Str("holder", s.stub.holder).Msg("share: the holding pod ended the sharing")
+		s.endStub(ctx, stubHolderGone)
+	case msg.Method == protocol.MethodCancelRequest:
+		var p struct {
+			RequestID protocol.RawMessage `json:"requestId"`
+		}
+		_ = protocol.Unmarshal(msg.Params, &p)
+		withdraw(ctx, l.conn, remoteTag{leg: l.pid, key: protocol.IDKey(p.RequestID)})
+	case msg.IsRequest():
+		ctx.Send(l.conn, &outboundRequest{sessionID: s.id, method: msg.Method, params: msg.Params, replyTo: ctx.Self(),
+			tag: remoteTag{leg: l.pid, id: string(msg.ID), key: protocol.IDKey(msg.ID)}})
+	default:
+		ctx.Send(l.conn, &outbound{frame: Frame{Data: body, SessionID: s.id}})
+	}
+}
+
+// closedLeg: l's session/close was answered. The last connection closing
+// ends the stub (the connection waits for this actor to stop); another is
+// told it is let go, as closeShared tells it.
+func (s *session) closedLeg(ctx actor.Context, l *stubLeg) {
+	s.dropLeg(ctx, l)
+	if len(s.stub.legs) > 0 {
+		ctx.Send(l.conn, &sessionMoved{id: s.id, pid: ctx.Self()})
+	}
+}
