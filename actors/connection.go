@@ -2,6 +2,7 @@ package actors
 
 import (
 	"errors"
+	"strings"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -78,35 +79,18 @@ type connection struct {
 	initialized bool
 	// caps are what the client advertised in initialize; its sessions use
 	// them (see session.caps).
-	caps     tools.ClientCaps
-	sessions map[string]*actor.PID
-	// sent counts requests forwarded per live session (see retireRequest).
-	sent map[string]int
-	// known are sessions this connection opened and did not close; evicted
-	// ones come back from disk transparently on their next request.
-	known   map[string]bool
-	pending map[int64]pendingRequest
-	nextID  int64
-	// drainer is the future waiting for drain; waitIdle counts sessions
-	// that still run a turn; joining are sessions opened while draining (a
-	// load that waited for its owner check), sent drain once the requests
+	caps tools.ClientCaps
+	// sessions: one record per session the connection deals with
+	// (connection_sessions.go).
+	sessions sessionRecords
+	pending  map[int64]pendingRequest
+	nextID   int64
+	// drainer is the future waiting for drain (the sessions it waits for
+	// have waitIdle); joining are sessions opened while draining (a load
+	// that waited for its owner check), sent drain once the requests
 	// deferred behind them are on their way (joinDrain).
-	drainer   *actor.PID
-	waitIdle  map[string]bool
-	joining   []string
-	attaching map[string]attachRequest
-	// stopping are sessions this connection closed or let retire, until
-	// their Terminated: the actor still holds its name (and store handle)
-	// while it stops, and a message queued to it then is dropped without a
-	// dead letter. Requests for them wait in deferred and are dispatched
-	// again once the actor is gone, so a load right after a close, or a
-	// prompt racing an idle eviction, is never lost.
-	stopping map[string]*actor.PID
-	deferred map[string][]*protocol.Message
-	// checking: the sessions whose owner is being read from the store, with
-	// what runs once it is known (checkOwner); their requests wait in
-	// deferred meanwhile, as for stopping.
-	checking map[string]func(actor.Context, bool)
+	drainer *actor.PID
+	joining []string
 	// reading counts the owner reads under way (at most maxOwnerReads);
 	// readQueue are the sessions whose read waits for one to end, in order.
 	reading   int
@@ -115,24 +99,14 @@ type connection struct {
 	// (session/list, session/delete's removal) not answered yet: a drain
 	// waits for them.
 	answering int
-	// deletingLive: a session/delete of a session live on other
-	// connections waits for it to end there (session_delete.go).
-	deletingLive map[string]bool
-	// mcpServers are the MCP servers each known session was opened with,
-	// for bringing an evicted session back with them; notices: the client
-	// shows `notice` updates.
-	mcpServers map[string][]protocol.McpServerConfig
-	notices    bool
+	// notices: the client shows `notice` updates.
+	notices bool
 	// terminalAuth: the client can run terminal auth methods.
 	terminalAuth bool
 	// compaction: the client shows compaction updates; booleanOptions:
 	// boolean config options.
 	compaction     bool
 	booleanOptions bool
-	// moved are sessions handed over to another process (cluster pod):
-	// their requests are answered as for a session moved to another
-	// connection, until this connection loads them again.
-	moved map[string]bool
 	// stub: this connection is the proxy of a session actor of another pod
 	// (session_remote.go).
 	stub *actor.PID
@@ -145,14 +119,8 @@ func newConnection(deps *Deps, id string, who Identity, out Outlet) *connection 
 		who:      who,
 		out:      out,
 		log:      deps.Log.With().Str("conn", id).Logger(),
-		sessions: map[string]*actor.PID{},
-		sent:     map[string]int{},
-		known:    map[string]bool{},
+		sessions: sessionRecords{},
 		pending:  map[int64]pendingRequest{},
-		stopping: map[string]*actor.PID{},
-		deferred: map[string][]*protocol.Message{},
-
-		mcpServers: map[string][]protocol.McpServerConfig{},
 	}
 }
 
@@ -196,11 +164,16 @@ func (c *connection) Receive(ctx actor.Context) {
 		c.endShare(ctx)
 	case *cancelTurns:
 		c.cancelDeferred(ctx, nil)
-		for _, pid := range c.sessions {
-			ctx.Send(pid, &cancelTurns{conn: ctx.Self(), requestID: m.requestID})
+		for _, r := range c.sessions {
+			if r.live != nil {
+				ctx.Send(r.live, &cancelTurns{conn: ctx.Self(), requestID: m.requestID})
+			}
 		}
 	case *sessionIdle:
-		delete(c.waitIdle, m.sessionID)
+		if r := c.sessions.get(m.sessionID); r != nil {
+			r.waitIdle = false
+			c.sessions.tidy(m.sessionID)
+		}
 		c.finishDrain(ctx)
 	case *retireRequest:
 		c.retire(ctx, m)
@@ -212,15 +185,12 @@ func (c *connection) Receive(ctx actor.Context) {
 			return
 		}
 		// A session that stopped (closed, evicted, crashed) is forgotten.
-		for id, pid := range c.sessions {
-			if pid.Equal(m.Who) {
-				delete(c.sessions, id)
-				delete(c.sent, id)
-			}
-		}
 		var gone []string
-		for id, pid := range c.stopping {
-			if pid.Equal(m.Who) {
+		for id, r := range c.sessions {
+			if r.live != nil && r.live.Equal(m.Who) {
+				c.sessions.forget(id)
+			}
+			if r.stopping != nil && r.stopping.Equal(m.Who) {
 				gone = append(gone, id)
 			}
 		}
@@ -229,36 +199,35 @@ func (c *connection) Receive(ctx actor.Context) {
 		}
 	case *sessionLeft:
 		// Its Terminated (a system message) may have come first.
-		if pid, ok := c.sessions[m.id]; ok {
-			if !pid.Equal(m.pid) {
+		r := c.sessions.of(m.id)
+		if r.live != nil {
+			if !r.live.Equal(m.pid) {
 				return // the session is here again already
 			}
-			delete(c.sessions, m.id)
-			delete(c.sent, m.id)
-			c.stopping[m.id] = pid
+			r.stopping, r.live, r.sent = r.live, nil, 0
 		}
-		delete(c.known, m.id)
-		delete(c.mcpServers, m.id)
-		if c.moved == nil {
-			c.moved = map[string]bool{}
-		}
-		c.moved[m.id] = true
+		r.known, r.servers, r.moved = false, nil, true
 	case *sessionMoved:
 		// A close this connection sent reached a session that another
 		// connection took over: it will not stop for us.
-		if pid, ok := c.stopping[m.id]; ok && pid.Equal(m.pid) {
+		if r := c.sessions.get(m.id); r != nil && r.stopping != nil && r.stopping.Equal(m.pid) {
 			c.stopped(ctx, m.id)
 		}
 	case *actor.DeadLetterResponse:
 		// An attach reached a session that stopped meanwhile: start it anew.
-		if a, ok := c.attaching[m.Target.Id]; ok {
-			delete(c.attaching, m.Target.Id)
+		id := strings.TrimPrefix(m.Target.Id, sessionActorPrefix)
+		if r := c.sessions.get(id); r != nil && r.attaching != nil {
+			a := *r.attaching
+			r.attaching = nil
+			c.sessions.tidy(id)
 			c.openSession(ctx, a.id, a.kind, a.reqID, a.cwd, "", a.servers, a.dirs)
 			c.joinDrain(ctx)
 		}
 	case *actor.Stopping:
-		for _, pid := range c.sessions {
-			ctx.Send(pid, &detach{conn: ctx.Self()})
+		for _, r := range c.sessions {
+			if r.live != nil {
+				ctx.Send(r.live, &detach{conn: ctx.Self()})
+			}
 		}
 	}
 }
@@ -331,8 +300,10 @@ func (c *connection) cancelRequest(ctx actor.Context, m *protocol.Message) {
 		return
 	}
 	c.cancelDeferred(ctx, target)
-	for _, pid := range c.sessions {
-		ctx.Send(pid, &cancelTurns{conn: ctx.Self(), requestID: target})
+	for _, r := range c.sessions {
+		if r.live != nil {
+			ctx.Send(r.live, &cancelTurns{conn: ctx.Self(), requestID: target})
+		}
 	}
 	if m.ID != nil {
 		c.reply(m.ID, struct{}{})
@@ -344,7 +315,11 @@ func (c *connection) cancelRequest(ctx actor.Context, m *protocol.Message) {
 // the one with requestID, or every one when it is nil. They never reach
 // their session.
 func (c *connection) cancelDeferred(ctx actor.Context, requestID protocol.RawMessage) {
-	for id, waiting := range c.deferred {
+	for id, r := range c.sessions {
+		waiting := r.deferred
+		if len(waiting) == 0 {
+			continue
+		}
 		kept := waiting[:0]
 		for _, w := range waiting {
 			if w.ID != nil && protocol.CanonicalMethod(w.Method) == protocol.MethodSessionPrompt &&
@@ -355,10 +330,10 @@ func (c *connection) cancelDeferred(ctx actor.Context, requestID protocol.RawMes
 			kept = append(kept, w)
 		}
 		clear(waiting[len(kept):])
+		r.deferred = kept
 		if len(kept) == 0 {
-			delete(c.deferred, id)
-		} else {
-			c.deferred[id] = kept
+			r.deferred = nil
+			c.sessions.tidy(id)
 		}
 	}
 	c.finishDrain(ctx)
@@ -422,27 +397,27 @@ func (c *connection) listSessions(ctx actor.Context, m *protocol.Message) {
 // retire forgets a session that wants to stop (idle, or failed to open), but
 // only when no request is on its way to it.
 func (c *connection) retire(ctx actor.Context, m *retireRequest) {
-	pid, ok := c.sessions[m.id]
-	mine := ok && pid.Equal(m.pid)
-	agree := !mine || m.force || c.sent[m.id] == m.seen
+	r := c.sessions.get(m.id)
+	mine := r != nil && r.live != nil && r.live.Equal(m.pid)
+	agree := !mine || m.force || r.sent == m.seen
 	if mine && agree {
-		delete(c.sessions, m.id)
-		delete(c.sent, m.id)
+		r.stopping, r.live, r.sent = r.live, nil, 0
 		if m.force {
-			delete(c.known, m.id)
-			delete(c.mcpServers, m.id)
+			r.known, r.servers = false, nil
 		}
-		c.stopping[m.id] = pid
 	}
 	ctx.Send(m.pid, &retireAnswer{ok: agree})
 }
 
 func (c *connection) startDrain(ctx actor.Context) {
 	c.drainer = ctx.Sender()
-	c.waitIdle = make(map[string]bool, len(c.sessions))
-	for id, pid := range c.sessions {
-		c.waitIdle[id] = true
-		ctx.Send(pid, &drain{from: ctx.Self()})
+	for id, r := range c.sessions {
+		r.waitIdle = r.live != nil
+		if r.live != nil {
+			ctx.Send(r.live, &drain{from: ctx.Self()})
+		} else {
+			c.sessions.tidy(id)
+		}
 	}
 	c.finishDrain(ctx)
 }
@@ -452,9 +427,9 @@ func (c *connection) startDrain(ctx actor.Context) {
 // owner check is then answered, cancelled, before the session is idle).
 func (c *connection) joinDrain(ctx actor.Context) {
 	for _, id := range c.joining {
-		if pid, ok := c.sessions[id]; ok && c.drainer != nil {
-			c.waitIdle[id] = true
-			ctx.Send(pid, &drain{from: ctx.Self()})
+		if r := c.sessions.get(id); r != nil && r.live != nil && c.drainer != nil {
+			r.waitIdle = true
+			ctx.Send(r.live, &drain{from: ctx.Self()})
 		}
 	}
 	c.joining = nil
@@ -465,7 +440,7 @@ func (c *connection) joinDrain(ctx actor.Context) {
 // off the actor): every request with an id is answered before the
 // connection goes.
 func (c *connection) finishDrain(ctx actor.Context) {
-	if c.drainer == nil || len(c.waitIdle) > 0 || len(c.checking) > 0 || len(c.deferred) > 0 || c.answering > 0 {
+	if c.drainer == nil || c.answering > 0 || c.sessions.waiting() {
 		return
 	}
 	ctx.Send(c.drainer, &drained{})

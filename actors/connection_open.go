@@ -121,25 +121,21 @@ func (c *connection) openSession(ctx actor.Context, id string, kind startKind, r
 	}, actor.WithSupervisor(reportAndStop{}), actor.WithGuardian(c.deps.sessionGuardian),
 		actor.WithReceiverMiddleware(keepStack))
 	name := sessionActorName(id)
-	delete(c.moved, id)
+	r := c.sessions.of(id)
+	r.moved = false
 	pid, err := ctx.ActorSystem().Root.SpawnNamed(props, name)
 	if errors.Is(err, actor.ErrNameExists) {
 		pid = actor.NewPID(ctx.ActorSystem().Address(), name)
-		if c.attaching == nil {
-			c.attaching = map[string]attachRequest{}
-		}
-		c.attaching[pid.Id] = attachRequest{id: id, kind: kind, reqID: reqID, cwd: cwd, servers: servers, dirs: dirs}
+		r.attaching = &attachRequest{id: id, kind: kind, reqID: reqID, cwd: cwd, servers: servers, dirs: dirs}
 		ctx.Request(pid, &attach{kind: kind, reqID: reqID, cwd: cwd, conn: ctx.Self(), who: sessionWho{Identity: c.who, connID: c.id},
 			servers: servers, notices: notices, caps: c.caps, dirs: dirs, compaction: c.compaction, booleanOptions: c.booleanOptions})
 	} else if err != nil {
 		c.log.Error().Err(err).Str("session", id).Msg("spawn session")
 		c.fail(reqID, protocol.ErrInternal("could not start the session", newErrorID()))
+		c.sessions.tidy(id)
 		return
 	}
-	c.sessions[id] = pid
-	c.sent[id] = 0
-	c.known[id] = true
-	c.mcpServers[id] = servers
+	r.live, r.sent, r.known, r.servers = pid, 0, true, servers
 	ctx.Watch(pid)
 	if c.drainer != nil {
 		c.joining = append(c.joining, id)
@@ -147,27 +143,36 @@ func (c *connection) openSession(ctx actor.Context, id string, kind startKind, r
 }
 
 // sessionActorName is the actor name of session id in its process.
-func sessionActorName(id string) string { return "session-" + id }
+func sessionActorName(id string) string { return sessionActorPrefix + id }
+
+const sessionActorPrefix = "session-"
 
 // deferIfBusy keeps m for later when session id is still stopping, or its
 // owner is being read (checkOwner).
 func (c *connection) deferIfBusy(id string, m *protocol.Message) bool {
-	_, stopping := c.stopping[id]
-	return c.deferIf(stopping || c.checking[id] != nil, id, m)
+	r := c.sessions.get(id)
+	return c.deferIf(r != nil && (r.stopping != nil || r.checking != nil), id, m)
+}
+
+// checkingOwner: the owner of session id is being read (checkOwner).
+func (c *connection) checkingOwner(id string) bool {
+	r := c.sessions.get(id)
+	return r != nil && r.checking != nil
 }
 
 func (c *connection) deferIf(busy bool, id string, m *protocol.Message) bool {
 	if busy {
-		c.deferred[id] = append(c.deferred[id], m)
+		c.sessions.postpone(id, m)
 	}
 	return busy
 }
 
 // stopped: the session's actor is gone; what waited for it runs now, in order.
 func (c *connection) stopped(ctx actor.Context, id string) {
-	delete(c.stopping, id)
-	waiting := c.deferred[id]
-	delete(c.deferred, id)
+	if r := c.sessions.get(id); r != nil {
+		r.stopping = nil
+	}
+	waiting := c.sessions.takeDeferred(id)
 	for _, m := range waiting {
 		c.dispatch(ctx, m)
 	}
@@ -184,7 +189,7 @@ func (c *connection) reopenSession(ctx actor.Context, m *protocol.Message, metho
 	}
 	// A fork reads the stored source: it need not wait for the source's
 	// actor to stop, only for a check of its owner already under way.
-	if method == protocol.MethodSessionFork && c.deferIf(c.checking[ref.SessionID] != nil, ref.SessionID, m) ||
+	if method == protocol.MethodSessionFork && c.deferIf(c.checkingOwner(ref.SessionID), ref.SessionID, m) ||
 		method != protocol.MethodSessionFork && c.deferIfBusy(ref.SessionID, m) {
 		return
 	}
@@ -234,7 +239,7 @@ func (c *connection) reopenOwned(ctx actor.Context, m *protocol.Message, method 
 // answers reqID with the limit error if so (a session already live here
 // does not count twice).
 func (c *connection) full(id string, reqID protocol.RawMessage) bool {
-	if _, live := c.sessions[id]; live || len(c.sessions) < c.deps.Config.MaxSessions {
+	if _, live := c.sessions.live(id); live || c.sessions.liveCount() < c.deps.Config.MaxSessions {
 		return false
 	}
 	c.fail(reqID, protocol.ErrLimit(fmt.Sprintf(
@@ -254,30 +259,29 @@ func (c *connection) toSession(ctx actor.Context, m *protocol.Message, method st
 	if c.deferIfBusy(ref.SessionID, m) {
 		return
 	}
-	if c.moved[ref.SessionID] {
+	r := c.sessions.get(ref.SessionID)
+	if r != nil && r.moved {
 		c.fail(m.ID, errSessionMoved())
 		return
 	}
-	pid, ok := c.sessions[ref.SessionID]
-	if !ok && c.known[ref.SessionID] {
+	if r != nil && r.live == nil && r.known {
 		if c.full(ref.SessionID, m.ID) {
 			return
 		}
-		c.openSession(ctx, ref.SessionID, startRestore, nil, "", "", c.mcpServers[ref.SessionID], nil)
-		pid, ok = c.sessions[ref.SessionID]
+		c.openSession(ctx, ref.SessionID, startRestore, nil, "", "", r.servers, nil)
+		r = c.sessions.get(ref.SessionID)
 	}
-	if !ok {
+	if r == nil || r.live == nil {
 		c.fail(m.ID, protocol.ErrSessionNotFound(ref.SessionID))
 		return
 	}
+	pid := r.live
 	if method == protocol.MethodSessionClose {
 		// Later requests must already see the session as gone, and wait
 		// until it is (see stopping).
-		delete(c.sessions, ref.SessionID)
-		delete(c.known, ref.SessionID)
-		delete(c.mcpServers, ref.SessionID)
-		c.stopping[ref.SessionID] = pid
+		r.stopping, r.live, r.sent, r.known, r.servers = pid, nil, 0, false, nil
+	} else {
+		r.sent++
 	}
-	c.sent[ref.SessionID]++
 	ctx.Send(pid, &sessionRequest{id: m.ID, method: method, params: m.Params, conn: ctx.Self()})
 }

@@ -30,16 +30,13 @@ func (c *connection) deleteSession(ctx actor.Context, m *protocol.Message) {
 	if c.deferIfBusy(id, m) {
 		return
 	}
-	if pid, ok := c.sessions[id]; ok {
-		delete(c.sessions, id)
-		delete(c.known, id)
-		delete(c.mcpServers, id)
-		c.stopping[id] = pid
-		c.sent[id]++
+	if r := c.sessions.get(id); r != nil && r.live != nil {
+		pid := r.live
+		r.stopping, r.live, r.sent, r.known, r.servers = pid, nil, 0, false, nil
 		// The session ends for every connection attached to it, not only
 		// this one (as a close would): its files are going.
 		ctx.Send(pid, &sessionRequest{method: protocol.MethodSessionDelete, conn: ctx.Self()}) // no id: no answer
-		c.deferred[id] = append(c.deferred[id], m)
+		c.sessions.postpone(id, m)
 		return
 	}
 	c.checkOwner(ctx, id, func(ctx actor.Context, owned bool) {
@@ -55,26 +52,21 @@ func (c *connection) deleteSession(ctx actor.Context, m *protocol.Message) {
 // deleteOwned goes on with deleteSession once the session, not live on this
 // connection, is known to be the caller's.
 func (c *connection) deleteOwned(ctx actor.Context, m *protocol.Message, id string) {
-	if name := sessionActorName(id); !c.deletingLive[id] {
+	r := c.sessions.of(id)
+	if name := sessionActorName(id); !r.deletingLive {
 		if _, live := ctx.ActorSystem().ProcessRegistry.GetLocal(name); live {
 			// Live on other connections only: it ends for them first (they
 			// are told), then this request runs again.
 			pid := actor.NewPID(ctx.ActorSystem().Address(), name)
-			if c.deletingLive == nil {
-				c.deletingLive = map[string]bool{}
-			}
-			c.deletingLive[id] = true
-			c.stopping[id] = pid
+			r.deletingLive, r.stopping = true, pid
 			ctx.Watch(pid)
 			ctx.Send(pid, &deleteLive{})
-			c.deferred[id] = append(c.deferred[id], m)
+			c.sessions.postpone(id, m)
 			return
 		}
 	}
-	delete(c.deletingLive, id)
-	delete(c.known, id)
-	delete(c.mcpServers, id)
-	delete(c.moved, id)
+	r.deletingLive, r.known, r.servers, r.moved = false, false, nil, false
+	c.sessions.tidy(id)
 	self, root, st, home, reqID, log := ctx.Self(), ctx.ActorSystem().Root, c.deps.Store, c.deps.Config.Home, m.ID, c.log
 	c.answering++
 	go func() {

@@ -33,10 +33,7 @@ func (*ownerChecked) IgnoreDeadLetterLogging() {}
 // turn, in order (a client pipelining loads of made-up ids must not take
 // the whole shared database pool).
 func (c *connection) checkOwner(ctx actor.Context, id string, then func(ctx actor.Context, owned bool)) {
-	if c.checking == nil {
-		c.checking = map[string]func(actor.Context, bool){}
-	}
-	c.checking[id] = then
+	c.sessions.of(id).checking = then
 	if c.reading >= maxOwnerReads {
 		c.readQueue = append(c.readQueue, id)
 		return
@@ -65,13 +62,13 @@ func (c *connection) ownerKnown(ctx actor.Context, m *ownerChecked) {
 		c.readQueue = c.readQueue[1:]
 		c.readOwner(ctx, next)
 	}
-	then, ok := c.checking[m.id]
-	if !ok {
+	r := c.sessions.get(m.id)
+	if r == nil || r.checking == nil {
 		return
 	}
-	delete(c.checking, m.id)
-	waiting := c.deferred[m.id]
-	delete(c.deferred, m.id)
+	then := r.checking
+	r.checking = nil
+	waiting := c.sessions.takeDeferred(m.id)
 	then(ctx, m.owned)
 	for _, w := range waiting {
 		c.dispatch(ctx, w) // deferred again, after what then deferred, while still busy
