@@ -210,6 +210,7 @@ func (t *turn) Receive(ctx actor.Context) {
 	case *actor.Started:
 		t.deps.Metrics.RunningTurns.Add(1)
 		t.ctx, t.cancel = context.WithCancel(context.Background())
+		t.ctx = t.withCaller(t.ctx, ctx)
 		if t.compactOnly {
 			if !t.startCompaction(ctx, 1) {
 				t.emit(ctx, protocol.ChunkUpdate{SessionUpdate: protocol.UpdateAgentMessageChunk, Content: protocol.Text("Nothing to compact yet.")})

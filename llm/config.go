@@ -45,6 +45,10 @@ type Config struct {
 	Retry RetryPolicy
 	// Log receives retry warnings and similar; the zero Logger discards.
 	Log zerolog.Logger
+	// Limit, when set, is the shared limit on the model's requests (see
+	// WithLimit), which New applies inside the retries with the key of
+	// this provider (LimitKey). nil: no limit, and nothing to pay for one.
+	Limit *Limit
 
 	// Home is the IAC_CODE_HOME LoadConfig read ("" = none).
 	Home string
@@ -472,7 +476,13 @@ func New(cfg Config) (Provider, error) {
 	policy := cfg.Retry.withDefaults()
 	inner := cfg
 	inner.Retry.Attempts = 1
+	inner.Limit = nil // applied once, here
 	p, err := f(inner)
+	if err == nil && cfg.Limit != nil {
+		l := *cfg.Limit
+		l.Key = LimitKey(cfg)
+		p = WithLimit(p, l)
+	}
 	if err != nil || policy.Attempts <= 1 {
 		return p, err
 	}

@@ -46,6 +46,7 @@ type PGStore struct {
 	mu         sync.Mutex
 	open       map[*pgSession]struct{}
 	registered bool
+	gates      []*ModelGate
 
 	takeovers atomic.Int64
 	stop      chan struct{}
@@ -205,6 +206,12 @@ func (s *PGStore) Close() error {
 	s.closeOnce.Do(func() {
 		close(s.stop)
 		<-s.stopped
+		s.mu.Lock()
+		gates := s.gates
+		s.mu.Unlock()
+		for _, g := range gates {
+			g.Close()
+		}
 		ctx, cancel := opCtx()
 		defer cancel()
 		_, err := s.ReleaseLeases(ctx, s.self)

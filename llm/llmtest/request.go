@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"time"
 
 	gojson "github.com/goccy/go-json"
 )
@@ -16,6 +17,8 @@ type RecordedRequest struct {
 	Body   json.RawMessage `json:"body"`
 	// Format is FormatOpenAI or FormatAnthropic.
 	Format string `json:"format"`
+	// At is when the request arrived.
+	At time.Time `json:"at"`
 	// Chat is Body decoded (zero when Body is not a chat request).
 	Chat ChatRequest `json:"-"`
 	// Anthropic is Body decoded (zero when Body is not a Messages request).
@@ -77,7 +80,8 @@ func (s *Server) take(w http.ResponseWriter, r *http.Request, format string, wri
 	}
 	head := decodeHead(body)
 	s.mu.Lock()
-	s.requests = append(s.requests, RecordedRequest{Method: r.Method, Path: r.URL.Path, Header: r.Header.Clone(), Body: body, Format: format})
+	s.requests = append(s.requests, RecordedRequest{Method: r.Method, Path: r.URL.Path, Header: r.Header.Clone(), Body: body, Format: format,
+		At: time.Now()})
 	s.mu.Unlock()
 	reply := s.next()
 	if reply.Status >= 400 {

@@ -36,6 +36,9 @@ type Server struct {
 	done      chan struct{}
 	closeOnce sync.Once
 	seq       atomic.Int64
+	// inFlight counts the model requests being answered; peak is its
+	// highest value (MaxConcurrent).
+	inFlight, peak atomic.Int64
 
 	mu       sync.Mutex
 	queue    []Reply
@@ -111,6 +114,18 @@ func (s *Server) Requests() []RecordedRequest {
 	return append([]RecordedRequest(nil), s.requests...)
 }
 
+// MaxConcurrent is the highest number of model requests the server was
+// answering at once.
+func (s *Server) MaxConcurrent() int64 { return s.peak.Load() }
+
+// enter counts a model request in flight until the returned func runs.
+func (s *Server) enter() func() {
+	n := s.inFlight.Add(1)
+	for p := s.peak.Load(); n > p && !s.peak.CompareAndSwap(p, n); p = s.peak.Load() {
+	}
+	return func() { s.inFlight.Add(-1) }
+}
+
 // Reset clears the queue and the recorded requests (not the default reply).
 func (s *Server) Reset() {
 	s.mu.Lock()
@@ -142,8 +157,10 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		s.Reset()
 		w.WriteHeader(http.StatusNoContent)
 	case strings.HasSuffix(r.URL.Path, "/chat/completions") && r.Method == http.MethodPost:
+		defer s.enter()()
 		s.handleChat(w, r)
 	case strings.HasSuffix(r.URL.Path, "/messages") && r.Method == http.MethodPost:
+		defer s.enter()()
 		s.handleMessages(w, r)
 	default:
 		writeError(w, &Reply{Status: http.StatusNotFound, ErrorMessage: "llmtest: unknown route " + r.Method + " " + r.URL.Path})

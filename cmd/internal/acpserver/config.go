@@ -25,6 +25,8 @@ type settings struct {
 	// the identity sources, which may override it per principal.
 	budget store.Budget
 	auth   *auth.Chain
+	// modelConcurrency: IAC_CODE_MODEL_CONCURRENCY (0: no shared limit).
+	modelConcurrency int
 }
 
 // homeDir is IAC_CODE_HOME, by default ~/.iac-code.
@@ -73,6 +75,7 @@ func loadConfig(getenv func(string) string) (settings, error) {
 	}
 	e.positive("IAC_CODE_MAX_CONNECTIONS_PER_USER", &s.http.MaxConnectionsPerUser)
 	e.positive("IAC_CODE_MAX_TURNS_PER_USER", &s.actors.MaxTurnsPerUser)
+	e.positive(envModelConcurrency, &s.modelConcurrency)
 	e.tokens(envTokensPerDay, &s.budget.PerDay)
 	e.tokens(envTokensPerMonth, &s.budget.PerMonth)
 	if root := getenv("IAC_CODE_WORKSPACE_ROOT"); root != "" {

@@ -25,9 +25,14 @@ func wire(cfg *settings, log zerolog.Logger) (*actors.Server, store.Backend, err
 	if err != nil {
 		return nil, nil, fmt.Errorf("session store: %w", err)
 	}
+	waits := newLimitMetrics()
+	limit := modelLimit(cfg.modelConcurrency, sessions, waits)
+	if limit != nil {
+		cfg.http.Collectors = append(cfg.http.Collectors, waits.collectors()...)
+	}
 	models, err := llm.NewLive(func() (llm.Config, error) {
 		c, err := llm.LoadConfig(cfg.actors.Home, os.Getenv)
-		c.Log = log
+		c.Log, c.Limit = log, limit
 		return c, err
 	})
 	if err != nil {
