@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"regexp"
 	"strings"
 	"time"
 
@@ -88,6 +89,10 @@ var _ = Describe("one limit on the model for all pods", Label("e2e", "model-limi
 		Expect(notices).To(BeNumerically(">=", 5), "waiting turns tell their clients")
 		m := cl.pods[0].as(sharedToken).rawMetrics() + cl.pods[1].as(sharedToken).rawMetrics() + cl.pods[2].as(sharedToken).rawMetrics()
 		Expect(m).To(ContainSubstring(`iaccode_model_wait_seconds_count{reason="busy"}`))
+		By("every metric of the starter Grafana dashboard is exported")
+		for _, name := range regexp.MustCompile(`iaccode_[a-z_]+`).FindAllString(repoFile("deploy/grafana-dashboard.json"), -1) {
+			Expect(m).To(MatchRegexp(`(?m)^`+name+`[{ ]`), "deploy/grafana-dashboard.json names %s", name)
+		}
 		t.expectCleanWire()
 	})
 
