@@ -33,7 +33,10 @@ func waitText(w llm.Wait) string {
 		return fmt.Sprintf("Waiting for the model: the provider asked to wait until %s.\n",
 			w.PausedUntil.UTC().Format(time.RFC3339))
 	}
-	if w.Ahead > 0 {
+	switch {
+	case w.Ahead == 1:
+		return "Waiting for the model: it is busy (shared limit); 1 request ahead.\n"
+	case w.Ahead > 1:
 		return fmt.Sprintf("Waiting for the model: it is busy (shared limit); %d requests ahead.\n", w.Ahead)
 	}
 	return "Waiting for the model: it is busy (shared limit).\n"
