@@ -283,5 +283,5 @@ func (c *connection) toSession(ctx actor.Context, m *protocol.Message, method st
 	} else {
 		r.sent++
 	}
-	ctx.Send(pid, &sessionRequest{id: m.ID, method: method, params: m.Params, conn: ctx.Self()})
+	ctx.Send(pid, &sessionRequest{id: m.ID, method: method, params: m.Params, conn: ctx.Self(), traceparent: m.Traceparent})
 }

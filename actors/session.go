@@ -55,6 +55,9 @@ type (
 		method string
 		params protocol.RawMessage
 		conn   *actor.PID
+		// traceparent is the W3C trace context of the request's HTTP
+		// headers (see protocol.Message.Traceparent).
+		traceparent string
 	}
 	// retireRequest asks the connection to forget a session (idle eviction,
 	// failed start); seen counts the requests the session got from it, so

@@ -110,6 +110,12 @@ func (s *session) startPrompt(ctx actor.Context, r *sessionRequest, user *llm.Me
 		compactOnly: command == "compact", jail: s.sandboxJail(), owner: s.owner,
 	}
 	opts.mcp, opts.mcpKeep = s.mcpTurnTools()
+	if s.deps.Trace != nil {
+		opts.trace = promptTraceParent(r)
+		if s.deps.Trace.CapturesContent() {
+			opts.prompt = user.TextOf()
+		}
+	}
 	props := actor.PropsFromProducer(func() actor.Actor { return newTurn(s.deps, opts) },
 		actor.WithReceiverMiddleware(keepStack), actor.WithSupervisor(reportAndStop{}))
 	s.turn.run(ctx.Spawn(props))

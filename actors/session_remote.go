@@ -146,6 +146,7 @@ func (c *connection) relayed(ctx actor.Context, m *clusterpb.Relay) {
 		c.log.Warn().Str("error", e.Message).Msg("share: undecodable relayed message")
 		return
 	}
+	msg.Traceparent = m.Traceparent
 	if msg.Method == shareCancelTurns && msg.ID == nil {
 		ctx.Send(ctx.Self(), &cancelTurns{})
 		return

@@ -133,7 +133,7 @@ func (s *session) relayFor(ctx actor.Context, l *stubLeg, m *protocol.Message) {
 		l.waiting = append(l.waiting, m)
 		return
 	}
-	ctx.Send(l.proxy, &clusterpb.Relay{Body: protocol.MustMarshal(m)})
+	ctx.Send(l.proxy, &clusterpb.Relay{Body: protocol.MustMarshal(m), Traceparent: m.Traceparent})
 }
 
 // addLeg serves one more connection of this pod that loads or resumes the
@@ -169,7 +169,7 @@ func (s *session) legShared(ctx actor.Context, m *legShared) {
 	l.proxy = m.proxy
 	ctx.Watch(m.proxy)
 	for _, w := range l.waiting {
-		ctx.Send(l.proxy, &clusterpb.Relay{Body: protocol.MustMarshal(w)})
+		ctx.Send(l.proxy, &clusterpb.Relay{Body: protocol.MustMarshal(w), Traceparent: w.Traceparent})
 	}
 	l.waiting = nil
 }
@@ -263,7 +263,7 @@ func (s *session) stepStub(ctx actor.Context, e envelope) {
 		if m.method == protocol.MethodSessionClose {
 			l.closeID = m.id
 		}
-		s.relayFor(ctx, l, &protocol.Message{ID: m.id, Method: m.method, Params: m.params})
+		s.relayFor(ctx, l, &protocol.Message{ID: m.id, Method: m.method, Params: m.params, Traceparent: m.traceparent})
 	case *clientAnswer:
 		tag, ok := m.tag.(remoteTag)
 		if l := st.legAt(tag.leg); ok && l != nil {

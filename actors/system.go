@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/iac-code/iac-code/actors/sysprompt"
+	"github.com/iac-code/iac-code/actors/tracing"
 	"github.com/iac-code/iac-code/llm"
 	"github.com/iac-code/iac-code/protocol"
 	"github.com/iac-code/iac-code/store"
@@ -101,6 +102,9 @@ type Deps struct {
 	// Ledger counts tokens per principal and holds principals to their
 	// token budgets; nil: neither.
 	Ledger *Ledger
+	// Trace makes the spans of turns, model calls and tool calls; nil when
+	// tracing is off (no OTEL_* variable set).
+	Trace *tracing.Tracer
 
 	// sessionGuardian is the one guardian of every session actor (see
 	// stopOnCrash).

@@ -8,6 +8,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/iac-code/iac-code/actors/tracing"
 	"github.com/iac-code/iac-code/llm"
 	"github.com/iac-code/iac-code/protocol"
 	"github.com/iac-code/iac-code/tools"
@@ -146,6 +147,9 @@ type toolActor struct {
 	// terminalID is the client terminal running this call, embedded in
 	// its live updates.
 	terminalID string
+	// span is the call's execute_tool span (nil: tracing off); parentCtx
+	// carries it to the run, MCP calls and a sub-agent's turn.
+	span *tracing.Span
 }
 
 // subagentMaxCalls bounds the model calls of one sub-agent run.
@@ -168,6 +172,7 @@ func (a *toolActor) startSubagent(ctx actor.Context, in tools.AgentInput) {
 	opts.mcp, opts.mcpKeep = a.mcp, keep
 	opts.history = []llm.Message{{Role: llm.RoleUser, Content: []llm.Block{{Type: llm.BlockText, Text: in.Prompt}}}}
 	opts.subagent, opts.maxCalls, opts.turnID = in.SubagentType, subagentMaxCalls, a.turnID
+	opts.trace = a.parentCtx
 	props := actor.PropsFromProducer(func() actor.Actor { return newTurn(a.deps, opts) },
 		actor.WithReceiverMiddleware(keepStack), actor.WithSupervisor(reportAndStop{}))
 	a.subTurn = ctx.Spawn(props)
@@ -205,9 +210,11 @@ func (a *toolActor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
 		a.deps.Metrics.RunningTools.Add(1)
+		a.parentCtx, a.span = a.deps.Trace.StartTool(a.parentCtx, a.call.name, a.call.id, a.sessionID, a.call.input)
 		a.start(ctx)
 	case *actor.Stopped:
 		a.deps.Metrics.RunningTools.Add(-1)
+		a.span.EndTool(a.deps.Trace, "", true) // still open: stopped before its result (cancelled)
 		close(a.gone)
 	case *previewWanted:
 		a.previewed(ctx, m)
@@ -491,6 +498,8 @@ func (a *toolActor) complete(ctx actor.Context, res tools.Result) {
 		return
 	}
 	a.done = true
+	a.span.EndTool(a.deps.Trace, res.Output, res.IsError)
+	a.span = nil
 	// The model and the client get the same bounded text; the whole output
 	// is spilled to a file under the state root.
 	full := res.Output

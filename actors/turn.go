@@ -8,6 +8,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/rs/zerolog"
 
+	"github.com/iac-code/iac-code/actors/tracing"
 	"github.com/iac-code/iac-code/llm"
 	"github.com/iac-code/iac-code/protocol"
 	"github.com/iac-code/iac-code/tools"
@@ -79,6 +80,11 @@ type turnOptions struct {
 	jail *sandbox.Jail
 	// owner is the session's principal, whose tokens the turn spends.
 	owner string
+	// trace is the context whose span the turn's span is a child of: the
+	// client's traceparent, or a sub-agent's tool call (nil: a new trace);
+	// prompt is the request's text its span carries with content capture.
+	trace  context.Context
+	prompt string
 }
 
 func (*streamEnd) IgnoreDeadLetterLogging()      {}
@@ -165,6 +171,12 @@ type turn struct {
 	report   *turnFinished
 	stopWait map[int]bool
 	reported bool
+
+	// opts keeps what the turn's span is made of; span and chat are the
+	// invoke_agent span and the running model call's (nil: tracing off).
+	opts turnOptions
+	span *tracing.Span
+	chat *tracing.Span
 }
 
 // inherited are the session's settings a sub-agent of this turn runs with.
@@ -202,6 +214,7 @@ func newTurn(deps *Deps, o turnOptions) *turn {
 		turnID:            o.turnID,
 		jail:              o.jail,
 		mode:              o.mode,
+		opts:              turnOptions{trace: o.trace, prompt: o.prompt},
 	}
 }
 
@@ -209,7 +222,7 @@ func (t *turn) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
 		t.deps.Metrics.RunningTurns.Add(1)
-		t.ctx, t.cancel = context.WithCancel(context.Background())
+		t.ctx, t.cancel = context.WithCancel(t.startSpan())
 		t.ctx = t.withCaller(t.ctx, ctx)
 		if t.compactOnly {
 			if !t.startCompaction(ctx, 1) {
@@ -253,6 +266,9 @@ func (t *turn) Receive(ctx actor.Context) {
 		}
 	case *actor.Stopped:
 		t.deps.Metrics.RunningTurns.Add(-1)
+		if t.span != nil { // a crash: finish ended it otherwise
+			t.endSpans("", &protocol.Error{Message: "turn stopped"})
+		}
 	}
 }
 
@@ -347,6 +363,14 @@ func (t *turn) stream(ctx actor.Context, req *llm.Request) {
 		root.Send(to, &outbound{frame: Frame{Data: data, SessionID: sid}})
 	})
 	t.call = call
+	if t.deps.Trace != nil {
+		cfg := t.deps.llmConfig()
+		model := req.Model
+		if model == "" {
+			model = cfg.Model
+		}
+		runCtx, t.chat = t.deps.Trace.StartChat(runCtx, cfg.Provider, model, sid)
+	}
 	go func() {
 		defer func() {
 			if r := recover(); r != nil {
@@ -396,6 +420,8 @@ func (t *turn) onStreamEnd(ctx actor.Context, err error) {
 	t.budget.count(t.modelName(), callUsage)
 	t.usage = t.usage.Add(callUsage)
 	t.stop = res.stop
+	t.chat.EndChat(callUsage.InputTokens, callUsage.OutputTokens, string(res.stop), err)
+	t.chat = nil
 	if t.compacting {
 		t.endCompaction(ctx, err, res.msg.TextOf())
 		return
@@ -535,6 +561,7 @@ func (t *turn) finish(ctx actor.Context, stopReason string, err *protocol.Error)
 		}
 	}
 	t.report = &turnFinished{stopReason: stopReason, usage: t.usage, err: err}
+	t.endSpans(stopReason, err)
 	t.stopWait = map[int]bool{}
 	for i, c := range t.pending {
 		if !c.done && i < len(t.toolActs) {

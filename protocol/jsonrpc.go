@@ -154,6 +154,9 @@ type Message struct {
 	Params  RawMessage `json:"params,omitempty"`
 	Result  RawMessage `json:"result,omitempty"`
 	Error   *Error     `json:"error,omitempty"`
+	// Traceparent is a W3C trace context that came beside the message (an
+	// HTTP request's traceparent header), never on the wire itself.
+	Traceparent string `json:"-"`
 }
 
 // IsRequest reports a method call that expects an answer.

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/iac-code/iac-code/tools"
 )
@@ -42,17 +44,23 @@ func (s *Server) httpClient() *http.Client {
 	return &http.Client{Transport: &headerTransport{next: tr, headers: s.cfg.Headers}}
 }
 
-// headerTransport adds the configured headers to every request.
+// headerTransport adds the configured headers to every request, and the
+// W3C trace context of the request's span (a tool call being traced), so
+// the MCP server's spans join the turn's trace.
 type headerTransport struct {
 	next    http.RoundTripper
 	headers []Pair
 }
 
 func (t *headerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	if len(t.headers) == 0 {
+	traced := trace.SpanContextFromContext(req.Context()).IsValid()
+	if len(t.headers) == 0 && !traced {
 		return t.next.RoundTrip(req)
 	}
 	req = req.Clone(req.Context()) // a RoundTripper must not change its request
+	if traced {
+		propagation.TraceContext{}.Inject(req.Context(), propagation.HeaderCarrier(req.Header))
+	}
 	for _, h := range t.headers {
 		if strings.EqualFold(h.Name, "Host") {
 			req.Host = h.Value

@@ -47,14 +47,14 @@ func (n *Node) failed(p *peer, err error, what string) httpsse.Reply {
 }
 
 // Post implements httpsse.Cluster.
-func (n *Node) Post(owner, connID, sessionID, who string, body []byte) httpsse.Reply {
+func (n *Node) Post(owner, connID, sessionID, who, traceparent string, body []byte) httpsse.Reply {
 	p, bad := n.ownerPeer(owner)
 	if bad != nil {
 		return *bad
 	}
 	n.met.forwarded.WithLabelValues("post").Inc()
 	start := time.Now()
-	res, err := n.request(p, &clusterpb.Post{ConnId: connID, SessionId: sessionID, Body: body, Principal: who}, forwardTimeout)
+	res, err := n.request(p, &clusterpb.Post{ConnId: connID, SessionId: sessionID, Body: body, Principal: who, Traceparent: traceparent}, forwardTimeout)
 	n.met.hop.WithLabelValues("post").Observe(time.Since(start).Seconds())
 	r, ok := res.(*clusterpb.Reply)
 	if err != nil || !ok {

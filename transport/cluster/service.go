@@ -46,7 +46,7 @@ func (s *service) Receive(ctx actor.Context) {
 			ctx.Respond(unavailable)
 			return
 		}
-		r := o.ServePost(m.ConnId, m.SessionId, m.Principal, m.Body)
+		r := o.ServePost(m.ConnId, m.SessionId, m.Principal, m.Traceparent, m.Body)
 		ctx.Respond(&clusterpb.Reply{Status: int32(r.Status), Error: r.Error})
 	case *clusterpb.Delete:
 		o := s.n.owner.get()

@@ -22,7 +22,7 @@ type Cluster interface {
 	Bind(o Owner)
 	// Post forwards a POST /acp (not initialize) of principal who to the
 	// pod owner.
-	Post(owner, connID, sessionID, who string, body []byte) Reply
+	Post(owner, connID, sessionID, who, traceparent string, body []byte) Reply
 	// Delete forwards a DELETE /acp to the pod owner.
 	Delete(owner, connID, who string) Reply
 	// Attach makes a GET on this pod the stream of a connection of the pod
@@ -67,7 +67,7 @@ type Event struct {
 // connections of this one. *Edge implements it.
 // The principal who is the one the forwarding pod decided for the request.
 type Owner interface {
-	ServePost(connID, sessionID, who string, body []byte) Reply
+	ServePost(connID, sessionID, who, traceparent string, body []byte) Reply
 	ServeDelete(connID, who string) Reply
 	AttachRemote(connID, sessionID, who string, last *uint64, ready func()) (handle uint64, reject []byte, replaced bool, r Reply)
 	Take(connID string, handle uint64, dst []Event) (batch []Event, final []byte, end bool)
@@ -106,7 +106,8 @@ func (e *Edge) replyError(ctx *fasthttp.RequestCtx, r Reply) {
 
 // forwardPost sends a POST for a connection of another pod there.
 func (e *Edge) forwardPost(ctx *fasthttp.RequestCtx, owner string, id []byte, who string, body []byte) {
-	r := e.cluster.Post(owner, string(id), string(ctx.Request.Header.Peek(HeaderSessionID)), who, body)
+	r := e.cluster.Post(owner, string(id), string(ctx.Request.Header.Peek(HeaderSessionID)), who,
+		string(ctx.Request.Header.Peek(HeaderTraceparent)), body)
 	if r.Status == fasthttp.StatusAccepted {
 		ctx.SetStatusCode(fasthttp.StatusAccepted)
 		return
@@ -116,11 +117,12 @@ func (e *Edge) forwardPost(ctx *fasthttp.RequestCtx, owner string, id []byte, wh
 
 // ServePost serves a POST forwarded by another pod: what post does once
 // the connection is known.
-func (e *Edge) ServePost(connID, sessionID, who string, body []byte) Reply {
+func (e *Edge) ServePost(connID, sessionID, who, traceparent string, body []byte) Reply {
 	msg, perr := protocol.Decode(body)
 	if perr != nil {
 		return Reply{fasthttp.StatusBadRequest, "Invalid JSON-RPC message: " + detail(perr)}
 	}
+	msg.Traceparent = traceparent
 	c := e.lookup([]byte(connID))
 	if c == nil {
 		return Reply{fasthttp.StatusBadRequest, e.notFound([]byte(connID), msgConnNotFoundPost)}

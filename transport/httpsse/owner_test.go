@@ -110,9 +110,9 @@ var _ = Describe("serving another pod's stream (Owner)", func() {
 		Expect(e.edge.RemoteStreams()).To(Equal(0))
 
 		By("a POST served for another pod is delivered as a local one")
-		Expect(e.edge.ServePost(conn, "", "", []byte(`{"jsonrpc":"2.0","id":4,"method":"session/list","params":{}}`)).Status).
+		Expect(e.edge.ServePost(conn, "", "", "", []byte(`{"jsonrpc":"2.0","id":4,"method":"session/list","params":{}}`)).Status).
 			To(Equal(http.StatusAccepted))
-		Expect(e.edge.ServePost("nope", "", "", []byte(`{"jsonrpc":"2.0","id":4,"method":"session/list","params":{}}`)).Error).
+		Expect(e.edge.ServePost("nope", "", "", "", []byte(`{"jsonrpc":"2.0","id":4,"method":"session/list","params":{}}`)).Error).
 			To(ContainSubstring("Connection not found"))
 		Expect(e.edge.ServeDelete(conn, "").Status).To(Equal(http.StatusOK))
 		Expect(e.post(rpc(5, "session/list", map[string]any{}), "Acp-Connection-Id", conn).status).To(Equal(http.StatusBadRequest))

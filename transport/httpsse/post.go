@@ -53,6 +53,9 @@ func (e *Edge) post(ctx *fasthttp.RequestCtx, who string) {
 		jsonError(ctx, fasthttp.StatusBadRequest, e.notFound(id, msgConnNotFoundPost))
 		return
 	}
+	if tp := ctx.Request.Header.Peek(HeaderTraceparent); len(tp) > 0 {
+		msg.Traceparent = string(tp) // a trace the prompt's _meta may not name
+	}
 	r := e.postTo(c, who, ctx.Request.Header.Peek(HeaderSessionID), msg)
 	if r.Status != fasthttp.StatusAccepted {
 		e.replyError(ctx, r)

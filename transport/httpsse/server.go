@@ -35,6 +35,9 @@ const (
 	// read (the version is settled by initialize) but a browser's preflight
 	// must allow it, or every later request of a web client is refused.
 	HeaderProtocolVersion = "Acp-Protocol-Version"
+	// HeaderTraceparent is W3C trace context: a prompt whose _meta names
+	// no traceparent joins this one's trace (docs/operations.md#tracing).
+	HeaderTraceparent = "Traceparent"
 )
 
 // Edge is the HTTP+SSE transport of one actors.Server.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/iac-code/iac-code/actors/tracing"
 	"github.com/iac-code/iac-code/transport/auth"
 	"github.com/iac-code/iac-code/transport/cluster"
 	"github.com/iac-code/iac-code/transport/httpsse"
@@ -102,6 +103,17 @@ func run(name, version string, args []string) error {
 		return err
 	}
 	cfg.actors.Version = version
+	// Traces only when the standard OTEL_* variables ask for them; the
+	// spans still buffered are sent before the process exits.
+	tracer, stopTracing, err := tracing.Setup(context.Background(), os.Getenv, version)
+	if err != nil {
+		return err
+	}
+	defer flushTraces(stopTracing, log)
+	if tracer != nil {
+		log.Info().Bool("content", tracer.CapturesContent()).Msg("tracing: exporting spans over OTLP")
+	}
+	cfg.trace = tracer
 	if *transport == "http" {
 		// Identities (issue 20): a bad tokens file or JWKS stops the server
 		// here, naming the file and line or the variable.
@@ -145,6 +157,16 @@ func run(name, version string, args []string) error {
 		pod.Stop() // after the store released this pod's leases and declared it dead
 	}
 	return err
+}
+
+// flushTraces sends the spans still buffered (bounded: a collector that
+// does not answer must not hold the exit).
+func flushTraces(stop func(context.Context) error, log zerolog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := stop(ctx); err != nil {
+		log.Warn().Err(err).Msg("tracing: spans not all sent at exit")
+	}
 }
 
 // splitList splits a comma-separated flag value, dropping empty items.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/iac-code/iac-code/actors"
+	"github.com/iac-code/iac-code/actors/tracing"
 	"github.com/iac-code/iac-code/store"
 	"github.com/iac-code/iac-code/transport/auth"
 	"github.com/iac-code/iac-code/transport/httpsse"
@@ -27,6 +28,8 @@ type settings struct {
 	auth   *auth.Chain
 	// modelConcurrency: IAC_CODE_MODEL_CONCURRENCY (0: no shared limit).
 	modelConcurrency int
+	// trace is nil unless OTEL_* variables ask for traces (see run).
+	trace *tracing.Tracer
 }
 
 // homeDir is IAC_CODE_HOME, by default ~/.iac-code.

@@ -46,5 +46,6 @@ func wire(cfg *settings, log zerolog.Logger) (*actors.Server, store.Backend, err
 	met := newTokenMetrics()
 	cfg.http.Collectors = append(cfg.http.Collectors, met.collectors()...)
 	return actors.NewServer(actors.Deps{Config: cfg.actors, Provider: models, LLM: models,
-		Tools: tools.Default(), Store: sessions, Log: log, Ledger: newLedger(*cfg, sessions, met)}), sessions, nil
+		Tools: tools.Default(), Store: sessions, Log: log, Ledger: newLedger(*cfg, sessions, met),
+		Trace: cfg.trace}), sessions, nil
 }
