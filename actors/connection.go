@@ -259,6 +259,10 @@ func (c *connection) dispatch(ctx actor.Context, m *protocol.Message) {
 			"ACP connection must be initialized before '"+m.Method+"'", nil))
 		return
 	}
+	if unusable := c.deps.Config.Unusable; unusable != nil && method != protocol.MethodInitialize {
+		c.fail(m.ID, unusable)
+		return
+	}
 	switch method {
 	case protocol.MethodInitialize:
 		c.initialize(m)

@@ -3,6 +3,8 @@ package actors
 import (
 	"time"
 
+	"github.com/iac-code/iac-code/protocol"
+
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 )
@@ -37,6 +39,22 @@ var _ = Describe("the connection actor", func() {
 		Expect(methods).To(HaveLen(1), "the key method, never an empty list")
 		Expect(methods[0]).To(HaveKeyWithValue("id", "api-key"))
 		Expect(methods[0]).NotTo(HaveKey("type"))
+	})
+
+	It("when unusable (no home) answers initialize, then every request with the reason; notifications get nothing", func() {
+		unusable := protocol.NewError(protocol.CodeInternalError, "no home; set IAC_CODE_HOME", map[string]string{"reason": "no_home"})
+		u := newHarnessOn(nil, Config{Unusable: unusable}, &scriptedProvider{})
+		defer u.close()
+		Expect(u.result(u.call("initialize", map[string]any{"protocolVersion": 1}))).To(HaveKeyWithValue("protocolVersion", 1.0))
+		for _, method := range []string{"session/new", "session/list", "authenticate", "session/set_model", "no/such"} {
+			e := u.errorOf(u.call(method, map[string]any{"cwd": "/"}))
+			Expect(e["code"]).To(Equal(-32603.0), method)
+			Expect(e["data"]).To(HaveKeyWithValue("reason", "no_home"), method)
+		}
+		u.notify("session/cancel", map[string]any{"sessionId": "x"})
+		id := u.call("session/new", map[string]any{"cwd": "/"})
+		u.errorOf(id)
+		Expect(u.out.all()).To(HaveLen(7), "the notification was not answered")
 	})
 
 	It("refuses logout to a user of a multi-user server: the key is every user's", func() {

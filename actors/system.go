@@ -77,6 +77,11 @@ type Config struct {
 	// Sandbox is the sandbox in force for the processes tools start
 	// (zero: none, as with IAC_CODE_SANDBOX=off).
 	Sandbox sandbox.Status
+	// Unusable, when set, is why this server cannot serve sessions (no
+	// state directory): initialize is answered as usual, so that the
+	// editor shows this error as the answer to every later request instead
+	// of a process that died before the handshake. Store may then be nil.
+	Unusable *protocol.Error
 }
 
 // Defaults of Config.
@@ -204,7 +209,7 @@ func NewServer(deps Deps) *Server {
 	if deps.Tools == nil {
 		deps.Tools = tools.Default()
 	}
-	if deps.Store == nil {
+	if deps.Store == nil && deps.Config.Unusable == nil {
 		panic("actors: Deps.Store is required")
 	}
 	deps.sessionGuardian = &stopOnCrash{log: deps.Log}

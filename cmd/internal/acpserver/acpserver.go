@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/user"
 	"strings"
 	"time"
 
@@ -34,6 +35,7 @@ const usage = `usage: %s acp [--transport stdio|http] [--host 127.0.0.1] [--port
 // the server, the terminal client (prompt), or the watchdog process the
 // server starts from its own executable.
 func Main(name, version string) {
+	fillHome(os.Getenv, os.Setenv, user.Current)
 	if len(os.Args) > 1 {
 		switch os.Args[1] {
 		case watchdogCommand:
@@ -98,6 +100,14 @@ func run(name, version string, args []string) error {
 	cfg, err := loadConfig(os.Getenv)
 	if err != nil {
 		return err
+	}
+	if cfg.actors.Unusable != nil {
+		if *clusterListen != "" {
+			return errNoHome
+		}
+		// Serve anyway: an editor that spawned us shows the answers to the
+		// requests after initialize, not a process gone before it.
+		log.Error().Str("reason", "no_home").Msg(cfg.actors.Unusable.Message + "; every request after initialize is answered with this error")
 	}
 	if cfg.actors.Sandbox, err = probeSandbox(os.Getenv, *sandboxMode, cfg.actors.Home, log); err != nil {
 		return err

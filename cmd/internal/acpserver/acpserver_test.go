@@ -4,6 +4,7 @@ package acpserver
 
 import (
 	"context"
+	"os/user"
 	"strings"
 	"syscall"
 	"testing"
@@ -96,5 +97,44 @@ func TestConfigFromEnvironment(t *testing.T) {
 		!strings.Contains(err.Error(), "IAC_CODE_WORKSPACE_ROOT") || !strings.Contains(err.Error(), "IAC_CODE_SESSION_ATTACH: want one of share, move") ||
 		!strings.Contains(err.Error(), "IAC_CODE_PROMPT_QUEUE") {
 		t.Fatalf("want the five variables named, got %v", err)
+	}
+}
+
+func TestFillHomeFromThePasswordDatabase(t *testing.T) {
+	env := map[string]string{}
+	getenv := func(k string) string { return env[k] }
+	setenv := func(k, v string) error { env[k] = v; return nil }
+	fillHome(getenv, setenv, func() (*user.User, error) { return &user.User{HomeDir: "/home/ada"}, nil })
+	if env["HOME"] != "/home/ada" {
+		t.Fatalf("HOME = %q, want the passwd home", env["HOME"])
+	}
+	fillHome(getenv, setenv, func() (*user.User, error) { return &user.User{HomeDir: "/elsewhere"}, nil })
+	if env["HOME"] != "/home/ada" {
+		t.Fatalf("a set HOME was replaced: %q", env["HOME"])
+	}
+	env = map[string]string{}
+	fillHome(getenv, setenv, func() (*user.User, error) { return nil, user.UnknownUserIdError(4242) })
+	fillHome(getenv, setenv, func() (*user.User, error) { return &user.User{HomeDir: "relative"}, nil })
+	if _, set := env["HOME"]; set {
+		t.Fatalf("HOME set without a usable passwd entry: %q", env["HOME"])
+	}
+}
+
+func TestNoHomeMakesAnUnusableServerNotAnError(t *testing.T) {
+	t.Setenv("HOME", "")
+	s, err := loadConfig(func(string) string { return "" })
+	if err != nil {
+		t.Fatalf("no home must not stop the server before initialize: %v", err)
+	}
+	u := s.actors.Unusable
+	if u == nil || u.Code != -32603 || !strings.Contains(u.Message, "IAC_CODE_HOME") {
+		t.Fatalf("Unusable = %+v, want -32603 naming IAC_CODE_HOME", u)
+	}
+	if data, _ := u.Data.(map[string]string); data["reason"] != "no_home" {
+		t.Fatalf("data %v, want reason no_home", u.Data)
+	}
+	s, err = loadConfig(func(k string) string { return map[string]string{"IAC_CODE_HOME": "/h"}[k] })
+	if err != nil || s.actors.Unusable != nil || s.actors.Home != "/h" {
+		t.Fatalf("IAC_CODE_HOME alone: %+v %v", s.actors, err)
 	}
 }

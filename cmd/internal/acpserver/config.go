@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/user"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -12,6 +14,7 @@ import (
 
 	"github.com/iac-code/iac-code/actors"
 	"github.com/iac-code/iac-code/actors/tracing"
+	"github.com/iac-code/iac-code/protocol"
 	"github.com/iac-code/iac-code/store"
 	"github.com/iac-code/iac-code/transport/auth"
 	"github.com/iac-code/iac-code/transport/httpsse"
@@ -32,28 +35,52 @@ type settings struct {
 	trace *tracing.Tracer
 }
 
-// homeDir is IAC_CODE_HOME, by default ~/.iac-code.
+// errNoHome: neither IAC_CODE_HOME nor a user home to put ~/.iac-code in.
+var errNoHome = errors.New("cannot find a home directory for iac-code's state: $HOME is not set and " +
+	"the password database has no home for this user; set IAC_CODE_HOME to a writable directory")
+
+// homeDir is IAC_CODE_HOME, by default ~/.iac-code (see fillHome).
 func homeDir(getenv func(string) string) (string, error) {
 	if home := getenv("IAC_CODE_HOME"); home != "" {
 		return home, nil
 	}
 	dir, err := os.UserHomeDir()
 	if err != nil {
-		return "", fmt.Errorf("cannot find the home directory; set IAC_CODE_HOME: %w", err)
+		return "", errNoHome
 	}
 	return filepath.Join(dir, ".iac-code"), nil
 }
 
+// fillHome sets $HOME, when it is unset, to the user's home from the
+// password database: editors start agents with thin environments
+// (avante.nvim gives PATH and its configured env only), and the state
+// root, the sandbox's protected home and the tools (git, npm, go) all read
+// $HOME. Without an entry $HOME stays unset (see errNoHome).
+func fillHome(getenv func(string) string, setenv func(string, string) error, current func() (*user.User, error)) {
+	if runtime.GOOS == "windows" || getenv("HOME") != "" {
+		return // Windows: os.UserHomeDir reads USERPROFILE
+	}
+	if u, err := current(); err == nil && u.HomeDir != "" && filepath.IsAbs(u.HomeDir) {
+		_ = setenv("HOME", u.HomeDir)
+	}
+}
+
 // loadConfig reads IAC_CODE_HOME and the behaviour settings; an invalid
-// value stops the server at start, naming the variable.
+// value stops the server at start, naming the variable. Without a home the
+// server still starts, unusable (actors.Config.Unusable): an editor shows
+// the reason as the answer to the requests after initialize.
 func loadConfig(getenv func(string) string) (settings, error) {
 	home, err := homeDir(getenv)
 	if err != nil {
-		return settings{}, err
+		home = ""
 	}
 	s := settings{
 		actors: actors.Config{Home: home, SessionIdle: time.Hour},
 		http:   httpsse.Config{Token: getenv("IACCODE_ACP_HTTP_TOKEN")},
+	}
+	if err != nil {
+		s.actors.Unusable = protocol.NewError(protocol.CodeInternalError, err.Error(),
+			map[string]string{"reason": "no_home", "hint": "set IAC_CODE_HOME in the agent's environment (the editor's agent settings)"})
 	}
 	e := envReader{getenv: getenv}
 	e.positive("IAC_CODE_MAX_TURN_REQUESTS", &s.actors.MaxTurnRequests)

@@ -97,8 +97,10 @@ const shareEndWait = 2 * time.Second
 func shutdown(srv *actors.Server, sessions store.Backend, wd *procgroup.Watchdog, log zerolog.Logger) {
 	srv.EndShares(shareEndWait)
 	srv.Shutdown()
-	if err := sessions.Close(); err != nil {
-		log.Warn().Err(err).Msg("close session store")
+	if sessions != nil {
+		if err := sessions.Close(); err != nil {
+			log.Warn().Err(err).Msg("close session store")
+		}
 	}
 	if n := procgroup.KillAll(shutdownKillGrace); n > 0 {
 		log.Info().Int("groups", n).Msg("killed tool process groups left at shutdown")

@@ -69,6 +69,9 @@ func runPrompt(name, version string, args []string) int {
 	}
 	log := newLoggerTo(logOut, zerolog.WarnLevel)
 	cfg, err := loadConfig(os.Getenv)
+	if err == nil && cfg.actors.Unusable != nil {
+		err = errNoHome
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, name+":", err)
 		return termclient.ExitError
