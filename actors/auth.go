@@ -1,6 +1,8 @@
 package actors
 
 import (
+	"os"
+
 	"github.com/rs/zerolog"
 
 	"github.com/iac-code/iac-code/llm"
@@ -14,9 +16,22 @@ const (
 	authTerminal = "login"
 )
 
+// terminalLogin is how a client runs a terminal login: as a method of type
+// terminal (clientCapabilities.auth.terminal), as an agent method carrying
+// _meta["terminal-auth"] (the older convention, clientCapabilities._meta
+// ["terminal-auth"]: true; the ACP Registry's validator sends it), or both.
+type terminalLogin struct{ typed, meta bool }
+
+func terminalLoginOf(c *protocol.ClientCapabilities) terminalLogin {
+	if c == nil {
+		return terminalLogin{}
+	}
+	return terminalLogin{typed: c.Auth != nil && c.Auth.Terminal, meta: c.TerminalAuthMeta()}
+}
+
 // authMethods is never empty: the key method always (its description says
 // how to configure one when none is), and the terminal login when the
-// client can run it (the schema allows it only then).
+// client can run it (the schema allows the terminal type only then).
 func (c *connection) authMethods() []protocol.AuthMethod {
 	provider := c.deps.llmConfig().Provider
 	if provider == "" {
@@ -28,12 +43,32 @@ func (c *connection) authMethods() []protocol.AuthMethod {
 		desc = c.deps.authHint()
 	}
 	methods := []protocol.AuthMethod{{ID: authAPIKey, Name: "API key", Description: desc}}
-	if c.terminalAuth {
-		methods = append(methods, protocol.AuthMethod{Type: protocol.AuthTerminal, ID: authTerminal,
-			Name: "Log in in a terminal", Args: []string{"login"},
-			Description: "Runs `iac-code login`: choose the provider and paste its API key; it is kept in .credentials.yml (mode 0600)."})
+	if !c.terminalLogin.typed && !c.terminalLogin.meta {
+		return methods
 	}
-	return methods
+	login := protocol.AuthMethod{ID: authTerminal, Name: "Log in in a terminal",
+		Description: "Runs `iac-code login`: choose the provider and paste its API key; it is kept in .credentials.yml (mode 0600)."}
+	if c.terminalLogin.typed {
+		login.Type, login.Args = protocol.AuthTerminal, []string{loginCommand}
+	}
+	if c.terminalLogin.meta {
+		login.Meta = map[string]any{protocol.MetaTerminalAuth: map[string]any{
+			"command": executable(), "args": []string{loginCommand}, "label": "iac-code login"}}
+	}
+	return append(methods, login)
+}
+
+// loginCommand is the argument that runs the terminal login.
+const loginCommand = "login"
+
+// executable is this program's path, for a client that runs the login
+// itself (the older convention names the command); "iac-code" (found on
+// PATH) when it cannot be known.
+func executable() string {
+	if exe, err := os.Executable(); err == nil {
+		return exe
+	}
+	return "iac-code"
 }
 
 // usableCredentials reports whether a model call can be attempted, reading

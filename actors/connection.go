@@ -101,8 +101,8 @@ type connection struct {
 	answering int
 	// notices: the client shows `notice` updates.
 	notices bool
-	// terminalAuth: the client can run terminal auth methods.
-	terminalAuth bool
+	// terminalLogin: how the client runs a terminal login, if it does.
+	terminalLogin terminalLogin
 	// compaction: the client shows compaction updates; booleanOptions:
 	// boolean config options.
 	compaction     bool
@@ -277,7 +277,7 @@ func (c *connection) dispatch(ctx actor.Context, m *protocol.Message) {
 	case protocol.MethodSessionList:
 		c.listSessions(ctx, m)
 	case protocol.MethodSessionPrompt, protocol.MethodSessionCancel, protocol.MethodSessionClose,
-		protocol.MethodSessionSetMode, protocol.MethodSessionSetConfig:
+		protocol.MethodSessionSetMode, protocol.MethodSessionSetConfig, protocol.MethodSessionSetModel:
 		c.toSession(ctx, m, method)
 	case protocol.MethodSessionDelete:
 		c.deleteSession(ctx, m)

@@ -23,7 +23,7 @@ func (c *connection) initialize(m *protocol.Message) {
 		c.booleanOptions = caps.Session.ConfigOptions != nil && caps.Session.ConfigOptions.Boolean != nil
 	}
 	c.caps = capsOf(req.ClientCapabilities)
-	c.terminalAuth = req.ClientCapabilities != nil && req.ClientCapabilities.Auth != nil && req.ClientCapabilities.Auth.Terminal
+	c.terminalLogin = terminalLoginOf(req.ClientCapabilities)
 	c.reply(m.ID, protocol.InitializeResponse{
 		ProtocolVersion: protocol.ProtocolVersion,
 		AgentCapabilities: protocol.AgentCapabilities{
@@ -48,10 +48,12 @@ func (c *connection) initialize(m *protocol.Message) {
 }
 
 // authenticate re-reads the configuration (environment and files), so a key
-// set after the server started is picked up.
+// set after the server started is picked up. The terminal login's id is
+// taken too: a client of the older _meta convention sees it as an agent
+// method and may call authenticate after running the login.
 func (c *connection) authenticate(m *protocol.Message) {
 	var req protocol.AuthenticateRequest
-	if err := protocol.Unmarshal(m.Params, &req); err != nil || req.MethodID != authAPIKey {
+	if err := protocol.Unmarshal(m.Params, &req); err != nil || (req.MethodID != authAPIKey && req.MethodID != authTerminal) {
 		c.fail(m.ID, protocol.ErrInvalidParams(map[string]string{"methodId": "unknown authentication method"}))
 		return
 	}

@@ -75,6 +75,35 @@ var _ = Describe("the connection actor", func() {
 		Expect(methods[1]).To(HaveKeyWithValue("args", []any{"login"}))
 	})
 
+	It("offers the terminal login to a client of the older _meta[\"terminal-auth\"] convention (the ACP Registry's check)", func() {
+		res := h.result(h.call("initialize", map[string]any{"protocolVersion": 1,
+			"clientCapabilities": map[string]any{"terminal": true, "fs": map[string]any{"readTextFile": true, "writeTextFile": true},
+				"_meta": map[string]any{"terminal_output": true, "terminal-auth": true}}}))
+		methods := res["authMethods"].([]any)
+		Expect(methods).To(HaveLen(2))
+		login := methods[1].(map[string]any)
+		Expect(login).To(HaveKeyWithValue("id", "login"))
+		Expect(login).NotTo(HaveKey("type"), "the terminal type needs auth.terminal; this client reads _meta")
+		meta := login["_meta"].(map[string]any)["terminal-auth"].(map[string]any)
+		Expect(meta["args"]).To(Equal([]any{"login"}))
+		Expect(meta["command"]).NotTo(BeEmpty())
+		Expect(meta["label"]).NotTo(BeEmpty())
+	})
+
+	It("offers one terminal login with both the type and _meta to a client announcing both", func() {
+		res := h.result(h.call("initialize", map[string]any{"protocolVersion": 1,
+			"clientCapabilities": map[string]any{"auth": map[string]any{"terminal": true}, "_meta": map[string]any{"terminal-auth": true}}}))
+		methods := res["authMethods"].([]any)
+		Expect(methods).To(HaveLen(2))
+		Expect(methods[1]).To(And(HaveKeyWithValue("type", "terminal"), HaveKeyWithValue("args", []any{"login"}), HaveKey("_meta")))
+	})
+
+	It("ignores a _meta terminal-auth that is not true", func() {
+		res := h.result(h.call("initialize", map[string]any{"protocolVersion": 1,
+			"clientCapabilities": map[string]any{"_meta": map[string]any{"terminal-auth": "yes"}}}))
+		Expect(res["authMethods"]).To(HaveLen(1))
+	})
+
 	It("validates cwd on session/new", func() {
 		h.result(h.call("initialize", map[string]any{"protocolVersion": 1}))
 		for _, cwd := range []string{"relative/dir", "/does/not/exist", ""} {

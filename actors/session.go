@@ -343,6 +343,8 @@ func (s *session) handle(ctx actor.Context, r *sessionRequest) {
 		s.setMode(ctx, r.id, p.ModeID)
 	case protocol.MethodSessionSetConfig:
 		s.setConfig(ctx, r)
+	case protocol.MethodSessionSetModel:
+		s.setModel(ctx, r)
 	}
 }
 

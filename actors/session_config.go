@@ -145,8 +145,9 @@ func (s *session) defaultsPrincipal() string {
 }
 
 // chooseOption sets the select option id (mode, model, thought_level) to
-// value: the one way session/set_mode, session/set_config_option and the
-// /mode and /model commands change a session. A value the option does not
+// value: the one way session/set_mode, session/set_model,
+// session/set_config_option and the /mode and /model commands change a
+// session. A value the option does not
 // take is an error naming it, and changes nothing. The change is kept (the
 // meta; a thought level also as the default of new sessions), every client
 // of the session is told of a change: current_mode_update for the mode
@@ -212,6 +213,22 @@ func (s *session) setMode(ctx actor.Context, reqID protocol.RawMessage, mode str
 		return
 	}
 	s.respond(ctx, reqID, struct{}{})
+}
+
+// setModel answers the unstable session/set_model of clients that drive
+// the model picker through it (older Zed builds, acp.el) as the model
+// config option: the same choice, updates and errors; the answer is {}.
+func (s *session) setModel(ctx actor.Context, r *sessionRequest) {
+	var p protocol.SetModelRequest
+	if err := protocol.Unmarshal(r.params, &p); err != nil || !s.validModel(p.ModelID) {
+		s.respondError(ctx, r.id, protocol.ErrInvalidParams(map[string]string{"modelId": "unknown model"}))
+		return
+	}
+	if e := s.chooseOption(ctx, "model", p.ModelID); e != nil {
+		s.respondError(ctx, r.id, e)
+		return
+	}
+	s.respond(ctx, r.id, struct{}{})
 }
 
 func (s *session) setConfig(ctx actor.Context, r *sessionRequest) {

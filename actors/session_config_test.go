@@ -106,4 +106,27 @@ var _ = Describe("changing a session's mode and model", func() {
 		Expect(h.result(h.call("session/prompt", textPrompt(sid, "/model nope")))).To(HaveKeyWithValue("stopReason", "end_turn"))
 		Expect(h.out.allUpdates()[len(h.out.allUpdates())-1]["content"]).To(HaveKeyWithValue("text", ContainSubstring(`Unknown model "nope"`)))
 	})
+
+	It("serves the unstable session/set_model as the model option: {} after the update, the next call on that model", func() {
+		p := (&scriptedProvider{}).then(say("ok"))
+		h := newHarnessWith(Config{Models: []string{"m", "m2"}}, p)
+		defer h.close()
+		sid := h.newSession(GinkgoT().TempDir())
+		id := h.call("session/set_model", map[string]any{"sessionId": sid, "modelId": "m2"})
+		Expect(h.result(id)).To(BeEmpty())
+		updates := optionUpdates(h, sid)
+		Expect(updates).To(HaveLen(1))
+		Expect(updates[0]).To(WithTransform(current("model"), Equal("m2")))
+		Expect(h.result(h.call("session/prompt", textPrompt(sid, "hi")))).To(HaveKeyWithValue("stopReason", "end_turn"))
+		Expect(p.requests()[0].Model).To(Equal("m2"))
+
+		for _, bad := range []map[string]any{{"sessionId": sid, "modelId": "nope"}, {"sessionId": sid}} {
+			e := h.errorOf(h.call("session/set_model", bad))
+			Expect(e["code"]).To(BeEquivalentTo(-32602))
+			Expect(e["data"]).To(HaveKey("modelId"))
+		}
+		Expect(h.errorOf(h.call("session/set_model", map[string]any{"sessionId": "gone", "modelId": "m"}))["code"]).
+			To(BeEquivalentTo(-32002), "an unknown session, as for the other session methods")
+		Expect(optionUpdates(h, sid)).To(HaveLen(1), "a refused choice tells nothing")
+	})
 })

@@ -66,6 +66,44 @@ var _ = Describe("login, logout and the auth methods", Label("e2e", "auth"), fun
 		a.finish()
 	})
 
+	It("passes the ACP Registry's auth check: its validator's initialize (_meta terminal-auth) gets a terminal login naming this binary", func() {
+		a := startAgent(env)
+		// The request of agentclientprotocol/registry .github/workflows/client.py, as sent.
+		res := a.result(a.request("initialize", map[string]any{
+			"protocolVersion": 1,
+			"clientInfo":      map[string]any{"name": "ACP Registry Validator", "version": "1.0.0"},
+			"clientCapabilities": map[string]any{
+				"terminal": true,
+				"fs":       map[string]any{"readTextFile": true, "writeTextFile": true},
+				"_meta":    map[string]any{"terminal_output": true, "terminal-auth": true},
+			},
+		}))
+		// client.py's classification: the type field, else a _meta key, else "agent".
+		var terminal map[string]any
+		for _, m := range res["authMethods"].([]any) {
+			method := m.(map[string]any)
+			meta, _ := method["_meta"].(map[string]any)
+			if method["type"] == "terminal" || (method["type"] == nil && meta["terminal-auth"] != nil) {
+				terminal = meta["terminal-auth"].(map[string]any)
+			}
+		}
+		Expect(terminal).NotTo(BeNil(), "a terminal login for the _meta convention: %v", res["authMethods"])
+		exe, err := filepath.EvalSymlinks(binPath)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(terminal["command"]).To(Equal(exe))
+		Expect(terminal["args"]).To(Equal([]any{"login"}))
+
+		By("the login it names stores a key (here from a script), and authenticate with its id picks it up")
+		cmd := exec.Command(terminal["command"].(string), append([]string{"login"}, "--provider", "chaos_openai", "--key-stdin")...)
+		cmd.Env, cmd.Stdin = env, strings.NewReader(testAPIKey+"\n")
+		out, err := cmd.CombinedOutput()
+		Expect(err).NotTo(HaveOccurred(), string(out))
+		Expect(a.result(a.request("authenticate", map[string]any{"methodId": "login"}))).To(BeEmpty())
+		sid := a.newSession(cwd)
+		Expect(a.result(a.prompt(sid, "hi"))["stopReason"]).To(Equal("end_turn"))
+		a.finish()
+	})
+
 	It("logs in from a script with --provider and --key-stdin", func() {
 		cmd := exec.Command(binPath, "login", "--provider", "openai", "--key-stdin")
 		// A server setting that is invalid is no business of login's.

@@ -26,6 +26,20 @@ type ClientCapabilities struct {
 	Auth     *AuthCapabilities          `json:"auth,omitempty"`
 	// Elicitation: Form set means the client renders form questions.
 	Elicitation *ElicitationCapabilities `json:"elicitation,omitempty"`
+	// Meta: older clients (Zed before auth.terminal, the ACP Registry's
+	// validator) announce terminal login as _meta["terminal-auth"]: true.
+	Meta map[string]RawMessage `json:"_meta,omitempty"`
+}
+
+// MetaTerminalAuth is the _meta key of the terminal login convention that
+// predates auth.terminal: true in the client's capabilities; on an auth
+// method, {command, args, label} of the login to run in a terminal.
+const MetaTerminalAuth = "terminal-auth"
+
+// TerminalAuthMeta says whether the client announces terminal login the
+// older way, as _meta["terminal-auth"]: true.
+func (c *ClientCapabilities) TerminalAuthMeta() bool {
+	return c != nil && string(c.Meta[MetaTerminalAuth]) == "true"
 }
 
 type ElicitationCapabilities struct {
@@ -130,6 +144,8 @@ type AuthMethod struct {
 	Name        string   `json:"name"`
 	Description string   `json:"description,omitempty"`
 	Args        []string `json:"args,omitempty"`
+	// Meta carries the older terminal login (MetaTerminalAuth).
+	Meta map[string]any `json:"_meta,omitempty"`
 }
 
 // AuthTerminal is the `type` of a terminal auth method.
@@ -227,6 +243,12 @@ type SetConfigOptionResponse struct {
 type SetModeRequest struct {
 	SessionID string `json:"sessionId"`
 	ModeID    string `json:"modeId"`
+}
+
+// SetModelRequest is the unstable session/set_model (its answer is {}).
+type SetModelRequest struct {
+	SessionID string `json:"sessionId"`
+	ModelID   string `json:"modelId"`
 }
 
 type ListSessionsRequest struct {

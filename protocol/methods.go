@@ -2,18 +2,21 @@ package protocol
 
 // ACP v1 method names.
 const (
-	MethodInitialize        = "initialize"
-	MethodAuthenticate      = "authenticate"
-	MethodLogout            = "logout"
-	MethodSessionNew        = "session/new"
-	MethodSessionLoad       = "session/load"
-	MethodSessionResume     = "session/resume"
-	MethodSessionFork       = "session/fork"
-	MethodSessionList       = "session/list"
-	MethodSessionClose      = "session/close"
-	MethodSessionDelete     = "session/delete"
-	MethodSessionSetMode    = "session/set_mode"
-	MethodSessionSetConfig  = "session/set_config_option"
+	MethodInitialize       = "initialize"
+	MethodAuthenticate     = "authenticate"
+	MethodLogout           = "logout"
+	MethodSessionNew       = "session/new"
+	MethodSessionLoad      = "session/load"
+	MethodSessionResume    = "session/resume"
+	MethodSessionFork      = "session/fork"
+	MethodSessionList      = "session/list"
+	MethodSessionClose     = "session/close"
+	MethodSessionDelete    = "session/delete"
+	MethodSessionSetMode   = "session/set_mode"
+	MethodSessionSetConfig = "session/set_config_option"
+	// MethodSessionSetModel is the unstable model picker of older clients
+	// (removed from the spec in favour of the model config option).
+	MethodSessionSetModel   = "session/set_model"
 	MethodSessionPrompt     = "session/prompt"
 	MethodSessionCancel     = "session/cancel"
 	MethodSessionUpdate     = "session/update"
