@@ -94,7 +94,9 @@ func (lp *limitProvider) Stream(ctx context.Context, req *Request, emit func(Eve
 		notices = caller.Waiting
 	)
 	release, err := lp.l.Gate.Enter(ctx, lp.l.Key, caller.Person, func(w Wait) {
-		waited, start = true, time.Now()
+		if !waited { // the wait began at the first notice, not the last
+			waited, start = true, time.Now()
+		}
 		paused = !w.PausedUntil.IsZero()
 		if notices != nil {
 			notices(w)

@@ -101,3 +101,37 @@ func TestLimitCancelWhileWaiting(t *testing.T) {
 		t.Errorf("requests = %d: the cancelled one reached the model", n)
 	}
 }
+
+// twoNoticeGate makes its caller wait in two steps (two requests ahead,
+// then one), telling it each time, as a queue that moves does.
+type twoNoticeGate struct{ step time.Duration }
+
+func (g twoNoticeGate) Enter(_ context.Context, _, _ string, waiting func(llm.Wait)) (func(), error) {
+	waiting(llm.Wait{Ahead: 2})
+	time.Sleep(g.step)
+	waiting(llm.Wait{Ahead: 1})
+	time.Sleep(g.step)
+	return func() {}, nil
+}
+
+func (twoNoticeGate) Pause(context.Context, string, time.Time) error { return nil }
+
+// The time waited is counted from the first notice, not from the last.
+func TestLimitWaitCountsFromTheFirstNotice(t *testing.T) {
+	srv := llmtest.Start(t)
+	srv.Script(llmtest.Reply{Text: "a"})
+	const step = 100 * time.Millisecond
+	var waited time.Duration
+	cfg := formats[0].cfg(srv.URL())
+	cfg.Limit = &llm.Limit{Gate: twoNoticeGate{step: step}, Waited: func(d time.Duration, _ bool) { waited = d }}
+	p, err := llm.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stream(t, p, userRequest("alice")); err != nil {
+		t.Fatal(err)
+	}
+	if waited < 2*step {
+		t.Fatalf("waited %v, want at least %v (both steps of the wait)", waited, 2*step)
+	}
+}
