@@ -110,6 +110,9 @@ type connection struct {
 	// stub: this connection is the proxy of a session actor of another pod
 	// (session_remote.go).
 	stub *actor.PID
+	// movedLegs: a connection moved here, until its restore: the legs of
+	// its sessions' stubs (connection_move.go).
+	movedLegs map[string]*actor.PID
 }
 
 func newConnection(deps *Deps, id string, who Identity, out Outlet) *connection {
@@ -162,6 +165,16 @@ func (c *connection) Receive(ctx actor.Context) {
 		c.relayed(ctx, m)
 	case *endShare:
 		c.endShare(ctx)
+	case *moveOut:
+		c.moveOut(ctx)
+	case *moveFlush:
+		c.moveFlush(ctx)
+	case *moveIn:
+		c.moveIn(ctx, m)
+	case *moveRestore:
+		c.moveRestore(ctx, m)
+	case *clusterpb.Repoint:
+		c.repoint(ctx, m)
 	case *cancelTurns:
 		c.cancelDeferred(ctx, nil)
 		for _, r := range c.sessions {

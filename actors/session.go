@@ -152,6 +152,8 @@ type session struct {
 	// stub: the stub of a session another pod holds (phase stub,
 	// session_stub.go).
 	stub *sessionStub
+	// movedIn: a stub made for a connection moved here (connection_move.go).
+	movedIn *adoptLeg
 	// jail contains what the session's tools start, for jailRoots
 	// (session_sandbox.go); nil until first needed.
 	jail      *sandbox.Jail
@@ -353,6 +355,10 @@ func (s *session) handle(ctx actor.Context, r *sessionRequest) {
 // actor (startOpen): the store may wait for another process, or another
 // pod share or hand over the session.
 func (s *session) open(ctx actor.Context) {
+	if s.movedIn != nil {
+		s.adoptMoved(ctx)
+		return
+	}
 	var (
 		entries []store.Entry
 		err     error

@@ -201,6 +201,9 @@ func (s *session) step(ctx actor.Context, e envelope) {
 		s.stopped(ctx)
 		return
 	}
+	if s.stepMove(ctx, e) {
+		return
+	}
 	if s.postpone(ctx, e) {
 		return
 	}

@@ -42,6 +42,12 @@ type (
 		// pending are the requests relayed and not answered, by IDKey.
 		pending map[string]relayedRequest
 		closeID protocol.RawMessage
+		// moving: the leg's connection moves to another pod and its proxy
+		// was repointed; answered when the proxy's last frame comes
+		// (connection_move.go). answered: a leg of a moved connection
+		// until its restore, the answers it passed on.
+		moving   *actor.PID
+		answered map[string]bool
 	}
 	relayedRequest struct {
 		id     protocol.RawMessage
@@ -333,10 +339,15 @@ func (s *session) fromProxy(ctx actor.Context, l *stubLeg, body []byte) {
 			return
 		}
 		delete(l.pending, id)
+		if l.answered != nil {
+			l.answered[id] = true
+		}
 		ctx.Send(l.conn, &outbound{frame: Frame{Data: body, SessionID: s.id}})
 		if l.closeID != nil && id == protocol.IDKey(l.closeID) {
 			s.closedLeg(ctx, l)
 		}
+	case msg.Method == legMovedMethod:
+		s.movedLeg(ctx, l)
 	case msg.Method == shareEnd:
 		s.log.Info().Str("holder", s.stub.holder).Msg("share: the holding pod ended the sharing")
 		s.endStub(ctx, stubHolderGone)

@@ -1042,6 +1042,181 @@ func (x *Relay) GetTraceparent() string {
 	return ""
 }
 
+// MoveConn hands an HTTP connection of the sending pod, which is draining,
+// over to the receiving pod (docs/cluster.md, moved connections): step 1
+// (prepare) carries the connection actor's state and makes the connection
+// there, still closed to requests, with a leg for each session the
+// connection reaches through a stub; step 2 (commit) carries its outbox and
+// opens it; step 3 (abort) drops a prepared one. data is JSON (httpsse).
+type MoveConn struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ConnId        string                 `protobuf:"bytes,1,opt,name=conn_id,json=connId,proto3" json:"conn_id,omitempty"`
+	Step          int32                  `protobuf:"varint,2,opt,name=step,proto3" json:"step,omitempty"`
+	Data          []byte                 `protobuf:"bytes,3,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MoveConn) Reset() {
+	*x = MoveConn{}
+	mi := &file_cluster_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MoveConn) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MoveConn) ProtoMessage() {}
+
+func (x *MoveConn) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MoveConn.ProtoReflect.Descriptor instead.
+func (*MoveConn) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *MoveConn) GetConnId() string {
+	if x != nil {
+		return x.ConnId
+	}
+	return ""
+}
+
+func (x *MoveConn) GetStep() int32 {
+	if x != nil {
+		return x.Step
+	}
+	return 0
+}
+
+func (x *MoveConn) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+type MoveConnReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Error         string                 `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
+	Data          []byte                 `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MoveConnReply) Reset() {
+	*x = MoveConnReply{}
+	mi := &file_cluster_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MoveConnReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MoveConnReply) ProtoMessage() {}
+
+func (x *MoveConnReply) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MoveConnReply.ProtoReflect.Descriptor instead.
+func (*MoveConnReply) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *MoveConnReply) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *MoveConnReply) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+// Repoint tells a proxy connection (session sharing) that its stub's
+// connection moved to another pod: its frames go to the leg named here from
+// now on. Before it switches it sends its old leg a last Relay (the
+// "$/iac-code/leg_moved" notification), so the old pod knows every earlier
+// frame has reached it.
+type Repoint struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	LegAddress    string                 `protobuf:"bytes,1,opt,name=leg_address,json=legAddress,proto3" json:"leg_address,omitempty"`
+	LegId         string                 `protobuf:"bytes,2,opt,name=leg_id,json=legId,proto3" json:"leg_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Repoint) Reset() {
+	*x = Repoint{}
+	mi := &file_cluster_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Repoint) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Repoint) ProtoMessage() {}
+
+func (x *Repoint) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Repoint.ProtoReflect.Descriptor instead.
+func (*Repoint) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *Repoint) GetLegAddress() string {
+	if x != nil {
+		return x.LegAddress
+	}
+	return ""
+}
+
+func (x *Repoint) GetLegId() string {
+	if x != nil {
+		return x.LegId
+	}
+	return ""
+}
+
 var File_cluster_proto protoreflect.FileDescriptor
 
 const file_cluster_proto_rawDesc = "" +
@@ -1114,7 +1289,18 @@ const file_cluster_proto_rawDesc = "" +
 	"\x05error\x18\x03 \x01(\tR\x05error\"=\n" +
 	"\x05Relay\x12\x12\n" +
 	"\x04body\x18\x01 \x01(\fR\x04body\x12 \n" +
-	"\vtraceparent\x18\x02 \x01(\tR\vtraceparentB:Z8github.com/iac-code/iac-code/transport/cluster/clusterpbb\x06proto3"
+	"\vtraceparent\x18\x02 \x01(\tR\vtraceparent\"K\n" +
+	"\bMoveConn\x12\x17\n" +
+	"\aconn_id\x18\x01 \x01(\tR\x06connId\x12\x12\n" +
+	"\x04step\x18\x02 \x01(\x05R\x04step\x12\x12\n" +
+	"\x04data\x18\x03 \x01(\fR\x04data\"9\n" +
+	"\rMoveConnReply\x12\x14\n" +
+	"\x05error\x18\x01 \x01(\tR\x05error\x12\x12\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\"A\n" +
+	"\aRepoint\x12\x1f\n" +
+	"\vleg_address\x18\x01 \x01(\tR\n" +
+	"legAddress\x12\x15\n" +
+	"\x06leg_id\x18\x02 \x01(\tR\x05legIdB:Z8github.com/iac-code/iac-code/transport/cluster/clusterpbb\x06proto3"
 
 var (
 	file_cluster_proto_rawDescOnce sync.Once
@@ -1128,7 +1314,7 @@ func file_cluster_proto_rawDescGZIP() []byte {
 	return file_cluster_proto_rawDescData
 }
 
-var file_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_cluster_proto_goTypes = []any{
 	(*Post)(nil),          // 0: iaccode.cluster.v1.Post
 	(*Delete)(nil),        // 1: iaccode.cluster.v1.Delete
@@ -1147,6 +1333,9 @@ var file_cluster_proto_goTypes = []any{
 	(*Share)(nil),         // 14: iaccode.cluster.v1.Share
 	(*ShareReply)(nil),    // 15: iaccode.cluster.v1.ShareReply
 	(*Relay)(nil),         // 16: iaccode.cluster.v1.Relay
+	(*MoveConn)(nil),      // 17: iaccode.cluster.v1.MoveConn
+	(*MoveConnReply)(nil), // 18: iaccode.cluster.v1.MoveConnReply
+	(*Repoint)(nil),       // 19: iaccode.cluster.v1.Repoint
 }
 var file_cluster_proto_depIdxs = []int32{
 	7, // 0: iaccode.cluster.v1.Batch.events:type_name -> iaccode.cluster.v1.Event
@@ -1168,7 +1357,7 @@ func file_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cluster_proto_rawDesc), len(file_cluster_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   17,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
