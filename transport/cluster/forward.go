@@ -48,46 +48,66 @@ func (n *Node) failed(p *peer, err error, what string) httpsse.Reply {
 
 // Post implements httpsse.Cluster.
 func (n *Node) Post(owner, connID, sessionID, who, traceparent string, body []byte) httpsse.Reply {
-	p, bad := n.ownerPeer(owner)
-	if bad != nil {
-		return *bad
+	for tries := 0; ; {
+		p, bad := n.route(owner, connID)
+		if bad != nil {
+			return *bad
+		}
+		n.met.forwarded.WithLabelValues("post").Inc()
+		start := time.Now()
+		res, err := n.request(p, &clusterpb.Post{ConnId: connID, SessionId: sessionID, Body: body, Principal: who, Traceparent: traceparent}, forwardTimeout)
+		n.met.hop.WithLabelValues("post").Observe(time.Since(start).Seconds())
+		r, ok := res.(*clusterpb.Reply)
+		if err != nil || !ok {
+			return n.failed(p, err, "post")
+		}
+		if n.redirected(connID, r.Status, r.Error, &tries) {
+			continue
+		}
+		return httpsse.Reply{Status: int(r.Status), Error: r.Error}
 	}
-	n.met.forwarded.WithLabelValues("post").Inc()
-	start := time.Now()
-	res, err := n.request(p, &clusterpb.Post{ConnId: connID, SessionId: sessionID, Body: body, Principal: who, Traceparent: traceparent}, forwardTimeout)
-	n.met.hop.WithLabelValues("post").Observe(time.Since(start).Seconds())
-	r, ok := res.(*clusterpb.Reply)
-	if err != nil || !ok {
-		return n.failed(p, err, "post")
-	}
-	return httpsse.Reply{Status: int(r.Status), Error: r.Error}
 }
 
 // Delete implements httpsse.Cluster. A connection of a dead pod is closed
 // already: 200, as for any unknown id.
 func (n *Node) Delete(owner, connID, who string) httpsse.Reply {
-	p, bad := n.ownerPeer(owner)
-	if bad != nil {
-		return httpsse.Reply{Status: fasthttp.StatusOK}
-	}
-	n.met.forwarded.WithLabelValues("delete").Inc()
-	start := time.Now()
-	res, err := n.request(p, &clusterpb.Delete{ConnId: connID, Principal: who}, forwardTimeout)
-	n.met.hop.WithLabelValues("delete").Observe(time.Since(start).Seconds())
-	r, ok := res.(*clusterpb.Reply)
-	if err != nil || !ok {
-		if errors.Is(err, errPodGone) {
+	for tries := 0; ; {
+		p, bad := n.route(owner, connID)
+		if bad != nil {
 			return httpsse.Reply{Status: fasthttp.StatusOK}
 		}
-		return n.failed(p, err, "delete")
+		n.met.forwarded.WithLabelValues("delete").Inc()
+		start := time.Now()
+		res, err := n.request(p, &clusterpb.Delete{ConnId: connID, Principal: who}, forwardTimeout)
+		n.met.hop.WithLabelValues("delete").Observe(time.Since(start).Seconds())
+		r, ok := res.(*clusterpb.Reply)
+		if err != nil || !ok {
+			if errors.Is(err, errPodGone) {
+				return httpsse.Reply{Status: fasthttp.StatusOK}
+			}
+			return n.failed(p, err, "delete")
+		}
+		if n.redirected(connID, r.Status, r.Error, &tries) {
+			continue
+		}
+		return httpsse.Reply{Status: int(r.Status), Error: r.Error}
 	}
-	return httpsse.Reply{Status: int(r.Status), Error: r.Error}
 }
 
 // Attach implements httpsse.Cluster: a stream actor here, watched by the
 // owner and watching it, receives Ready; the writer takes the events.
 func (n *Node) Attach(owner, connID, sessionID, who string, last *uint64) (httpsse.RemoteSource, httpsse.Reply, []byte, bool) {
-	p, bad := n.ownerPeer(owner)
+	for tries := 0; ; {
+		src, r, reject, replaced := n.attach(owner, connID, sessionID, who, last)
+		if n.redirected(connID, int32(r.Status), r.Error, &tries) {
+			continue
+		}
+		return src, r, reject, replaced
+	}
+}
+
+func (n *Node) attach(owner, connID, sessionID, who string, last *uint64) (httpsse.RemoteSource, httpsse.Reply, []byte, bool) {
+	p, bad := n.route(owner, connID)
 	if bad != nil {
 		return nil, *bad, nil, false
 	}

@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -81,8 +82,11 @@ type Node struct {
 	peers   *peers
 	met     *metrics
 	owner   ownerRef
-	quit    chan struct{}
-	done    chan struct{}
+	// moved: where connections moved (move.go); moveNext spreads moves.
+	moved    movedCache
+	moveNext atomic.Uint64
+	quit     chan struct{}
+	done     chan struct{}
 }
 
 var (

@@ -86,6 +86,8 @@ func (s *service) Receive(ctx actor.Context) {
 		})
 	case *clusterpb.Share:
 		s.serveShare(ctx, m)
+	case *clusterpb.MoveConn:
+		s.async(ctx, func() any { return s.serveMove(m) })
 	case *clusterpb.Ping:
 		ctx.Respond(&clusterpb.Pong{Incarnation: s.n.self})
 	case *watchPeer:

@@ -32,6 +32,22 @@ type Cluster interface {
 	Attach(owner, connID, sessionID, who string, last *uint64) (src RemoteSource, r Reply, reject []byte, replaced bool)
 	// Collectors are the mesh's metrics, exported on /metrics.
 	Collectors() []prometheus.Collector
+
+	// Moved connections (move.go). MovedTo is the pod connection id was
+	// moved to, as far as this pod knows without asking the store ("":
+	// not known to have moved).
+	MovedTo(connID string) string
+	// PrepareMove asks a live pod to take connection id of this pod (data:
+	// its actor's state), one not in avoid if it can (the pods holding
+	// sessions the connection reaches through stubs: a stub cannot be made
+	// on the pod holding its session); it returns the pod and its answer
+	// (the legs of the stubs). CommitMove hands it the outbox and opens it there;
+	// AbortMove drops a prepared one.
+	PrepareMove(connID string, data []byte, avoid []string) (to string, reply []byte, err error)
+	CommitMove(to, connID string, data []byte) error
+	AbortMove(to, connID string)
+	// ForgetMoved: a connection moved to this pod closed.
+	ForgetMoved(connID string)
 }
 
 // Reply is the outcome of a request served by another pod: an HTTP status
@@ -78,6 +94,9 @@ type Owner interface {
 	// RemoteStreams counts the streams of this pod's connections whose GET
 	// is on another pod.
 	RemoteStreams() int
+	// AdoptConn serves a step of the move of a connection of a draining
+	// pod to this one (MovePrepare, MoveCommit, MoveAbort).
+	AdoptConn(step int, connID string, data []byte) ([]byte, error)
 }
 
 var _ Owner = (*Edge)(nil)
@@ -87,6 +106,9 @@ var _ Owner = (*Edge)(nil)
 func (e *Edge) ownerOf(id []byte) string {
 	if e.cluster == nil {
 		return ""
+	}
+	if to := e.cluster.MovedTo(string(id)); to != "" && to != e.cluster.Incarnation() {
+		return to
 	}
 	inc, _, ok := strings.Cut(string(id), ".")
 	if !ok || inc == "" || len(inc) > 64 || inc == e.cluster.Incarnation() {
@@ -123,8 +145,11 @@ func (e *Edge) ServePost(connID, sessionID, who, traceparent string, body []byte
 		return Reply{fasthttp.StatusBadRequest, "Invalid JSON-RPC message: " + detail(perr)}
 	}
 	msg.Traceparent = traceparent
-	c := e.lookup([]byte(connID))
+	c := e.lookupSettled([]byte(connID))
 	if c == nil {
+		if r, ok := e.movedReply([]byte(connID)); ok {
+			return r
+		}
 		return Reply{fasthttp.StatusBadRequest, e.notFound([]byte(connID), msgConnNotFoundPost)}
 	}
 	return e.postTo(c, who, []byte(sessionID), msg)
@@ -132,7 +157,10 @@ func (e *Edge) ServePost(connID, sessionID, who, traceparent string, body []byte
 
 // ServeDelete serves a DELETE forwarded by another pod.
 func (e *Edge) ServeDelete(connID, who string) Reply {
-	if c := e.lookup([]byte(connID)); c != nil {
+	if r, ok := e.movedReply([]byte(connID)); ok && e.lookup([]byte(connID)) == nil {
+		return r
+	}
+	if c := e.lookupSettled([]byte(connID)); c != nil {
 		if r, ok := e.owns(c, who, "delete", ""); !ok {
 			return r
 		}
@@ -145,8 +173,11 @@ func (e *Edge) ServeDelete(connID, who string) Reply {
 // one. ready is called (never under a lock of the edge's callers) when the
 // stream has events or ended; the other pod then calls Take.
 func (e *Edge) AttachRemote(connID, sessionID, who string, last *uint64, ready func()) (uint64, []byte, bool, Reply) {
-	c := e.lookup([]byte(connID))
+	c := e.lookupSettled([]byte(connID))
 	if c == nil {
+		if r, ok := e.movedReply([]byte(connID)); ok {
+			return 0, nil, false, r
+		}
 		return 0, nil, false, Reply{fasthttp.StatusBadRequest, e.notFound([]byte(connID), msgConnNotFound)}
 	}
 	if r, ok := e.owns(c, who, "get", ""); !ok {

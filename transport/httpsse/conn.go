@@ -86,6 +86,9 @@ const (
 	stateClosing
 	// stateClosed: frames are dropped; streams have been told to end.
 	stateClosed
+	// stateIncoming: a connection moving here from another pod (move.go),
+	// not served yet; its frames wait in early.
+	stateIncoming
 )
 
 // initWait captures the initialize response for the synchronous POST.
@@ -138,6 +141,12 @@ type conn struct {
 	// value at which its turns were cancelled for a stream gone too long.
 	hadStream   bool
 	cancelledAt int64
+	// moving is closed when a move of the connection to another pod ends
+	// (move.go); early are the frames of a connection moving here, moved
+	// that it did. c.mu.
+	moving atomic.Pointer[moveWait]
+	early  []actors.Frame
+	moved  bool
 	// requests, in cluster mode only, are the requests whose answer no
 	// stream has been handed yet: raw id → key of the slot that will carry
 	// it. A stream on another pod learns its slot's share with every batch
@@ -161,9 +170,13 @@ func (c *conn) Send(f actors.Frame) {
 		w.ch <- f.Data
 		return
 	}
-	if c.state == stateClosed {
+	if c.state >= stateClosed {
+		if c.state == stateIncoming {
+			c.early = append(c.early, f)
+		} else {
+			c.e.met.dropped.Inc()
+		}
 		c.mu.Unlock()
-		c.e.met.dropped.Inc()
 		return
 	}
 	if last := c.promptAnsweredLocked(f.Data); c.detached {
@@ -208,6 +221,19 @@ func (c *conn) Send(f actors.Frame) {
 	if st != nil {
 		st.wake()
 	}
+}
+
+// pushLocked appends a frame to its slot with the next id, as Send does,
+// for a connection no stream reads yet (c.mu held).
+func (c *conn) pushLocked(f actors.Frame) {
+	sl := c.main
+	if s, ok := c.sessions[f.SessionID]; ok && f.SessionID != "" {
+		sl = s
+	}
+	c.lastID++
+	sl.push(event{id: c.lastID, data: f.Data, at: time.Now().UnixNano()})
+	c.count++
+	c.bytes += len(f.Data)
 }
 
 // answers reports whether frame is the response to the request with id.

@@ -22,7 +22,7 @@ func (e *Edge) get(ctx *fasthttp.RequestCtx, who string) (stream func()) {
 		jsonError(ctx, fasthttp.StatusBadRequest, msgConnNotFound)
 		return nil
 	}
-	c := e.lookup(id)
+	c := e.lookupSettled(id)
 	owner := ""
 	if c == nil {
 		if owner = e.ownerOf(id); owner == "" {

@@ -37,6 +37,7 @@ type metrics struct {
 	closed     *prometheus.CounterVec
 	abandoned  prometheus.Counter
 	detached   prometheus.Counter
+	movedIn    prometheus.Counter
 	requests   *prometheus.HistogramVec
 	handler    fasthttp.RequestHandler
 }
@@ -86,6 +87,10 @@ func newMetrics(e *Edge) *metrics {
 			Name: "iaccode_http_detached_total",
 			Help: "WebSocket connections whose socket ended while their turns ran, the turns going on detached.",
 		}),
+		movedIn: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "iaccode_http_connections_moved_in_total",
+			Help: "HTTP connections handed over to this pod by a draining pod (those it handed over count as closed, reason moved).",
+		}),
 		closed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "iaccode_http_connections_closed_total", Help: "Closed HTTP connections by reason.",
 		}, []string{"reason"}),
@@ -97,13 +102,13 @@ func newMetrics(e *Edge) *metrics {
 	}
 	gauge("iaccode_http_websockets", "Open WebSocket connections (counted in iaccode_http_streams too).",
 		func() float64 { return float64(m.websockets.Load()) })
-	for _, r := range []string{reasonDelete, reasonIdle, reasonOverflow, reasonShutdown, reasonInitTimeout, reasonUnused, reasonWebSocket} {
+	for _, r := range []string{reasonDelete, reasonIdle, reasonOverflow, reasonShutdown, reasonInitTimeout, reasonUnused, reasonWebSocket, reasonMoved} {
 		m.closed.WithLabelValues(r)
 	}
 	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "iaccode_http_events_sent_total", Help: "Events written to streams (SSE events, replays included, and WebSocket messages).",
 	}, func() float64 { return float64(m.eventsSent.Load()) }))
-	reg.MustRegister(m.dropped, m.reconnects, m.closed, m.abandoned, m.detached, m.requests,
+	reg.MustRegister(m.dropped, m.reconnects, m.closed, m.abandoned, m.detached, m.movedIn, m.requests,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if e.cluster != nil {
 		reg.MustRegister(e.cluster.Collectors()...)

@@ -44,7 +44,7 @@ func (e *Edge) post(ctx *fasthttp.RequestCtx, who string) {
 		return
 	}
 	id := ctx.Request.Header.Peek(HeaderConnectionID)
-	c := e.lookup(id)
+	c := e.lookupSettled(id)
 	if c == nil {
 		if owner := e.ownerOf(id); owner != "" {
 			e.forwardPost(ctx, owner, id, who, body)
@@ -131,7 +131,7 @@ func (e *Edge) initialize(ctx *fasthttp.RequestCtx, msg *protocol.Message, who s
 		jsonError(ctx, fasthttp.StatusBadRequest, "initialize must be a request (with an id)")
 		return
 	}
-	if e.closing.Load() {
+	if e.closing.Load() || e.draining.Load() {
 		jsonError(ctx, fasthttp.StatusServiceUnavailable, msgShuttingDown)
 		return
 	}

@@ -40,6 +40,16 @@ func (e *Edge) lookup(id []byte) *conn {
 	return nil
 }
 
+// lookupSettled is lookup, waiting for a move of the connection under way
+// to end (then it is found here no more, or again if the move failed).
+func (e *Edge) lookupSettled(id []byte) *conn {
+	c := e.lookup(id)
+	if c != nil && c.waitMove() {
+		c = e.lookup(id)
+	}
+	return c
+}
+
 // notFound is the 400 text for an unknown connection id: the reason it was
 // closed when the server closed it recently, else def.
 func (e *Edge) notFound(id []byte, def string) string {
@@ -100,7 +110,7 @@ func (e *Edge) delete(ctx *fasthttp.RequestCtx, who string) {
 		jsonError(ctx, fasthttp.StatusBadRequest, msgMissingConnID)
 		return
 	}
-	if c := e.lookup(id); c != nil {
+	if c := e.lookupSettled(id); c != nil {
 		if r, ok := e.owns(c, who, "delete", ""); !ok {
 			e.replyError(ctx, r)
 			return
@@ -155,6 +165,9 @@ func (e *Edge) closeConn(c *conn, reason string, drain bool, timeout time.Durati
 		c.endStreamsLocked(nil, drain)
 		c.mu.Unlock()
 		e.met.closed.WithLabelValues(reason).Inc()
+		if c.moved && e.cluster != nil {
+			e.cluster.ForgetMoved(c.id)
+		}
 		if reason == reasonUnused {
 			c.log.Debug().Str("reason", reason).Msg("connection closed")
 		} else {

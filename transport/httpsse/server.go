@@ -74,8 +74,11 @@ type Edge struct {
 	// cluster, in cluster mode, reaches the other pods; remotes are the
 	// streams of this pod's connections whose GET is on another pod, by
 	// handle (e.mu).
-	cluster    Cluster
-	remotes    map[uint64]*stream
+	cluster Cluster
+	remotes map[uint64]*stream
+	// incoming are the connections moving here from a draining pod, until
+	// their commit (move.go). e.mu.
+	incoming   map[string]*conn
 	nextHandle uint64
 
 	streams atomic.Int64
@@ -88,6 +91,9 @@ type Edge struct {
 	late     sync.WaitGroup
 	lateRuns sync.Map
 	closing  atomic.Bool
+	// draining: HandOverConnections runs or ran; new connections go to
+	// other pods (initialize 503) and none moves here.
+	draining atomic.Bool
 	quit     chan struct{}
 	quitOnce sync.Once
 	reaped   chan struct{}
@@ -111,8 +117,9 @@ func New(srv *actors.Server, cfg Config, log zerolog.Logger) *Edge {
 
 		upgrader: newUpgrader(cfg),
 
-		cluster: cfg.Cluster,
-		remotes: map[uint64]*stream{},
+		cluster:  cfg.Cluster,
+		remotes:  map[uint64]*stream{},
+		incoming: map[string]*conn{},
 	}
 	if e.authn == nil && cfg.Token != "" {
 		e.authn = &auth.Chain{Static: auth.NewStatic(cfg.Token)}
@@ -178,6 +185,13 @@ func Serve(ctx context.Context, srv *actors.Server, cfg Config, log zerolog.Logg
 	case <-ctx.Done():
 	}
 	e.log.Info().Msg("shutting down")
+	if e.cluster != nil {
+		// Drain: the SSE connections move to live pods first, while the
+		// listener still serves (their clients reconnect elsewhere).
+		hctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout*4/10)
+		e.HandOverConnections(hctx)
+		cancel()
+	}
 	// Leave a margin for the caller to stop the actor system and exit.
 	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout*8/10)
 	defer cancel()
