@@ -896,7 +896,7 @@ func describeStoreContract(name string, fresh func() backend) bool {
 				Expect(string(listed(st, "s1").PromptRequest)).To(Equal("5"))
 			})
 
-			It("is not listed once its holder died mid-turn, and the next holder starts without it", func() {
+			It("is not listed once its holder died mid-turn, nor as the next holder's", func() {
 				s := newSession("s1")
 				other := another()
 				Expect(recorder(s).RecordTurn(turn(`"dying"`))).To(Succeed())
@@ -925,6 +925,106 @@ func describeStoreContract(name string, fresh func() backend) bool {
 				Expect(recorder(s2).RecordTurn(turn("3"))).To(Succeed())
 				Expect(recorder(s).RecordTurn(nil)).To(MatchError(store.ErrFenced))
 				Expect(string(listed(st, "s1").PromptRequest)).To(Equal("3"))
+			})
+
+			// Durable turns: the turn a holder leaves is the next holder's to resume.
+			keeper := func(s store.Session) store.TurnKeeper {
+				GinkgoHelper()
+				k, ok := s.(store.TurnKeeper)
+				Expect(ok).To(BeTrue(), "the session keeps its turn for the next holder")
+				return k
+			}
+			full := &store.RunningTurn{StartedAt: started, PromptRequest: []byte(`"p 1"`), Conn: "inc-1.c0ffee",
+				FirstSeq: 7, ID: "turn-1"}
+
+			It("is left to the next holder by a holder that died mid-turn: all of it, not listed; cleared, the one after finds none", func() {
+				s := newSession("s1")
+				Expect(keeper(s).PriorTurn()).To(BeNil(), "a created session has none")
+				Expect(recorder(s).RecordTurn(full)).To(Succeed())
+				Expect(listed(st, "s1")).To(Equal(full), "listed with everything recorded")
+				other := another()
+				b.crash(st, s)
+				s2, _ := reopenIn(other, "s1")
+				got := keeper(s2).PriorTurn()
+				Expect(got).NotTo(BeNil())
+				Expect(got.StartedAt).To(BeTemporally("==", started))
+				got.StartedAt = started
+				Expect(got).To(Equal(full))
+				Expect(listed(other, "s1")).To(BeNil(), "not the new holder's running turn")
+
+				Expect(recorder(s2).RecordTurn(nil)).To(Succeed())
+				Expect(s2.Close()).To(Succeed())
+				s3, _ := reopenIn(another(), "s1")
+				Expect(keeper(s3).PriorTurn()).To(BeNil())
+			})
+
+			It("is kept by Pause for the next holder (recorded again, listed again); Release and Close clear it", func() {
+				s := newSession("s1")
+				other := another()
+				Expect(recorder(s).RecordTurn(full)).To(Succeed())
+				Expect(keeper(s).Pause()).To(Succeed())
+				Expect(listed(other, "s1")).To(BeNil(), "nobody runs it while paused")
+				Expect(recorder(s).RecordTurn(full)).To(MatchError(store.ErrReleased))
+				s2, _ := reopenIn(other, "s1")
+				Expect(keeper(s2).PriorTurn()).NotTo(BeNil())
+				Expect(keeper(s2).PriorTurn().ID).To(Equal("turn-1"))
+				Expect(keeper(s2).PriorTurn().FirstSeq).To(BeEquivalentTo(7))
+				resumed := *full
+				resumed.Conn = ""
+				Expect(recorder(s2).RecordTurn(&resumed)).To(Succeed())
+				Expect(listed(st, "s1").ID).To(Equal("turn-1"))
+				Expect(listed(st, "s1").Conn).To(BeEmpty())
+				Expect(s2.Release()).To(Succeed())
+				Expect(listed(st, "s1")).To(BeNil())
+
+				_, _, err := s.Acquire()
+				Expect(err).NotTo(HaveOccurred())
+				Expect(keeper(s).PriorTurn()).To(BeNil(), "released, not paused: no turn left")
+			})
+
+			It("is left by a holder whose lease lapsed, and its late writes are refused", func() {
+				if b.expire == nil {
+					Skip("no lease to lose")
+				}
+				s := newSession("s1")
+				Expect(recorder(s).RecordTurn(full)).To(Succeed())
+				b.expire("s1")
+				other := another()
+				s2, _ := reopenIn(other, "s1")
+				Expect(keeper(s2).PriorTurn()).NotTo(BeNil())
+				Expect(keeper(s2).PriorTurn().Conn).To(Equal(full.Conn))
+				Expect(s.Append(store.ToolStartEntry("c1", "bash"))).To(MatchError(store.ErrFenced))
+				Expect(recorder(s).RecordTurn(nil)).To(MatchError(store.ErrFenced))
+				Expect(keeper(s).Pause()).To(Succeed(), "a fenced handle lets go; nothing of it is written")
+				s2.Close()
+				s3, _ := reopenIn(other, "s1")
+				Expect(keeper(s3).PriorTurn()).To(BeNil(), "the holder that took it over released it")
+			})
+		})
+
+		Describe("tool call records", func() {
+			It("come back as written, and the model sees one tool message per step in the order of the calls", func() {
+				assistant := llm.Message{Role: llm.RoleAssistant, Content: []llm.Block{toolUse("c1", "read"), toolUse("c2", "bash"), toolUse("c3", "read")}}
+				result := func(id string) llm.Block {
+					return llm.Block{Type: llm.BlockToolResult, ToolCallID: id, Name: "read", Text: "ok " + id}
+				}
+				s := create("s1", "/p", userMsg("go"), assistant)
+				Expect(s.Append(store.ToolStartEntry("c1", "read"), store.ToolStartEntry("c2", "bash"), store.ToolStartEntry("c3", "read"))).To(Succeed())
+				Expect(s.Append(store.ToolResultEntry(result("c3")))).To(Succeed())
+				Expect(s.Append(store.ToolResultEntry(result("c1")))).To(Succeed())
+				Expect(s.Append(store.ToolResultEntry(result("c2")))).To(Succeed())
+				Expect(s.Append(store.MessageEntry(assistantText("done")))).To(Succeed())
+				Expect(s.Close()).To(Succeed())
+				_, es := reopen("s1")
+				Expect(es).To(HaveLen(9))
+				Expect(es[2].Kind).To(Equal(store.KindToolStart))
+				Expect(es[2].CallID).To(Equal("c1"))
+				Expect(es[3].Tool).To(Equal("bash"))
+				Expect(es[5].Kind).To(Equal(store.KindToolResult))
+				Expect(es[5].CallID).To(Equal("c3"))
+				Expect(store.Context(es)).To(Equal([]llm.Message{userMsg("go"), assistant, toolResults("c1", "c2", "c3"), assistantText("done")}),
+					"what the model saw when a step's results were one message")
+				Expect(store.NextStep(es, 1)).To(Equal(store.Step{Done: true}))
 			})
 		})
 	})

@@ -263,7 +263,8 @@ func (s *FileStore) build(meta Meta, history []byte, lastSeq int64) (_ *fileSess
 // handle makes the Session handle of an open history f. The caller holds
 // the id and the session's lock, which the handle now owns.
 func (s *FileStore) handle(meta Meta, f *os.File, size, lastSeq int64, lock *sessionLock) *fileSession {
-	return &fileSession{st: s, id: meta.ID, dir: filepath.Join(s.dir, meta.ID), f: f, lock: lock, meta: meta, size: size, lastSeq: lastSeq}
+	return &fileSession{st: s, id: meta.ID, dir: filepath.Join(s.dir, meta.ID), f: f, lock: lock, meta: meta, size: size, lastSeq: lastSeq,
+		prior: lock.priorTurn()}
 }
 
 func openHistory(dir string) (*os.File, error) {

@@ -40,7 +40,19 @@ func (s *fileSession) RecordTurn(turn *RunningTurn) error {
 	return s.lock.markTurn(turn != nil, turn)
 }
 
-func (s *fileSession) Release() error {
+// PriorTurn implements TurnKeeper.
+func (s *fileSession) PriorTurn() *RunningTurn {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.prior
+}
+
+func (s *fileSession) Release() error { return s.release(false) }
+
+// Pause implements TurnKeeper: the recorded turn stays in the lock file.
+func (s *fileSession) Pause() error { return s.release(true) }
+
+func (s *fileSession) release(keepTurn bool) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -56,7 +68,7 @@ func (s *fileSession) Release() error {
 	s.f = nil
 	s.histInfo, _ = os.Stat(filepath.Join(s.dir, historyFile))
 	s.metaInfo, _ = os.Stat(filepath.Join(s.dir, metaFile))
-	if uerr := s.lock.unlock(); err == nil {
+	if uerr := s.lock.unlockKeeping(keepTurn); err == nil {
 		err = uerr
 	}
 	s.lock = nil
@@ -97,7 +109,7 @@ func (s *fileSession) Acquire() (_ []Entry, changed bool, err error) {
 	if err != nil {
 		return nil, false, err
 	}
-	s.f, s.lock, s.released, s.dirty = f, lock, false, false
+	s.f, s.lock, s.released, s.dirty, s.prior = f, lock, false, false, lock.priorTurn()
 	s.histInfo, s.metaInfo = nil, nil
 	return entries, changed, nil
 }

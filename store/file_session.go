@@ -29,12 +29,14 @@ type fileSession struct {
 	// another writer changed them.
 	released           bool
 	histInfo, metaInfo os.FileInfo
+	// prior is the turn the lock file recorded when this handle took it.
+	prior *RunningTurn
 }
 
 var (
-	_ Session      = (*fileSession)(nil)
-	_ TurnMarker   = (*fileSession)(nil)
-	_ TurnRecorder = (*fileSession)(nil)
+	_ Session    = (*fileSession)(nil)
+	_ TurnMarker = (*fileSession)(nil)
+	_ TurnKeeper = (*fileSession)(nil)
 )
 
 func (s *fileSession) ID() string { return s.id }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/iac-code/iac-code/llm"
 	"github.com/iac-code/iac-code/protocol"
 )
 
@@ -91,6 +92,17 @@ func decodeEntry(raw []byte, e *Entry) (err error) {
 	switch {
 	case e.Seq <= 0:
 		return errors.New("missing seq")
+	case e.Kind == KindToolStart:
+		if e.CallID == "" {
+			return errors.New("tool_start without callId")
+		}
+		return nil
+	case e.Kind == KindToolResult:
+		if e.CallID == "" || e.Message.Role != llm.RoleTool || len(e.Message.Content) != 1 ||
+			e.Message.Content[0].ToolCallID != e.CallID {
+			return errors.New("tool_result without its one result")
+		}
+		return nil
 	case e.Kind != KindMessage && e.Kind != KindCompaction:
 		return fmt.Errorf("unknown kind %q", e.Kind)
 	case e.Message.Role == "":

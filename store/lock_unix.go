@@ -25,6 +25,9 @@ type sessionLock struct {
 	fd int
 	// turn: the file says a turn runs (markTurn), to clear at unlock.
 	turn bool
+	// prior is the turn the file recorded when the lock was taken: left by
+	// a holder that paused it or died (store.TurnKeeper).
+	prior *RunningTurn
 	// closeLost closes fd if the lock is dropped without unlock, as an
 	// *os.File's finalizer would.
 	closeLost runtime.Cleanup
@@ -72,11 +75,15 @@ func lockSession(dir, id string, wait time.Duration) (*sessionLock, error) {
 	}
 	// Who holds it, for the error another process reports. Best effort: the
 	// lock, not the content, is what excludes. Always holderWidth bytes, so
-	// each holder overwrites the last one's line; the truncate drops the
-	// running turn a holder killed mid-turn left behind.
+	// each holder overwrites the last one's line. The turn a holder left
+	// (paused, or killed mid-turn) stays in the lines after it for this
+	// holder to resume or clear; the first line no longer says a turn runs.
+	prior := readTurnLines(fd)
 	_, _ = syscall.Pwrite(fd, holderLine(false), 0)
-	_ = syscall.Ftruncate(fd, holderWidth)
-	l := &sessionLock{fd: fd}
+	if prior == nil {
+		_ = syscall.Ftruncate(fd, holderWidth)
+	}
+	l := &sessionLock{fd: fd, prior: prior}
 	l.closeLost = runtime.AddCleanup(l, func(fd int) { _ = syscall.Close(fd) }, fd)
 	return l, nil
 }
@@ -123,7 +130,9 @@ func readHolder(fd int) (pid int, turn bool) {
 // recorded (TurnRecorder): "<startedAt RFC 3339> <prompt request id>", the
 // id's bytes as its client sent them. An id that would make the line longer
 // than maxTurnLine, or that has a line break, is not written: the lock then
-// says only that a turn runs, and session lists show none.
+// says only that a turn runs, and session lists show none. The third line
+// (durable turns) is "<first seq> <turn id> <connection id>", "-" for an
+// empty id; older versions read the second line only.
 const maxTurnLine = 4096
 
 func turnLine(turn *RunningTurn) []byte {
@@ -132,10 +141,44 @@ func turnLine(turn *RunningTurn) []byte {
 	}
 	b := turn.StartedAt.UTC().AppendFormat(make([]byte, 0, 40+len(turn.PromptRequest)), time.RFC3339Nano)
 	b = append(append(append(b, ' '), turn.PromptRequest...), '\n')
+	b = strconv.AppendInt(b, turn.FirstSeq, 10)
+	for _, id := range []string{turn.ID, turn.Conn} {
+		if id == "" || strings.ContainsAny(id, " \r\n") {
+			id = "-"
+		}
+		b = append(append(b, ' '), id...)
+	}
+	b = append(b, '\n')
 	if len(b) > maxTurnLine {
 		return nil
 	}
 	return b
+}
+
+// readTurnLines parses the turn the lock file records after its first line
+// (turnLine), nil when none.
+func readTurnLines(fd int) *RunningTurn {
+	buf := make([]byte, maxTurnLine)
+	n, _ := syscall.Pread(fd, buf, holderWidth)
+	line, rest, ok := bytes.Cut(buf[:max(n, 0)], []byte{'\n'})
+	started, prompt, cut := bytes.Cut(line, []byte{' '})
+	at, perr := time.Parse(time.RFC3339Nano, string(started))
+	if !ok || !cut || perr != nil || len(prompt) == 0 {
+		return nil
+	}
+	t := &RunningTurn{StartedAt: at, PromptRequest: bytes.Clone(prompt)}
+	if third, _, ok := bytes.Cut(rest, []byte{'\n'}); ok {
+		if f := strings.Fields(string(third)); len(f) == 3 {
+			t.FirstSeq, _ = strconv.ParseInt(f[0], 10, 64)
+			if f[1] != "-" {
+				t.ID = f[1]
+			}
+			if f[2] != "-" {
+				t.Conn = f[2]
+			}
+		}
+	}
+	return t
 }
 
 // markTurn tells processes that find the lock held whether a turn runs,
@@ -185,12 +228,8 @@ func readRunningTurn(dir string) *RunningTurn {
 	if _, turn := readHolder(fd); !turn {
 		return nil
 	}
-	buf := make([]byte, maxTurnLine)
-	n, _ := syscall.Pread(fd, buf, holderWidth)
-	line, _, ok := bytes.Cut(buf[:max(n, 0)], []byte{'\n'})
-	started, prompt, cut := bytes.Cut(line, []byte{' '})
-	at, perr := time.Parse(time.RFC3339Nano, string(started))
-	if !ok || !cut || perr != nil || len(prompt) == 0 {
+	t := readTurnLines(fd)
+	if t == nil {
 		return nil
 	}
 	for {
@@ -206,16 +245,20 @@ func readRunningTurn(dir string) *RunningTurn {
 	if !errors.Is(err, syscall.EWOULDBLOCK) {
 		return nil
 	}
-	return &RunningTurn{StartedAt: at, PromptRequest: bytes.Clone(prompt)}
+	return t
 }
 
 // unlock releases the lock (closing the descriptor releases the flock).
-func (l *sessionLock) unlock() error {
+func (l *sessionLock) unlock() error { return l.unlockKeeping(false) }
+
+// unlockKeeping is unlock; keepTurn leaves the recorded turn in the file
+// for the next holder (store.TurnKeeper.Pause).
+func (l *sessionLock) unlockKeeping(keepTurn bool) error {
 	if l == nil || l.fd < 0 {
 		return nil
 	}
 	l.closeLost.Stop()
-	if l.turn { // the turn is over for every reader, whatever they check
+	if l.turn && !keepTurn { // the turn is over for every reader, whatever they check
 		_, _ = syscall.Pwrite(l.fd, holderLine(false), 0)
 		_ = syscall.Ftruncate(l.fd, holderWidth)
 		l.turn = false
@@ -223,4 +266,12 @@ func (l *sessionLock) unlock() error {
 	err := syscall.Close(l.fd)
 	l.fd = -1
 	return err
+}
+
+// priorTurn is the turn the lock file recorded when the lock was taken.
+func (l *sessionLock) priorTurn() *RunningTurn {
+	if l == nil {
+		return nil
+	}
+	return l.prior
 }

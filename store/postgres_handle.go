@@ -26,12 +26,21 @@ type pgSession struct {
 	closed   bool
 	released bool
 	lost     bool // the renewal found the lease gone (logged once)
+	// prior is the turn recorded as running when the lease was taken.
+	prior *RunningTurn
 }
 
 var (
-	_ Session      = (*pgSession)(nil)
-	_ TurnRecorder = (*pgSession)(nil)
+	_ Session    = (*pgSession)(nil)
+	_ TurnKeeper = (*pgSession)(nil)
 )
+
+// PriorTurn implements TurnKeeper.
+func (h *pgSession) PriorTurn() *RunningTurn {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.prior
+}
 
 func (h *pgSession) ID() string { return h.id }
 
@@ -167,20 +176,25 @@ func (h *pgSession) RecordTurn(turn *RunningTurn) error {
 		return err
 	}
 	var (
-		started *time.Time
-		prompt  []byte
+		started      *time.Time
+		prompt       []byte
+		conn, turnID *string
+		first, epoch *int64
 	)
 	if turn != nil {
 		t := turn.StartedAt.UTC()
-		started, prompt = &t, turn.PromptRequest
+		started, prompt, epoch = &t, turn.PromptRequest, &h.epoch
 		if prompt == nil {
 			prompt = []byte("null")
 		}
+		conn, turnID, first = &turn.Conn, &turn.ID, &turn.FirstSeq
 	}
 	ctx, cancel := opCtx()
 	defer cancel()
-	tag, err := h.st.pool.Exec(ctx, `UPDATE iac_sessions SET turn_started_at = $4, turn_prompt_request = $5
-		WHERE id = $1 AND lease_owner = $2 AND lease_epoch = $3`, h.id, h.st.self, h.epoch, started, prompt)
+	tag, err := h.st.pool.Exec(ctx, `UPDATE iac_sessions SET turn_started_at = $4, turn_prompt_request = $5,
+		turn_conn = $6, turn_first_seq = $7, turn_id = $8, turn_epoch = $9
+		WHERE id = $1 AND lease_owner = $2 AND lease_epoch = $3`, h.id, h.st.self, h.epoch, started, prompt,
+		conn, first, turnID, epoch)
 	if err != nil {
 		return h.st.dbErr("record the turn of "+h.id, err)
 	}
@@ -235,7 +249,12 @@ func (h *pgSession) Rewrite(entries []Entry) error {
 
 // Release implements Session: it gives up the lease (keeping its epoch,
 // which tells Acquire whether another owner took the session meanwhile).
-func (h *pgSession) Release() error {
+func (h *pgSession) Release() error { return h.release(false) }
+
+// Pause implements TurnKeeper: Release keeping the recorded turn.
+func (h *pgSession) Pause() error { return h.release(true) }
+
+func (h *pgSession) release(keepTurn bool) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
@@ -248,7 +267,7 @@ func (h *pgSession) Release() error {
 	h.st.renewing(h, false)
 	// A release that does not reach the database leaves the lease to
 	// expire; Acquire takes it back meanwhile (acquireSQL).
-	return h.st.releaseLease(h.id, h.epoch)
+	return h.st.releaseLease(h.id, h.epoch, keepTurn)
 }
 
 // Acquire implements Session: it takes the lease again, reading the session
@@ -267,7 +286,7 @@ func (h *pgSession) Acquire() ([]Entry, bool, error) {
 	if err != nil {
 		return nil, false, err
 	}
-	h.epoch, h.released, h.lost = t.epoch, false, false
+	h.epoch, h.released, h.lost, h.prior = t.epoch, false, false, t.prior
 	h.st.renewing(h, true)
 	if !t.read {
 		return nil, false, nil
@@ -291,5 +310,5 @@ func (h *pgSession) Close() error {
 		return nil
 	}
 	h.st.renewing(h, false)
-	return h.st.releaseLease(h.id, h.epoch)
+	return h.st.releaseLease(h.id, h.epoch, false)
 }

@@ -13,8 +13,11 @@ const leaseFree = `(s.lease_owner IS NULL OR s.lease_expires <= now()
 	OR EXISTS (SELECT 1 FROM iac_incarnations i WHERE i.id = s.lease_owner AND i.dead_at IS NOT NULL))`
 
 // noTurn clears the running turn of a session row (TurnRecorder): with
-// every release and acquisition of its lease.
-const noTurn = `turn_started_at = NULL, turn_prompt_request = NULL`
+// the release of an idle session (Release, Close). A pause, an acquisition
+// and the release of every lease of a process (ReleaseLeases) keep it for
+// the next holder (TurnKeeper).
+const noTurn = `turn_started_at = NULL, turn_prompt_request = NULL, turn_conn = NULL, turn_first_seq = NULL,
+	turn_id = NULL, turn_epoch = NULL`
 
 // renewing adds h to (or removes it from) the handles whose leases the
 // renewal loop extends.
@@ -30,10 +33,15 @@ func (s *PGStore) renewing(h *pgSession, on bool) {
 
 // releaseLease gives up the lease of id if this store still holds it at
 // epoch. Best effort: an unreleased lease expires after the TTL.
-func (s *PGStore) releaseLease(id string, epoch int64) error {
+// keepTurn: the recorded turn stays for the next holder (Pause).
+func (s *PGStore) releaseLease(id string, epoch int64, keepTurn bool) error {
 	ctx, cancel := opCtx()
 	defer cancel()
-	_, err := s.pool.Exec(ctx, `UPDATE iac_sessions SET lease_owner = NULL, lease_expires = NULL, `+noTurn+`
+	clear := ", " + noTurn
+	if keepTurn {
+		clear = ""
+	}
+	_, err := s.pool.Exec(ctx, `UPDATE iac_sessions SET lease_owner = NULL, lease_expires = NULL`+clear+`
 		WHERE id = $1 AND lease_owner = $2 AND lease_epoch = $3`, id, s.self, epoch)
 	return s.dbErr("release lease of "+id, err)
 }
@@ -129,9 +137,10 @@ func (s *PGStore) renewOnce() {
 
 // ReleaseLeases releases every lease incarnation id holds (the SIGTERM path:
 // its sessions can be opened elsewhere at once) and returns how many. The
-// epochs stay, so the old holder's handles are fenced.
+// epochs stay, so the old holder's handles are fenced; so do the turns
+// recorded as running, for the next holders to resume (TurnKeeper).
 func (s *PGStore) ReleaseLeases(ctx context.Context, id string) (int64, error) {
-	tag, err := s.pool.Exec(ctx, `UPDATE iac_sessions SET lease_owner = NULL, lease_expires = NULL, `+noTurn+`
+	tag, err := s.pool.Exec(ctx, `UPDATE iac_sessions SET lease_owner = NULL, lease_expires = NULL
 		WHERE lease_owner = $1`, id)
 	if err != nil {
 		return 0, s.dbErr("release leases", err)

@@ -15,9 +15,44 @@ import (
 )
 
 // listedTurn are the running turn's columns of a session row as List
-// reports them: only while the lease that recorded it is live.
-const listedTurn = `CASE WHEN s.turn_started_at IS NOT NULL AND NOT ` + leaseFree + ` THEN s.turn_started_at END,
-	CASE WHEN s.turn_started_at IS NOT NULL AND NOT ` + leaseFree + ` THEN s.turn_prompt_request END`
+// reports them: whether it is listed — only while the lease that recorded
+// it is live (a turn recorded before migration 0006 has no epoch) — and the
+// turn.
+const listedTurn = `s.turn_started_at IS NOT NULL AND COALESCE(s.turn_epoch, s.lease_epoch) = s.lease_epoch
+	AND NOT ` + leaseFree + `, ` + turnColumns
+
+// turnColumns are the recorded turn of a session row (scanTurn).
+const turnColumns = `s.turn_started_at, s.turn_prompt_request, s.turn_conn, s.turn_first_seq, s.turn_id`
+
+// recordedTurn scans turnColumns.
+type recordedTurn struct {
+	started  *time.Time
+	prompt   []byte
+	conn, id *string
+	firstSeq *int64
+}
+
+func (r *recordedTurn) dest() []any {
+	return []any{&r.started, &r.prompt, &r.conn, &r.firstSeq, &r.id}
+}
+
+// turn is the recorded turn, nil when none.
+func (r *recordedTurn) turn() *RunningTurn {
+	if r.started == nil || r.prompt == nil {
+		return nil
+	}
+	t := &RunningTurn{StartedAt: r.started.UTC(), PromptRequest: r.prompt}
+	if r.conn != nil {
+		t.Conn = *r.conn
+	}
+	if r.id != nil {
+		t.ID = *r.id
+	}
+	if r.firstSeq != nil {
+		t.FirstSeq = *r.firstSeq
+	}
+	return t
+}
 
 // Create implements Store.
 func (s *PGStore) Create(meta Meta) (Session, error) {
@@ -56,11 +91,17 @@ func (s *PGStore) handle(meta Meta, epoch, lastSeq int64) *pgSession {
 // concurrent acquisitions queue; each re-checks the row as the previous one
 // left it, so exactly one wins. It returns the new epoch, the meta and the
 // previous owner (for the takeover count).
+//
+// The turn recorded as running stays, for the new holder to resume or clear
+// (TurnKeeper), and is returned; one recorded before migration 0006 gets the
+// epoch that recorded it, so that List does not show it as the new
+// holder's.
 const acquireSQL = `UPDATE iac_sessions s
-	SET lease_owner = $2, lease_epoch = s.lease_epoch + 1, lease_expires = now() + $3::interval, ` + noTurn + `
+	SET lease_owner = $2, lease_epoch = s.lease_epoch + 1, lease_expires = now() + $3::interval,
+		turn_epoch = CASE WHEN s.turn_started_at IS NOT NULL THEN COALESCE(s.turn_epoch, s.lease_epoch) END
 	FROM (SELECT lease_owner FROM iac_sessions WHERE id = $1) AS old
 	WHERE s.id = $1 AND (` + leaseFree + ` OR (s.lease_owner = $2 AND s.lease_epoch = $4))
-	RETURNING s.lease_epoch, s.meta, old.lease_owner`
+	RETURNING s.lease_epoch, s.meta, old.lease_owner, ` + turnColumns
 
 // historySQL reads the history of $1 if owner $2 holds its lease at an
 // epoch other than $3 (0: at any epoch); in the same implicit transaction as
@@ -78,7 +119,9 @@ func (s *PGStore) Open(id string) (Session, []Entry, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	return s.handle(t.meta, t.epoch, t.last), t.entries, nil
+	h := s.handle(t.meta, t.epoch, t.last)
+	h.prior = t.prior
+	return h, t.entries, nil
 }
 
 // taken is a session whose lease take got: the new epoch, and the meta and
@@ -89,6 +132,8 @@ type taken struct {
 	meta    Meta
 	entries []Entry
 	last    int64
+	// prior is the turn recorded as running when the lease was taken.
+	prior *RunningTurn
 }
 
 // take acquires the lease of id and reads the session, in one round trip
@@ -108,7 +153,9 @@ func (s *PGStore) take(id string, held, unread int64) (taken, error) {
 			metaRaw []byte
 			prev    *string
 		)
-		err := br.QueryRow().Scan(&t.epoch, &metaRaw, &prev)
+		var rt recordedTurn
+		err := br.QueryRow().Scan(append([]any{&t.epoch, &metaRaw, &prev}, rt.dest()...)...)
+		t.prior = rt.turn()
 		if errors.Is(err, pgx.ErrNoRows) {
 			_ = br.Close()
 			err = s.busy(ctx, id)
@@ -132,12 +179,12 @@ func (s *PGStore) take(id string, held, unread int64) (taken, error) {
 			err = cerr
 		}
 		if err != nil {
-			s.releaseLease(id, t.epoch)
+			s.releaseLease(id, t.epoch, true)
 			return taken{}, s.dbErr("open "+id, err)
 		}
 		if t.read = t.epoch != unread; t.read {
 			if err := safeUnmarshal(metaRaw, &t.meta); err != nil {
-				s.releaseLease(id, t.epoch)
+				s.releaseLease(id, t.epoch, true)
 				return taken{}, fmt.Errorf("decode meta of %s: %w", id, err)
 			}
 			t.meta.ID = id
@@ -364,11 +411,12 @@ func (s *PGStore) ListOwned(owner, cwd, cursor string, limit int) ([]Meta, strin
 	more := false
 	for rows.Next() {
 		var (
-			id          string
-			raw, prompt []byte
-			started     *time.Time
+			id     string
+			raw    []byte
+			listed bool
+			rt     recordedTurn
 		)
-		if err := rows.Scan(&id, &raw, &started, &prompt); err != nil {
+		if err := rows.Scan(append([]any{&id, &raw, &listed}, rt.dest()...)...); err != nil {
 			return nil, "", s.dbErr("list", err)
 		}
 		if len(metas) == limit {
@@ -381,8 +429,8 @@ func (s *PGStore) ListOwned(owner, cwd, cursor string, limit int) ([]Meta, strin
 			continue
 		}
 		m.ID = id
-		if started != nil && prompt != nil {
-			m.RunningTurn = &RunningTurn{StartedAt: started.UTC(), PromptRequest: prompt}
+		if listed {
+			m.RunningTurn = rt.turn()
 		}
 		metas = append(metas, m)
 	}

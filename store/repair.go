@@ -1,6 +1,7 @@
 package store
 
 import (
+	"slices"
 	"time"
 
 	"github.com/iac-code/iac-code/llm"
@@ -8,6 +9,13 @@ import (
 
 // InterruptedText is the result recorded for a tool call that never finished.
 const InterruptedText = "Session interrupted before tool execution completed."
+
+// ToolCutText is the result recorded for a tool call that had started (its
+// KindToolStart is in the history) when the process running it stopped: it
+// is never run again, since its side effects may be half done.
+const ToolCutText = "This tool call was cut off: the server running it stopped while it ran. " +
+	"It was not run again, so its side effects may be partial (some done, some not). " +
+	"Check the state it was changing before relying on it or retrying it."
 
 func isMessage(e *Entry) bool { return e.Kind == KindMessage || e.Kind == "" }
 
@@ -35,8 +43,11 @@ func Repair(entries []Entry) (repaired, added []Entry) {
 
 // repair also reports whether all added entries are at the end.
 func repair(entries []Entry) (repaired, added []Entry, atEnd bool) {
-	answered := map[string]bool{}
+	answered, started := map[string]bool{}, map[string]bool{}
 	for i := range entries {
+		if entries[i].Kind == KindToolStart {
+			started[entries[i].CallID] = true
+		}
 		for _, b := range entries[i].Message.Content {
 			if b.Type == llm.BlockToolResult {
 				answered[b.ToolCallID] = true
@@ -57,15 +68,20 @@ func repair(entries []Entry) (repaired, added []Entry, atEnd bool) {
 		for _, b := range e.Message.Content {
 			if b.Type == llm.BlockToolUse && !answered[b.ToolCallID] {
 				answered[b.ToolCallID] = true
+				text := InterruptedText
+				if started[b.ToolCallID] {
+					text = ToolCutText
+				}
 				missing = append(missing, llm.Block{Type: llm.BlockToolResult, ToolCallID: b.ToolCallID,
-					Name: b.Name, Text: InterruptedText, IsError: true})
+					Name: b.Name, Text: text, IsError: true})
 			}
 		}
 		if len(missing) == 0 {
 			continue
 		}
 		pos := i + 1
-		for pos < len(entries) && isMessage(&entries[pos]) && entries[pos].Message.Role == llm.RoleTool {
+		for pos < len(entries) && (isMessage(&entries[pos]) && entries[pos].Message.Role == llm.RoleTool ||
+			entries[pos].Kind == KindToolStart || entries[pos].Kind == KindToolResult) {
 			pos++
 		}
 		inserts = append(inserts, insert{pos: pos, msg: llm.Message{Role: llm.RoleTool, Content: missing}})
@@ -152,7 +168,9 @@ func RepairSession(s Session, entries []Entry) (repaired, added []Entry, err err
 // Context is what the model sees: the summary of the latest compaction
 // followed by the messages after the entry it covers (Seq > UpTo); without
 // a compaction, every message. Compaction entries themselves are not
-// messages of the conversation.
+// messages of the conversation, nor are tool starts; the tool results
+// recorded one by one after an assistant message (KindToolResult) are one
+// tool message, in the order of that message's calls.
 func Context(entries []Entry) []llm.Message {
 	c := -1
 	for i := len(entries) - 1; i >= 0; i-- {
@@ -167,10 +185,120 @@ func Context(entries []Entry) []llm.Message {
 		upTo = entries[c].UpTo
 		out = append(out, entries[c].Message)
 	}
+	fold := -1 // the tool message being made of tool_result entries
 	for i := range entries {
-		if isMessage(&entries[i]) && (c < 0 || entries[i].Seq > upTo) {
-			out = append(out, entries[i].Message)
+		e := &entries[i]
+		if c >= 0 && e.Seq <= upTo {
+			continue
+		}
+		switch {
+		case e.Kind == KindToolResult:
+			if fold < 0 {
+				out = append(out, llm.Message{Role: llm.RoleTool})
+				fold = len(out) - 1
+			}
+			out[fold].Content = append(out[fold].Content, e.Message.Content...)
+		case fold >= 0 && isMessage(e) && e.Message.Role == llm.RoleTool:
+			// the results Repair gave the calls left without one
+			out[fold].Content = append(out[fold].Content, e.Message.Content...)
+		case isMessage(e):
+			if fold >= 0 {
+				inCallOrder(out, fold)
+				fold = -1
+			}
+			out = append(out, e.Message)
 		}
 	}
+	if fold >= 0 {
+		inCallOrder(out, fold)
+	}
 	return out
+}
+
+// inCallOrder sorts the results of the tool message out[i] (recorded as
+// their calls ended) in the order of the calls of the assistant message
+// before it; results of no call there keep their place after them.
+func inCallOrder(out []llm.Message, i int) {
+	if i == 0 || out[i-1].Role != llm.RoleAssistant || len(out[i].Content) < 2 {
+		return
+	}
+	order := map[string]int{}
+	for _, b := range out[i-1].Content {
+		if b.Type == llm.BlockToolUse {
+			order[b.ToolCallID] = len(order)
+		}
+	}
+	rank := func(b llm.Block) int {
+		if r, ok := order[b.ToolCallID]; ok {
+			return r
+		}
+		return len(order)
+	}
+	slices.SortStableFunc(out[i].Content, func(a, b llm.Block) int { return rank(a) - rank(b) })
+}
+
+// Step is where a turn recorded in the history stands (durable turns, see
+// TurnKeeper): what a holder resuming it does next.
+type Step struct {
+	// Call is the last assistant message of the turn with tool calls whose
+	// results are not all recorded; nil when the next step is a model call
+	// (Ask) or the turn is over (Done).
+	Call *llm.Message
+	// Results are the calls of Call whose results are recorded; Started
+	// those started without a result (cut: never run again); the other
+	// calls of Call never started.
+	Results map[string]bool
+	Started map[string]bool
+	// Ask: the model is asked next (the prompt, or every result recorded,
+	// or the model's reply was cut before it was recorded).
+	Ask bool
+	// Done: the turn's last message is the model's answer without tool
+	// calls: only its end is left to record.
+	Done bool
+}
+
+// NextStep reads the turn whose first entry has Seq first from entries.
+func NextStep(entries []Entry, first int64) Step {
+	results, started := map[string]bool{}, map[string]bool{}
+	var last *llm.Message
+	for i := range entries {
+		e := &entries[i]
+		if e.Seq < first {
+			continue
+		}
+		switch {
+		case e.Kind == KindToolStart:
+			started[e.CallID] = true
+		case e.Kind == KindToolResult || isMessage(e) && e.Message.Role == llm.RoleTool:
+			for _, b := range e.Message.Content {
+				if b.Type == llm.BlockToolResult {
+					results[b.ToolCallID] = true
+				}
+			}
+		case isMessage(e) && e.Message.Role == llm.RoleAssistant:
+			last = &entries[i].Message
+		}
+	}
+	if last == nil {
+		return Step{Ask: true}
+	}
+	calls, open := 0, false
+	for _, b := range last.Content {
+		if b.Type == llm.BlockToolUse {
+			calls++
+			open = open || !results[b.ToolCallID]
+		}
+	}
+	switch {
+	case calls == 0:
+		return Step{Done: true}
+	case !open:
+		return Step{Ask: true}
+	}
+	for id := range started {
+		if results[id] {
+			delete(started, id)
+		}
+	}
+	return Step{Call: last, Results: results, Started: started}
 }

@@ -112,12 +112,22 @@ type TurnMarker interface {
 }
 
 // RunningTurn is the turn running in a session as its holder recorded it
-// (TurnRecorder), for the session lists of every process on the store.
+// (TurnRecorder), for the session lists of every process on the store and
+// for the next holder, which resumes it (TurnKeeper).
 type RunningTurn struct {
 	StartedAt time.Time
 	// PromptRequest is the JSON-RPC id of the turn's session/prompt request,
 	// byte for byte as its client sent it.
 	PromptRequest []byte
+	// Conn is the id of the connection that sent the prompt, whose answer
+	// it is owed ("" when unknown).
+	Conn string
+	// FirstSeq is the Seq of the turn's first history entry (its prompt's
+	// user message; 0 when unknown): a resumed turn decides its next step
+	// from the entries from there on.
+	FirstSeq int64
+	// ID names the turn; a resumed turn keeps it ("" when unknown).
+	ID string
 }
 
 // TurnRecorder is a Session that records the turn running in it with its
@@ -132,6 +142,24 @@ type TurnRecorder interface {
 	// RecordTurn records turn as running in the session, or that none runs
 	// (nil). ErrFenced once the handle lost its hold, ErrReleased, ErrClosed.
 	RecordTurn(turn *RunningTurn) error
+}
+
+// TurnKeeper is a TurnRecorder whose recorded turn outlives its holder
+// (durable turns): a holder that pauses its turn (Pause), dies, or loses its
+// lease mid-turn leaves the turn recorded for the next holder, which finds
+// it with PriorTurn and resumes it from the history. A left turn is not
+// listed (List shows only the turn of a live hold), and stays recorded
+// until a holder records another or clears it (RecordTurn) — or releases
+// the session with Release or Close, which clear it.
+type TurnKeeper interface {
+	TurnRecorder
+	// PriorTurn is the turn recorded in the session when this handle took
+	// it (Open, Acquire): left by a holder that paused it, died or lost its
+	// hold mid-turn; nil when none, and on a created or forked session.
+	PriorTurn() *RunningTurn
+	// Pause is Release keeping the recorded turn for the next holder (the
+	// handle's own, recorded with RecordTurn).
+	Pause() error
 }
 
 // Is makes errors.Is(err, ErrInUse) true.
@@ -228,6 +256,16 @@ const (
 	// KindCompaction: Message is a summary replacing every entry with
 	// Seq <= UpTo in what the model sees (see Context).
 	KindCompaction Kind = "compaction"
+	// KindToolStart: the tool call CallID (of the assistant message before
+	// it) is about to run; written before it starts, so that a turn resumed
+	// elsewhere knows it may have run (durable turns). No Message; the
+	// model never sees it.
+	KindToolStart Kind = "tool_start"
+	// KindToolResult: Message is a tool message with the one result of the
+	// call CallID, written when that call ended. The results of one
+	// assistant message's calls, recorded one by one as they end, are one
+	// tool message for the model (see Context), in the order of the calls.
+	KindToolResult Kind = "tool_result"
 )
 
 // Entry is one line of history.jsonl.
@@ -240,10 +278,26 @@ type Entry struct {
 	Message llm.Message `json:"message"`
 	// UpTo (compaction only) is the Seq of the last entry the summary replaces.
 	UpTo int64 `json:"upTo,omitempty"`
+	// CallID (tool_start, tool_result) is the tool call's id; Tool
+	// (tool_start) its tool's name.
+	CallID string `json:"callId,omitempty"`
+	Tool   string `json:"tool,omitempty"`
 }
 
 // MessageEntry wraps a completed conversation message for Append.
 func MessageEntry(m llm.Message) Entry { return Entry{Kind: KindMessage, Message: m} }
+
+// ToolStartEntry records that tool call callID of tool is about to run.
+func ToolStartEntry(callID, tool string) Entry {
+	return Entry{Kind: KindToolStart, CallID: callID, Tool: tool}
+}
+
+// ToolResultEntry records the result of one tool call (a tool_result
+// block).
+func ToolResultEntry(result llm.Block) Entry {
+	return Entry{Kind: KindToolResult, CallID: result.ToolCallID,
+		Message: llm.Message{Role: llm.RoleTool, Content: []llm.Block{result}}}
+}
 
 // CompactionEntry makes a compaction marker: summary stands in for every
 // entry with Seq <= upTo. The summary is a user message with one summary block.

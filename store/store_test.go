@@ -532,6 +532,66 @@ var _ = Describe("FileStore", func() {
 		})
 	})
 
+	Describe("NextStep", func() {
+		calls := llm.Message{Role: llm.RoleAssistant, Content: []llm.Block{toolUse("c1", "bash"), toolUse("c2", "bash"), toolUse("c3", "bash")}}
+		result := func(id string) store.Entry {
+			return store.ToolResultEntry(llm.Block{Type: llm.BlockToolResult, ToolCallID: id, Name: "bash", Text: "ok"})
+		}
+		numbered := func(es ...store.Entry) []store.Entry {
+			for i := range es {
+				es[i].Seq = int64(i + 1)
+			}
+			return es
+		}
+		It("asks the model when the turn has only its prompt, or every call has its result, or the reply was cut", func() {
+			Expect(store.NextStep(numbered(store.MessageEntry(userMsg("go"))), 1)).To(Equal(store.Step{Ask: true}))
+			es := numbered(store.MessageEntry(userMsg("go")), store.MessageEntry(calls), store.ToolStartEntry("c1", "bash"),
+				result("c1"), store.ToolStartEntry("c2", "bash"), result("c2"), store.ToolStartEntry("c3", "bash"), result("c3"))
+			Expect(store.NextStep(es, 1)).To(Equal(store.Step{Ask: true}))
+			By("an earlier turn's answer is not this turn's")
+			es = numbered(store.MessageEntry(userMsg("a")), store.MessageEntry(assistantText("b")), store.MessageEntry(userMsg("go")))
+			Expect(store.NextStep(es, 3)).To(Equal(store.Step{Ask: true}))
+			Expect(store.NextStep(es, 1)).To(Equal(store.Step{Done: true}))
+		})
+		It("tells results recorded, calls started without one, and calls never started apart", func() {
+			es := numbered(store.MessageEntry(userMsg("go")), store.MessageEntry(calls), store.ToolStartEntry("c1", "bash"),
+				store.ToolStartEntry("c2", "bash"), result("c1"))
+			step := store.NextStep(es, 1)
+			Expect(step.Ask).To(BeFalse())
+			Expect(step.Call).To(Equal(&es[1].Message))
+			Expect(step.Results).To(Equal(map[string]bool{"c1": true}))
+			Expect(step.Started).To(Equal(map[string]bool{"c2": true}))
+		})
+	})
+
+	Describe("Repair with tool call records", func() {
+		It("gives a call started without a result the cut text and a call never started the interrupted one, after the records", func() {
+			calls := llm.Message{Role: llm.RoleAssistant, Content: []llm.Block{toolUse("c1", "bash"), toolUse("c2", "bash"), toolUse("c3", "bash")}}
+			es := []store.Entry{store.MessageEntry(userMsg("go")), store.MessageEntry(calls), store.ToolStartEntry("c1", "bash"),
+				store.ToolStartEntry("c2", "bash"),
+				store.ToolResultEntry(llm.Block{Type: llm.BlockToolResult, ToolCallID: "c1", Name: "bash", Text: "ok"})}
+			for i := range es {
+				es[i].Seq = int64(i + 1)
+			}
+			repaired, added := store.Repair(es)
+			Expect(added).To(HaveLen(1))
+			Expect(repaired[len(repaired)-1].Seq).To(BeEquivalentTo(6), "at the end, after the records")
+			texts := map[string]string{}
+			for _, b := range added[0].Message.Content {
+				texts[b.ToolCallID] = b.Text
+			}
+			Expect(texts).To(Equal(map[string]string{"c2": store.ToolCutText, "c3": store.InterruptedText}))
+			ctx := store.Context(repaired)
+			Expect(ctx).To(HaveLen(3), "one tool message for the step")
+			var order []string
+			for _, b := range ctx[2].Content {
+				order = append(order, b.ToolCallID)
+			}
+			Expect(order).To(Equal([]string{"c1", "c2", "c3"}))
+			Expect(store.NextStep(repaired, 1)).To(Equal(store.Step{Ask: true}))
+		})
+	})
+
 	Describe("Context", func() {
 		It("is every message without a compaction", func() {
 			es := entries(userMsg("a"), assistantText("b"))
