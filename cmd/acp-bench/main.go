@@ -60,7 +60,8 @@ workloads:
   http-fanout    --conns (100,1000,5000) HTTP+SSE connections, each its own session and prompt,
                  --chunks (500) per prompt at --rate (50) chunks/s each; --pods N: N cluster pods
                  (throwaway PostgreSQL) behind a round-robin proxy the clients go through;
-                 --ws: every connection is a WebSocket on /acp
+                 --ws: every connection is a WebSocket on /acp; then the same run against a
+                 minimal standard-library relay of the model stream (--baseline=false: not)
   idle-streams   --streams (10000) open idle SSE streams: server RSS per stream; --hold 90s
                  also checks that the server keeps them open
   churn          initialize → session/new → short prompt → session/close → DELETE in a loop
@@ -127,7 +128,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&c.cold, "cold", false, "startup: drop the server binary from the page cache before each start, as after a reboot or an image pull (the idle RssFile then does not depend on how the file was written)")
 	fs.DurationVar(&c.dropEvery, "drop-every", 5*time.Second, "mean time between stream drops per connection (soak)")
 	fs.DurationVar(&c.reconnectMax, "reconnect-max", 200*time.Millisecond, "longest pause before a dropped stream resumes (soak)")
-	fs.BoolVar(&c.baseline, "baseline", true, "also run the plain-writer baseline (stdio-stream)")
+	fs.BoolVar(&c.baseline, "baseline", true, "also run the baseline: the plain writer (stdio-stream), the standard-library relay (http-fanout over SSE on one server; not with --compare)")
 	fs.BoolVar(&c.modelFlush, "model-flush", false, "the fake model flushes every chunk, a socket write each (stdio-stream; default: full buffers, as a model that outruns the network)")
 	fs.IntVar(&c.setupWidth, "setup-width", 64, "connections set up at once")
 	fs.DurationVar(&c.ramp, "ramp", 0, "http-fanout: start the prompts evenly over this time instead of all at once")
@@ -280,7 +281,8 @@ func runWorkload(ctx context.Context, name string, o *bench.Options, c *config) 
 		var out []*bench.Result
 		for _, n := range connList(c.conns, name) {
 			r, err := bench.Fanout(ctx, o, bench.FanoutParams{
-				Conns: n, Chunks: orDefault(c.chunks, 500), Rate: c.rate, SetupWidth: c.setupWidth, Timeout: c.timeout, Pods: c.pods, Ramp: c.ramp, WS: c.ws})
+				Conns: n, Chunks: orDefault(c.chunks, 500), Rate: c.rate, SetupWidth: c.setupWidth, Timeout: c.timeout, Pods: c.pods, Ramp: c.ramp, WS: c.ws,
+				Relay: c.baseline && c.compareRef == "" && c.beforeServer == ""})
 			if err != nil {
 				return out, fmt.Errorf("conns=%d: %w", n, err)
 			}

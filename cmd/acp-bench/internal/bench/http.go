@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -130,6 +131,10 @@ type FanoutParams struct {
 	// WS runs every connection over a WebSocket on /acp instead of POSTs
 	// and an SSE stream.
 	WS bool
+	// Relay also runs the workload against the standard-library relay
+	// (relay.go) after the server, and reports the server's figures as
+	// multiples of the relay's (one server, SSE only).
+	Relay bool
 }
 
 func (p *FanoutParams) defaults() {
@@ -186,6 +191,60 @@ func Fanout(ctx context.Context, o *Options, p FanoutParams) (*Result, error) {
 		defer srv.Stop()
 		addr = srv.Addr
 	}
+	total, errs, events := fanoutDrive(ctx, o, p, srv, addr, r)
+	if err := srv.Stop(); err != nil {
+		r.Notes = append(r.Notes, err.Error())
+	}
+	r.instructions(srv, events, "event")
+	if p.Relay && p.Pods == 0 && !p.WS {
+		rr := newResult("http-relay", "", nil)
+		if err := fanoutRelay(ctx, o, p, fake.URL(), r, rr); err != nil {
+			r.fail("relay: %v", err)
+		}
+	}
+	r.finish(&total, errs)
+	return r, nil
+}
+
+// fanoutRelay runs the same workload against the standard-library relay
+// (relay.go) and adds its figures, and the server's as multiples of them,
+// to r.
+func fanoutRelay(ctx context.Context, o *Options, p FanoutParams, fakeURL string, r, rr *Result) error {
+	srv, err := startRelay(ctx, o, fakeURL)
+	if err != nil {
+		return err
+	}
+	defer srv.Stop()
+	ro := *o
+	ro.CPUProfile = ""
+	check, errs, _ := fanoutDrive(ctx, &ro, p, srv, srv.Addr, rr)
+	if !check.OK() || len(errs) > 0 {
+		return fmt.Errorf("relay run: %s, errors %v", &check, errs)
+	}
+	for _, name := range []string{"server CPU/event", "server tree PSS peak", "delay p50", "delay p99", "first chunk p50", "first chunk p99", "lost events"} {
+		if m, ok := rr.Metric(name); ok {
+			r.add("relay "+strings.TrimPrefix(name, "server "), m.Value, m.Unit).Note = "the standard-library relay, same workload, same run"
+		}
+	}
+	ratio := func(name, target string, limit float64) {
+		a, ok1 := r.Metric(name)
+		b, ok2 := rr.Metric(name)
+		if !ok1 || !ok2 || b.Value <= 0 {
+			return
+		}
+		x := a.Value / b.Value
+		r.add(strings.TrimPrefix(name, "server ")+" ÷ relay", x, "×").target(target, x <= limit)
+	}
+	ratio("server CPU/event", "≤ 1.3", 1.3)
+	ratio("server tree PSS peak", "≤ 3", 3)
+	ratio("delay p99", "≤ 2", 2)
+	ratio("first chunk p50", "≤ 1.5", 1.5)
+	return nil
+}
+
+// fanoutDrive sets up p.Conns connections on the server at addr, runs
+// their prompts and adds the figures to r.
+func fanoutDrive(ctx context.Context, o *Options, p FanoutParams, srv *Server, addr string, r *Result) (marker.Check, map[string]int64, int64) {
 	h := o.newHTTP(addr, max(256, p.Conns))
 	defer h.Close()
 	deadline := time.Now().Add(p.Timeout)
@@ -202,7 +261,7 @@ func Fanout(ctx context.Context, o *Options, p FanoutParams) (*Result, error) {
 
 	m0 := serverMetrics(ctx, h)
 	cw := watchCPU(srv.Pid())
-	sampler := proc.StartSampler(srv.Pid(), 500*time.Millisecond, 2000)
+	sampler := proc.StartTreeSampler(srv.Pid(), 500*time.Millisecond, 2000)
 	start := time.Now()
 	prog := o.progress(fmt.Sprintf("fanout %d", p.Conns), int64(p.Conns*p.Chunks), "chunks")
 	s := newSink(start, time.Until(deadline), prog, true)
@@ -279,6 +338,7 @@ func Fanout(ctx context.Context, o *Options, p FanoutParams) (*Result, error) {
 	r.add("duplicated events", float64(total.Duplicate), "chunks").target("0", total.Duplicate == 0)
 	r.add("errors", float64(errs.Total()), "")
 	r.add("server RSS peak", mib(sampler.Peak()), "MiB")
+	r.add("server tree PSS peak", mib(sampler.PeakPSS()), "MiB").Note = "the process tree's PSS, sampled every 0.5 s during the stream"
 	r.add("server RSS/conn", float64(uSetup.RSS-u0.RSS)/1024/float64(max(ok, 1)), "KiB").Note = "after setup, before prompts"
 	if treeSetup.Procs > 0 {
 		r.add("server tree PSS after setup", mib(treeSetup.PSS), "MiB").Note = fmt.Sprintf("PSS summed over the server's %d processes, shared pages counted once; summed RSS %.1f MiB", treeSetup.Procs, mib(treeSetup.RSS))
@@ -309,12 +369,7 @@ func Fanout(ctx context.Context, o *Options, p FanoutParams) (*Result, error) {
 	r.Server = sampler.Samples()
 	closeConns(ctx, conns, &errs)
 	conns = nil
-	if err := srv.Stop(); err != nil {
-		r.Notes = append(r.Notes, err.Error())
-	}
-	r.instructions(srv, events, "event")
-	r.finish(&total, errs.Snapshot())
-	return r, nil
+	return total, errs.Snapshot(), events
 }
 
 // IdleParams sizes idle-streams.

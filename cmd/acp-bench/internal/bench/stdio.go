@@ -254,7 +254,7 @@ func runBaseline(ctx context.Context, o *Options, template []byte, n int, deadli
 }
 
 // RunChildIfRequested turns this process into a helper child when the
-// environment asks for one (the baseline writer); call it first thing in
+// environment asks for one (the baseline writer, the HTTP relay); call it first thing in
 // main and in TestMain.
 func RunChildIfRequested() {
 	switch os.Getenv(childEnv) {
@@ -263,6 +263,12 @@ func RunChildIfRequested() {
 	case "baseline-writer":
 		if err := baselineWriter(); err != nil {
 			fmt.Fprintln(os.Stderr, "baseline-writer:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	case "http-relay":
+		if err := relayMain(); err != nil {
+			fmt.Fprintln(os.Stderr, "http-relay:", err)
 			os.Exit(1)
 		}
 		os.Exit(0)

@@ -139,14 +139,28 @@ type Sampler struct {
 	list  []Sample
 	peak  int64
 	anon  int64
-	max   int
+	// pss is the highest PSS of the process tree (shared pages counted
+	// once), read with every sample when tree is set.
+	pss  int64
+	tree bool
+	max  int
 }
 
 // StartSampler samples pid every interval (keeping at most maxSamples; when
 // full it keeps every second sample and doubles the interval, so any run
 // length fits).
 func StartSampler(pid int, interval time.Duration, maxSamples int) *Sampler {
-	s := &Sampler{pid: pid, start: time.Now(), stop: make(chan struct{}), done: make(chan struct{}), max: max(maxSamples, 16)}
+	return startSampler(pid, interval, maxSamples, false)
+}
+
+// StartTreeSampler is StartSampler that also follows the PSS of pid's
+// process tree (PeakPSS).
+func StartTreeSampler(pid int, interval time.Duration, maxSamples int) *Sampler {
+	return startSampler(pid, interval, maxSamples, true)
+}
+
+func startSampler(pid int, interval time.Duration, maxSamples int, tree bool) *Sampler {
+	s := &Sampler{pid: pid, start: time.Now(), stop: make(chan struct{}), done: make(chan struct{}), max: max(maxSamples, 16), tree: tree}
 	s.take()
 	go s.loop(interval)
 	return s
@@ -175,8 +189,13 @@ func (s *Sampler) take() bool {
 	if err != nil {
 		return false
 	}
+	var t Tree
+	if s.tree {
+		t, _ = ReadTree(s.pid)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.pss = max(s.pss, t.PSS)
 	s.peak = max(s.peak, u.RSS)
 	s.anon = max(s.anon, u.AnonRSS)
 	s.list = append(s.list, Sample{T: time.Since(s.start), Usage: u})
@@ -216,6 +235,14 @@ func (s *Sampler) Peak() int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.peak
+}
+
+// PeakPSS is the highest PSS of the process tree seen (0 unless started
+// with StartTreeSampler).
+func (s *Sampler) PeakPSS() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.pss
 }
 
 // PeakAnon is the highest anonymous RSS seen.
