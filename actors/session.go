@@ -239,6 +239,11 @@ func (s *session) stepLive(ctx actor.Context, e envelope) {
 	case *messageDone:
 		s.record(ctx, m.msg)
 		s.messageRecorded(&m.msg)
+	case *toolsStarting:
+		s.recordToolStarts(ctx, m, e.sender)
+	case *toolResultDone:
+		s.append(store.ToolResultEntry(m.result))
+		s.toolResultRecorded(m.result.ToolCallID)
 	case *compacted:
 		s.compacted(m)
 	case *turnFinished:

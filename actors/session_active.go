@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/google/uuid"
 
 	"github.com/iac-code/iac-code/llm"
 	"github.com/iac-code/iac-code/protocol"
@@ -29,14 +30,19 @@ const activeTurnKey = "activeTurn"
 type ActiveTurn struct {
 	StartedAt     string              `json:"startedAt"`
 	PromptRequest protocol.RawMessage `json:"promptRequest"`
-	// started is StartedAt as a time, for the store (markTurn).
-	started time.Time
+	// started is StartedAt as a time, for the store (markTurn); conn,
+	// firstSeq and id are what a holder resuming the turn needs
+	// (store.RunningTurn).
+	started  time.Time
+	conn     string
+	firstSeq int64
+	id       string
 }
 
 // record is the turn as the session's store records it for the lists of
-// other processes (store.TurnRecorder).
+// other processes and for the next holder (store.TurnRecorder).
 func (t *ActiveTurn) record() *store.RunningTurn {
-	return &store.RunningTurn{StartedAt: t.started, PromptRequest: t.PromptRequest}
+	return &store.RunningTurn{StartedAt: t.started, PromptRequest: t.PromptRequest, Conn: t.conn, FirstSeq: t.firstSeq, ID: t.id}
 }
 
 // activeTurns are this process's sessions with a running turn (session id
@@ -95,9 +101,12 @@ type turnSoFar struct {
 // beginTurn notes the turn of prompt request id starting now. The time is
 // cut to microseconds, as the shared store keeps it, so that every pod
 // shows the same startedAt.
-func (s *session) beginTurn(id protocol.RawMessage) {
+// conn is the id of the prompt's connection, firstSeq the seq of the turn's
+// first history entry.
+func (s *session) beginTurn(id protocol.RawMessage, conn string, firstSeq int64) {
 	now := time.Now().UTC().Truncate(time.Microsecond)
-	s.turn.soFar = turnSoFar{active: &ActiveTurn{StartedAt: now.Format(time.RFC3339Nano), PromptRequest: id, started: now}}
+	s.turn.soFar = turnSoFar{active: &ActiveTurn{StartedAt: now.Format(time.RFC3339Nano), PromptRequest: id, started: now,
+		conn: conn, firstSeq: firstSeq, id: uuid.NewString()}}
 	s.deps.active.m.Store(s.id, s.turn.soFar.active)
 }
 
@@ -134,6 +143,25 @@ func (s *session) messageRecorded(msg *llm.Message) {
 			s.turn.soFar.recordedCalls[b.ToolCallID] = true
 		}
 	}
+}
+
+// toolResultRecorded: the result of tool call id is in the history now,
+// whose replay shows it: its frames so far are not kept for a load.
+func (s *session) toolResultRecorded(id string) {
+	if len(s.turn.soFar.frames) == 0 {
+		return
+	}
+	mark := []byte(`"toolCallId":` + string(protocol.MustMarshal(id)))
+	kept := s.turn.soFar.frames[:0]
+	size := 0
+	for _, f := range s.turn.soFar.frames {
+		if !bytes.Contains(f, mark) {
+			kept = append(kept, f)
+			size += len(f)
+		}
+	}
+	clear(s.turn.soFar.frames[len(kept):])
+	s.turn.soFar.frames, s.turn.soFar.bytes = kept, size
 }
 
 // toolCallAnnounced is the toolCallId of a `tool_call` update frame.

@@ -19,6 +19,18 @@ import (
 type (
 	// messageDone records one completed conversation message of a turn.
 	messageDone struct{ msg llm.Message }
+	// toolsStarting asks the session to record that these tool calls of
+	// its turn are about to run (durable turns: a call is never run before
+	// its start is in the history); answered toolsStartRecorded once
+	// written (not at all when the write was refused: the turn is then
+	// cancelled, see stopWriting).
+	toolsStarting struct {
+		ids, names []string
+	}
+	toolsStartRecorded struct{}
+	// toolResultDone records the result of one tool call of the turn when
+	// it ended.
+	toolResultDone struct{ result llm.Block }
 	// turnFinished ends the running turn: either a stop reason or an error.
 	turnFinished struct {
 		stopReason string
@@ -27,7 +39,9 @@ type (
 	}
 )
 
-func (*messageDone) IgnoreDeadLetterLogging() {}
+func (*messageDone) IgnoreDeadLetterLogging()        {}
+func (*toolsStartRecorded) IgnoreDeadLetterLogging() {}
+func (*toolResultDone) IgnoreDeadLetterLogging()     {}
 
 var slashCommands = []protocol.AvailableCommand{
 	{Name: "compact", Description: "Summarize the conversation so far to free context"},
@@ -93,6 +107,7 @@ func (s *session) startPrompt(ctx actor.Context, r *sessionRequest, user *llm.Me
 	}
 	s.countTurn()
 	s.echoPrompt(ctx, user, expanded)
+	firstSeq := s.store.LastSeq() + 1
 	if command == "" {
 		s.record(ctx, *user)
 		if s.lease.fenced != nil {
@@ -119,7 +134,11 @@ func (s *session) startPrompt(ctx actor.Context, r *sessionRequest, user *llm.Me
 	props := actor.PropsFromProducer(func() actor.Actor { return newTurn(s.deps, opts) },
 		actor.WithReceiverMiddleware(keepStack), actor.WithSupervisor(reportAndStop{}))
 	s.turn.run(ctx.Spawn(props))
-	s.beginTurn(r.id)
+	var connID string
+	if c := s.clients.find(r.conn); c != nil {
+		connID = c.who.connID
+	}
+	s.beginTurn(r.id, connID, firstSeq)
 	s.markTurn(true)
 }
 

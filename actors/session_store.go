@@ -166,6 +166,29 @@ func (s *session) record(ctx actor.Context, msg llm.Message) {
 	}
 }
 
+// recordToolStarts writes the start records of the calls the turn is about
+// to run, in one append, and tells the turn (from) it may run them; a
+// fenced session does not: its turn is cancelled (stopWriting).
+func (s *session) recordToolStarts(ctx actor.Context, m *toolsStarting, from *actor.PID) {
+	if s.lease.fenced != nil || !s.turn.running() {
+		return
+	}
+	entries := make([]store.Entry, len(m.ids))
+	for i := range m.ids {
+		entries[i] = store.ToolStartEntry(m.ids[i], m.names[i])
+	}
+	if err := s.store.Append(entries...); err != nil {
+		s.writeFailed(err, "append to session history")
+		if s.lease.fenced != nil {
+			return
+		}
+	}
+	s.entries = append(s.entries, entries...)
+	if from != nil {
+		ctx.Send(from, &toolsStartRecorded{})
+	}
+}
+
 // append adds e to the history, in the store unless fenced.
 func (s *session) append(e store.Entry) {
 	entries := []store.Entry{e}
@@ -199,13 +222,23 @@ func (s *session) syncStore() {
 // compacted stores a compaction: the summary stands for every context
 // message but the last m.keep from now on; the full history stays on disk.
 func (s *session) compacted(m *compacted) {
+	// The seq of each context message's last entry: the tool results of a
+	// step, recorded one by one, are one message (store.Context).
 	var ctxSeqs []int64
+	folding := false
 	for _, e := range s.entries {
-		switch e.Kind {
-		case store.KindCompaction:
-			ctxSeqs = ctxSeqs[:0]
+		switch {
+		case e.Kind == store.KindCompaction:
+			ctxSeqs, folding = ctxSeqs[:0], false
+		case e.Kind == store.KindToolStart:
+		case e.Kind == store.KindToolResult || folding && e.Message.Role == llm.RoleTool:
+			if folding {
+				ctxSeqs[len(ctxSeqs)-1] = e.Seq
+			} else {
+				ctxSeqs, folding = append(ctxSeqs, e.Seq), true
+			}
 		default:
-			ctxSeqs = append(ctxSeqs, e.Seq)
+			ctxSeqs, folding = append(ctxSeqs, e.Seq), false
 		}
 	}
 	cut := len(ctxSeqs) - m.keep - 1

@@ -98,11 +98,19 @@ const toolStopGrace = 15 * time.Second
 
 // pendingCall is a tool call being streamed or run.
 type pendingCall struct {
-	id      string
-	name    string
-	done    bool
-	res     tools.Result
+	id   string
+	name string
+	done bool
+	res  tools.Result
+	// display: the tool_call update the client is shown when it starts,
+	// then its final update, kept for replay.
 	display protocol.RawMessage
+}
+
+// result is the call's tool_result block, once done.
+func (c *pendingCall) result() llm.Block {
+	return llm.Block{Type: llm.BlockToolResult, ToolCallID: c.id, Name: c.name, Text: c.res.Output, IsError: c.res.IsError,
+		Display: c.display}
 }
 
 // turn runs the agent loop of one prompt: model call, tools, model call…
@@ -156,7 +164,9 @@ type turn struct {
 	pending []*pendingCall
 	stop    llm.StopReason
 
-	// Tool phase.
+	// Tool phase. starting are the calls whose start records the session
+	// is writing (durable turns): they run once it did (toolsStartRecorded).
+	starting  []toolCall
 	toolPIDs  map[string]int // tool actor id -> call index
 	toolActs  []*actor.PID   // by call index
 	remaining int
@@ -249,6 +259,10 @@ func (t *turn) Receive(ctx actor.Context) {
 		panic(m.p)
 	case *cancelTurn:
 		t.finish(ctx, protocol.StopCancelled, nil)
+	case *toolsStartRecorded:
+		if !t.ended {
+			t.spawnTools(ctx)
+		}
 	case *toolDone:
 		t.onToolDone(ctx, m)
 	case *toolStopped:
@@ -478,22 +492,42 @@ func (t *turn) failModel(ctx actor.Context, err error) {
 }
 
 // runTools starts one tool actor per call; they run concurrently and their
-// results go back to the model in the original order.
+// results go back to the model in the original order. A session's turn
+// first has the session record that they start (durable turns: a turn
+// resumed elsewhere never runs again a call that may have run).
 func (t *turn) runTools(ctx actor.Context, msg llm.Message, calls []toolCall) {
 	t.pending = t.pending[:0]
 	t.toolPIDs = map[string]int{}
 	t.toolActs = t.toolActs[:0]
+	for _, b := range msg.Content {
+		if b.Type == llm.BlockToolUse {
+			t.pending = append(t.pending, &pendingCall{id: b.ToolCallID, name: b.Name, display: b.Display})
+		}
+	}
+	t.starting = calls
+	if t.subagent != "" {
+		t.spawnTools(ctx)
+		return
+	}
+	start := &toolsStarting{ids: make([]string, len(t.pending)), names: make([]string, len(t.pending))}
+	for i, c := range t.pending {
+		start.ids[i], start.names[i] = c.id, c.name
+	}
+	ctx.Request(ctx.Parent(), start)
+}
+
+// spawnTools runs the calls of runTools, their start recorded.
+func (t *turn) spawnTools(ctx actor.Context) {
+	calls := t.starting
+	t.starting = nil
 	session := t.session
 	if session == nil {
 		session = ctx.Parent()
 	}
-	for _, b := range msg.Content {
-		if b.Type != llm.BlockToolUse {
-			continue
-		}
-		call := calls[len(t.pending)]
-		t.pending = append(t.pending, &pendingCall{id: b.ToolCallID, name: b.Name})
-		t.emit(ctx, b.Display)
+	for i, c := range t.pending {
+		call := calls[i]
+		t.emit(ctx, c.display)
+		c.display = nil
 		props := actor.PropsFromProducer(func() actor.Actor {
 			a := newToolActor(t.deps, t.sessionID, t.cwd, t.model, session, call, t.ctx, t.turnID, t.mcp)
 			a.inherit = t.inherited()
@@ -523,15 +557,23 @@ func (t *turn) onToolDone(ctx actor.Context, m *toolDone) {
 	c.done, c.res, c.display = true, m.result, m.display
 	t.usage = t.usage.Add(m.usage)
 	t.remaining--
+	if t.subagent == "" {
+		// Recorded as it ends, not with the step's other calls: a turn
+		// resumed elsewhere reuses it.
+		ctx.Send(ctx.Parent(), &toolResultDone{result: c.result()})
+	}
 	if t.remaining > 0 {
 		return
 	}
 	results := llm.Message{Role: llm.RoleTool}
 	for _, c := range t.pending {
-		results.Content = append(results.Content, llm.Block{Type: llm.BlockToolResult, ToolCallID: c.id,
-			Name: c.name, Text: c.res.Output, IsError: c.res.IsError, Display: c.display})
+		results.Content = append(results.Content, c.result())
 	}
-	t.record(ctx, results)
+	if t.subagent == "" {
+		t.messages = append(t.messages, results) // the session has them, call by call
+	} else {
+		t.record(ctx, results)
+	}
 	t.callModel(ctx)
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/iac-code/iac-code/llm"
 	"github.com/iac-code/iac-code/protocol"
+	"github.com/iac-code/iac-code/store"
 	"github.com/iac-code/iac-code/tools"
 )
 
@@ -288,6 +289,39 @@ var _ = Describe("a prompt turn", func() {
 		last := msgs[len(msgs)-1]
 		Expect(last.Role).To(Equal(llm.RoleTool))
 		Expect(last.Content[0].Text).To(Equal(`echo:{"a":1}`))
+	})
+
+	It("records each tool call's start before it runs and its result when it ends; the model sees one tool message as before", func() {
+		root := GinkgoT().TempDir()
+		st, err := store.New(root)
+		Expect(err).NotTo(HaveOccurred())
+		p.then(callTools([3]string{"c1", "echo", `{"a":1}`}, [3]string{"c2", "echo", `{"a":2}`})).then(say("used them")).then(say("again"))
+		h = newHarnessOn(st, Config{}, p, echoTool{readOnly: true})
+		sid = h.newSession(GinkgoT().TempDir())
+		Expect(h.result(prompt("use echo"))["stopReason"]).To(Equal("end_turn"))
+
+		other, err := store.New(root)
+		Expect(err).NotTo(HaveOccurred())
+		s, es, err := other.Open(sid)
+		Expect(err).NotTo(HaveOccurred())
+		var kinds []string
+		for _, e := range es {
+			kinds = append(kinds, string(e.Kind)+":"+e.CallID)
+		}
+		Expect(kinds[:4]).To(Equal([]string{"message:", "message:", "tool_start:c1", "tool_start:c2"}))
+		Expect(kinds[4:6]).To(ConsistOf("tool_result:c1", "tool_result:c2"))
+		Expect(kinds[6:]).To(Equal([]string{"message:"}))
+		Expect(s.Close()).To(Succeed())
+
+		results := p.requests()[1].Messages[2]
+		Expect(results.Role).To(Equal(llm.RoleTool))
+		Expect(results.Content).To(HaveLen(2))
+		Expect(results.Content[0].ToolCallID).To(Equal("c1"))
+		Expect(results.Content[1].ToolCallID).To(Equal("c2"))
+		By("the next prompt's context, read from the history, is what the turn itself sent")
+		h.result(prompt("more"))
+		next := p.requests()[2].Messages
+		Expect(next[:3]).To(Equal(p.requests()[1].Messages))
 	})
 
 	It("answers an unknown tool with an error result to the model", func() {

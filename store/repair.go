@@ -10,9 +10,11 @@ import (
 // InterruptedText is the result recorded for a tool call that never finished.
 const InterruptedText = "Session interrupted before tool execution completed."
 
-// ToolCutText is the result recorded for a tool call that had started (its
-// KindToolStart is in the history) when the process running it stopped: it
-// is never run again, since its side effects may be half done.
+// ToolCutText is the result a resumed turn records for a tool call that had
+// started (its KindToolStart is in the history) when the process running it
+// stopped: it is never run again, since its side effects may be half done.
+// (Repair, for a turn that ended here, cancelled or failed, gives every call
+// without a result InterruptedText.)
 const ToolCutText = "This tool call was cut off: the server running it stopped while it ran. " +
 	"It was not run again, so its side effects may be partial (some done, some not). " +
 	"Check the state it was changing before relying on it or retrying it."
@@ -43,11 +45,8 @@ func Repair(entries []Entry) (repaired, added []Entry) {
 
 // repair also reports whether all added entries are at the end.
 func repair(entries []Entry) (repaired, added []Entry, atEnd bool) {
-	answered, started := map[string]bool{}, map[string]bool{}
+	answered := map[string]bool{}
 	for i := range entries {
-		if entries[i].Kind == KindToolStart {
-			started[entries[i].CallID] = true
-		}
 		for _, b := range entries[i].Message.Content {
 			if b.Type == llm.BlockToolResult {
 				answered[b.ToolCallID] = true
@@ -68,12 +67,8 @@ func repair(entries []Entry) (repaired, added []Entry, atEnd bool) {
 		for _, b := range e.Message.Content {
 			if b.Type == llm.BlockToolUse && !answered[b.ToolCallID] {
 				answered[b.ToolCallID] = true
-				text := InterruptedText
-				if started[b.ToolCallID] {
-					text = ToolCutText
-				}
 				missing = append(missing, llm.Block{Type: llm.BlockToolResult, ToolCallID: b.ToolCallID,
-					Name: b.Name, Text: text, IsError: true})
+					Name: b.Name, Text: InterruptedText, IsError: true})
 			}
 		}
 		if len(missing) == 0 {

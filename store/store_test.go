@@ -565,7 +565,7 @@ var _ = Describe("FileStore", func() {
 	})
 
 	Describe("Repair with tool call records", func() {
-		It("gives a call started without a result the cut text and a call never started the interrupted one, after the records", func() {
+		It("gives the calls without a result the interrupted text, after the records, folded into the step's one tool message", func() {
 			calls := llm.Message{Role: llm.RoleAssistant, Content: []llm.Block{toolUse("c1", "bash"), toolUse("c2", "bash"), toolUse("c3", "bash")}}
 			es := []store.Entry{store.MessageEntry(userMsg("go")), store.MessageEntry(calls), store.ToolStartEntry("c1", "bash"),
 				store.ToolStartEntry("c2", "bash"),
@@ -580,7 +580,7 @@ var _ = Describe("FileStore", func() {
 			for _, b := range added[0].Message.Content {
 				texts[b.ToolCallID] = b.Text
 			}
-			Expect(texts).To(Equal(map[string]string{"c2": store.ToolCutText, "c3": store.InterruptedText}))
+			Expect(texts).To(Equal(map[string]string{"c2": store.InterruptedText, "c3": store.InterruptedText}))
 			ctx := store.Context(repaired)
 			Expect(ctx).To(HaveLen(3), "one tool message for the step")
 			var order []string
