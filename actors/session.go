@@ -399,6 +399,7 @@ func (s *session) openWith(ctx actor.Context, entries []store.Entry, err error) 
 	s.entries = entries
 	s.become(phase{kind: phaseLive})
 	s.adoptMeta()
+	s.recordInterrupted()
 	if s.startCwd != "" && s.startCwd != s.meta.Cwd && s.start != startNew {
 		s.meta.Cwd = s.startCwd
 		s.saveMeta()

@@ -191,6 +191,7 @@ func (s *session) reacquired(ctx actor.Context, entries []store.Entry, changed b
 		s.entries = entries
 		s.adoptMeta()
 	}
+	s.recordInterrupted()
 	s.armRelease(ctx, s.deps.Config.SessionRelease)
 }
 

@@ -28,8 +28,12 @@ const activeTurnKey = "activeTurn"
 // when it started (RFC 3339) and the JSON-RPC id of its session/prompt
 // request exactly as its client sent it.
 type ActiveTurn struct {
-	StartedAt     string              `json:"startedAt"`
-	PromptRequest protocol.RawMessage `json:"promptRequest"`
+	// State is "running", or "interrupted": the process running the turn
+	// stopped (killed, crashed) before it ended; shown until the next turn
+	// starts (see interruptedTurn).
+	State         string              `json:"state"`
+	StartedAt     string              `json:"startedAt,omitempty"`
+	PromptRequest protocol.RawMessage `json:"promptRequest,omitempty"`
 	// started is StartedAt as a time, for the store (markTurn); conn,
 	// firstSeq and id are what a holder resuming the turn needs
 	// (store.RunningTurn).
@@ -60,9 +64,27 @@ func (a *activeTurns) of(meta store.Meta) *ActiveTurn {
 		return t
 	}
 	if rt := meta.RunningTurn; rt != nil {
-		return &ActiveTurn{StartedAt: rt.StartedAt.UTC().Format(time.RFC3339Nano), PromptRequest: protocol.RawMessage(rt.PromptRequest)}
+		return &ActiveTurn{State: turnRunningState, StartedAt: rt.StartedAt.UTC().Format(time.RFC3339Nano), PromptRequest: protocol.RawMessage(rt.PromptRequest)}
 	}
-	return nil
+	return interruptedActive(meta.InterruptedTurn)
+}
+
+// States of ActiveTurn.
+const (
+	turnRunningState     = "running"
+	turnInterruptedState = "interrupted"
+)
+
+// interruptedActive is _meta.activeTurn of an interrupted turn (nil: none).
+func interruptedActive(t *store.InterruptedTurn) *ActiveTurn {
+	if t == nil {
+		return nil
+	}
+	a := &ActiveTurn{State: turnInterruptedState, PromptRequest: t.PromptRequest}
+	if !t.StartedAt.IsZero() {
+		a.StartedAt = t.StartedAt.UTC().Format(time.RFC3339Nano)
+	}
+	return a
 }
 
 func (a *activeTurns) get(id string) *ActiveTurn {
@@ -105,8 +127,8 @@ type turnSoFar struct {
 // first history entry.
 func (s *session) beginTurn(id protocol.RawMessage, conn string, firstSeq int64) {
 	now := time.Now().UTC().Truncate(time.Microsecond)
-	s.turn.soFar = turnSoFar{active: &ActiveTurn{StartedAt: now.Format(time.RFC3339Nano), PromptRequest: id, started: now,
-		conn: conn, firstSeq: firstSeq, id: uuid.NewString()}}
+	s.turn.soFar = turnSoFar{active: &ActiveTurn{State: turnRunningState, StartedAt: now.Format(time.RFC3339Nano),
+		PromptRequest: id, started: now, conn: conn, firstSeq: firstSeq, id: uuid.NewString()}}
 	s.deps.active.m.Store(s.id, s.turn.soFar.active)
 }
 
@@ -206,14 +228,18 @@ func (s *session) replaySoFar(ctx actor.Context, conn *actor.PID) {
 	}
 }
 
-// withActiveTurn adds _meta.activeTurn to meta while a turn runs.
+// withActiveTurn adds _meta.activeTurn to meta while a turn runs, or
+// the interrupted one until the next turn starts.
 func (s *session) withActiveTurn(meta map[string]any) map[string]any {
-	if !s.turn.running() || s.turn.soFar.active == nil {
-		return meta
+	active := s.turn.soFar.active
+	if !s.turn.running() || active == nil {
+		if active = interruptedActive(s.meta.InterruptedTurn); active == nil {
+			return meta
+		}
 	}
 	if meta == nil {
 		meta = map[string]any{}
 	}
-	meta[activeTurnKey] = s.turn.soFar.active
+	meta[activeTurnKey] = active
 	return meta
 }

@@ -106,6 +106,7 @@ func (s *session) startPrompt(ctx actor.Context, r *sessionRequest, user *llm.Me
 		return
 	}
 	s.countTurn()
+	s.clearInterrupted()
 	s.echoPrompt(ctx, user, expanded)
 	firstSeq := s.store.LastSeq() + 1
 	if command == "" {

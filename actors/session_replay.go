@@ -22,11 +22,19 @@ func (s *session) replay(ctx actor.Context, conn *actor.PID) {
 			s.emitTo(ctx, conn, protocol.ChunkUpdate{SessionUpdate: protocol.UpdateAgentMessageChunk, Content: protocol.Text("[Context compacted]")})
 			continue
 		}
+		if e.Kind == store.KindInterrupted {
+			s.emitTo(ctx, conn, protocol.ChunkUpdate{SessionUpdate: protocol.UpdateAgentMessageChunk,
+				Content: protocol.Text(interruptedReplayText), MessageID: replayMessageID(s.id, e)})
+			continue
+		}
 		for _, u := range replayUpdates(&e.Message, replayMessageID(s.id, e)) {
 			s.emitTo(ctx, conn, u)
 		}
 	}
 }
+
+// interruptedReplayText is what a load shows for an interrupted record.
+const interruptedReplayText = "[Turn interrupted: the agent process stopped before it ended]"
 
 // replayMessageID is the messageId of a stored message's chunks: the one
 // the client saw live, or for a message kept before ids were (or one

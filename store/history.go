@@ -103,7 +103,7 @@ func decodeEntry(raw []byte, e *Entry) (err error) {
 			return errors.New("tool_result without its one result")
 		}
 		return nil
-	case e.Kind != KindMessage && e.Kind != KindCompaction:
+	case e.Kind != KindMessage && e.Kind != KindCompaction && e.Kind != KindInterrupted:
 		return fmt.Errorf("unknown kind %q", e.Kind)
 	case e.Message.Role == "":
 		return errors.New("missing message role")

@@ -163,9 +163,10 @@ func RepairSession(s Session, entries []Entry) (repaired, added []Entry, err err
 // Context is what the model sees: the summary of the latest compaction
 // followed by the messages after the entry it covers (Seq > UpTo); without
 // a compaction, every message. Compaction entries themselves are not
-// messages of the conversation, nor are tool starts; the tool results
-// recorded one by one after an assistant message (KindToolResult) are one
-// tool message, in the order of that message's calls.
+// messages of the conversation, nor are tool starts (interrupted records
+// are); the tool results recorded one by one after an assistant message
+// (KindToolResult) are one tool message, in the order of that message's
+// calls.
 func Context(entries []Entry) []llm.Message {
 	c := -1
 	for i := len(entries) - 1; i >= 0; i-- {
@@ -196,7 +197,7 @@ func Context(entries []Entry) []llm.Message {
 		case fold >= 0 && isMessage(e) && e.Message.Role == llm.RoleTool:
 			// the results Repair gave the calls left without one
 			out[fold].Content = append(out[fold].Content, e.Message.Content...)
-		case isMessage(e):
+		case isMessage(e) || e.Kind == KindInterrupted:
 			if fold >= 0 {
 				inCallOrder(out, fold)
 				fold = -1

@@ -32,6 +32,7 @@
 package store
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -41,6 +42,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/iac-code/iac-code/llm"
+	"github.com/iac-code/iac-code/protocol"
 )
 
 // Errors of the store. Returned errors wrap them; test with errors.Is.
@@ -162,6 +164,27 @@ type TurnKeeper interface {
 	Pause() error
 }
 
+// InterruptedTurn is a turn whose process stopped while it ran (killed,
+// crashed), recorded as interrupted by the next holder (file store, see
+// TurnKeeper.PriorTurn). StartedAt is zero and PromptRequest empty when
+// the turn's record did not say.
+type InterruptedTurn struct {
+	StartedAt time.Time `json:"startedAt"`
+	// PromptRequest is the JSON-RPC id of the turn's session/prompt, as its
+	// client sent it.
+	PromptRequest protocol.RawMessage `json:"promptRequest,omitempty"`
+}
+
+// Interrupted is the turn t as interrupted; an id that is not one JSON
+// value (a damaged record) is left out.
+func (t *RunningTurn) Interrupted() *InterruptedTurn {
+	it := &InterruptedTurn{StartedAt: t.StartedAt.UTC()}
+	if len(t.PromptRequest) > 0 && protocol.Valid(t.PromptRequest) {
+		it.PromptRequest = bytes.Clone(t.PromptRequest)
+	}
+	return it
+}
+
 // Is makes errors.Is(err, ErrInUse) true.
 func (e *InUseError) Is(target error) bool { return target == ErrInUse }
 
@@ -266,6 +289,11 @@ const (
 	// assistant message's calls, recorded one by one as they end, are one
 	// tool message for the model (see Context), in the order of the calls.
 	KindToolResult Kind = "tool_result"
+	// KindInterrupted: Message is a user message telling the model that
+	// the turn Turn was interrupted when its process stopped. Part of the
+	// conversation, like a message (see Context); at most one after a
+	// prompt (LastPromptInterrupted).
+	KindInterrupted Kind = "interrupted"
 )
 
 // Entry is one line of history.jsonl.
@@ -282,6 +310,8 @@ type Entry struct {
 	// (tool_start) its tool's name.
 	CallID string `json:"callId,omitempty"`
 	Tool   string `json:"tool,omitempty"`
+	// Turn (interrupted only) is the turn that was interrupted.
+	Turn *InterruptedTurn `json:"turn,omitempty"`
 }
 
 // MessageEntry wraps a completed conversation message for Append.
@@ -305,6 +335,30 @@ func CompactionEntry(summary string, upTo int64) Entry {
 	return Entry{Kind: KindCompaction, UpTo: upTo, Message: llm.Message{
 		Role: llm.RoleUser, Content: []llm.Block{{Type: llm.BlockSummary, Text: summary}},
 	}}
+}
+
+// InterruptedEntry records that turn was interrupted; note is what the
+// model is told (a user message).
+func InterruptedEntry(turn *InterruptedTurn, note string) Entry {
+	return Entry{Kind: KindInterrupted, Turn: turn, Message: llm.Message{
+		Role: llm.RoleUser, Content: []llm.Block{{Type: llm.BlockText, Text: note}},
+	}}
+}
+
+// LastPromptInterrupted reports whether an interrupted record follows the
+// last prompt of the history (the last user message): the turn left
+// recorded in the session was recorded as interrupted already (the process
+// that did it died before clearing the turn).
+func LastPromptInterrupted(entries []Entry) bool {
+	for i := len(entries) - 1; i >= 0; i-- {
+		switch e := &entries[i]; {
+		case e.Kind == KindInterrupted:
+			return true
+		case isMessage(e) && e.Message.Role == llm.RoleUser:
+			return false
+		}
+	}
+	return false
 }
 
 // Decision is a remembered permission answer for a tool.
@@ -364,6 +418,9 @@ type Meta struct {
 	// (TurnRecorder), filled in by List and ListOwned only; never part of
 	// meta.json or of the meta a handle keeps.
 	RunningTurn *RunningTurn `json:"-"`
+	// InterruptedTurn is the session's last turn when its process stopped
+	// while it ran, recorded by the next holder until the next turn starts.
+	InterruptedTurn *InterruptedTurn `json:"interruptedTurn,omitempty"`
 }
 
 // DefaultOwner owns the sessions stored before sessions had owners; it is
@@ -385,7 +442,7 @@ const FormatVersion = 1
 // version, created and updated now.
 func (m Meta) born(id, forkedFrom string, now time.Time) Meta {
 	m = m.clone()
-	m.RunningTurn = nil
+	m.RunningTurn, m.InterruptedTurn = nil, nil
 	m.Version = FormatVersion
 	m.ID = id
 	m.ForkedFrom = forkedFrom
