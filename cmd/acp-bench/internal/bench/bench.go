@@ -367,6 +367,15 @@ func (o *Options) profile(ctx context.Context, s *Server, r *Result, name string
 	}
 }
 
+// stop stops the server; a server that did not end cleanly (a non-zero
+// exit, a crash by a signal it was not sent: valgrind's SIGILL, a
+// segfault) fails the run, whatever it measured before.
+func (r *Result) stop(s *Server) {
+	if err := s.Stop(); err != nil {
+		r.fail("%v", err)
+	}
+}
+
 // instructions adds the server's instruction count (Options.Valgrind),
 // in total and per unit of work (startup included: compare runs of one
 // size).

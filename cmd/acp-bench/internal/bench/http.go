@@ -192,9 +192,7 @@ func Fanout(ctx context.Context, o *Options, p FanoutParams) (*Result, error) {
 		addr = srv.Addr
 	}
 	total, errs, events := fanoutDrive(ctx, o, p, srv, addr, r)
-	if err := srv.Stop(); err != nil {
-		r.Notes = append(r.Notes, err.Error())
-	}
+	r.stop(srv)
 	r.instructions(srv, events, "event")
 	if p.Relay && p.Pods == 0 && !p.WS {
 		rr := newResult("http-relay", "", nil)
@@ -450,9 +448,7 @@ func Idle(ctx context.Context, o *Options, p IdleParams) (*Result, error) {
 	}
 	closeConns(ctx, conns, &errs)
 	conns = nil
-	if err := srv.Stop(); err != nil {
-		r.Notes = append(r.Notes, err.Error())
-	}
+	r.stop(srv)
 	r.instructions(srv, int64(open), "stream")
 	r.finish(nil, errs.Snapshot())
 	if open != p.Streams {
@@ -558,9 +554,7 @@ func Churn(ctx context.Context, o *Options, p ChurnParams) (*Result, error) {
 	r.latency("cycle time", cycles)
 	r.EventsPerSecond = s.rate.PerSecond(time.Now())
 	r.Server = sampler.Samples()
-	if err := srv.Stop(); err != nil {
-		r.Notes = append(r.Notes, err.Error())
-	}
+	r.stop(srv)
 	r.instructions(srv, n, "cycle")
 	r.finish(&total, errs.Snapshot())
 	return r, nil

@@ -175,9 +175,7 @@ func Soak(ctx context.Context, o *Options, p SoakParams) (*Result, error) {
 	r.Server = samples
 	closeConns(ctx, conns, &errs)
 	conns = nil
-	if err := srv.Stop(); err != nil {
-		r.Notes = append(r.Notes, err.Error())
-	}
+	r.stop(srv)
 	r.finish(&total, errs.Snapshot())
 	return r, nil
 }

@@ -191,9 +191,7 @@ func StdioStream(ctx context.Context, o *Options, p StdioStreamParams) (*Result,
 			}
 		}
 	}
-	if err := srv.Stop(); err != nil {
-		r.Notes = append(r.Notes, err.Error())
-	}
+	r.stop(srv)
 	r.instructions(srv, int64(p.Chunks), "chunk")
 	r.finish(&ls.check, nil)
 	return r, nil
