@@ -11,4 +11,10 @@ type Metrics struct {
 	RunningTools atomic.Int64
 	// FramesOut counts every frame handed to an outlet.
 	FramesOut atomic.Int64
+	// TurnsPaused counts the turns paused for another process to resume
+	// (Server.PauseTurns); TurnsResumed the turns of another process
+	// resumed here (Server.Adopt, or a session opened with a turn left
+	// recorded in it).
+	TurnsPaused  atomic.Int64
+	TurnsResumed atomic.Int64
 }

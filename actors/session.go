@@ -248,6 +248,10 @@ func (s *session) stepLive(ctx actor.Context, e envelope) {
 		s.compacted(m)
 	case *turnFinished:
 		s.endTurn(ctx, m)
+	case *pauseRequest:
+		s.pauseFor(ctx, m, e.sender)
+	case *turnPaused:
+		s.pausedTurn(ctx, m)
 	case *mcpStatus:
 		s.onMCPStatus(ctx, m)
 	case *mcpBudget:

@@ -64,9 +64,14 @@ const (
 	endHandOff
 	// endRetire: idle; the connection is asked to forget it (retireRequest).
 	endRetire
+	// endPause: the process drains (Server.PauseTurns): the running turn
+	// pauses at its next step boundary, and the session lets go of its
+	// lease keeping the turn recorded, for another process to resume it
+	// (session_pause.go).
+	endPause
 )
 
-var endReasonNames = [...]string{"", "close", "last detach", "deleted elsewhere", "hand-off", "retire"}
+var endReasonNames = [...]string{"", "close", "last detach", "deleted elsewhere", "hand-off", "retire", "pause"}
 
 func (r endReason) String() string { return endReasonNames[r] }
 
@@ -88,6 +93,11 @@ type phase struct {
 	// left: ending for good, and stopped after it; closed once the actor
 	// stopped (Server.HandOff waits on it).
 	left chan struct{}
+	// pauser: ending to pause (and any ending after it); Server.PauseTurns,
+	// answered once the session let go; paused: the turn paused (its mark
+	// kept with the lease let go of), rather than ended here.
+	pauser *actor.PID
+	paused bool
 }
 
 func (p phase) String() string {
@@ -121,8 +131,9 @@ var legalPhases = [...][]phaseKind{
 
 // legal reports whether the session may go from phase from to to. An
 // ending to retire may become live again (the connection refused) or any
-// other ending; a hand-off may become a close (the close is answered, the
-// askers too); no other ending changes its reason.
+// other ending; a hand-off or a pause may become a close (the close is
+// answered, the askers too; a pausing turn is cancelled by the close); no
+// other ending changes its reason.
 func legal(from, to phase) bool {
 	if !slices.Contains(legalPhases[from.kind], to.kind) {
 		return false
@@ -137,15 +148,15 @@ func legal(from, to phase) bool {
 	case phaseLive:
 		return from.why == endRetire
 	case phaseEnding:
-		return from.why == endRetire || from.why == endHandOff && to.why == endClose
+		return from.why == endRetire || (from.why == endHandOff || from.why == endPause) && to.why == endClose
 	}
 	return true
 }
 
 // become moves the session to phase to, and reports whether it did: an
 // illegal transition is logged as an error and refused. The askers of a
-// hand-off stay with an ending that changes its reason, and left with the
-// session that stops after a hand-off.
+// hand-off and the pauser stay with an ending that changes its reason, and
+// left with the session that stops after a hand-off.
 func (s *session) become(to phase) bool {
 	from := s.phase
 	if !legal(from, to) {
@@ -155,6 +166,9 @@ func (s *session) become(to phase) bool {
 	if from.kind == phaseEnding {
 		if to.kind == phaseEnding {
 			to.askers = append(from.askers, to.askers...)
+			if to.pauser == nil {
+				to.pauser = from.pauser
+			}
 		}
 		if to.left == nil {
 			to.left = from.left
@@ -279,10 +293,11 @@ func (s *session) letGo(ctx actor.Context, to phase) {
 	s.finishEnding(ctx)
 }
 
-// finishEnding is the end of an ending, its turn over: the lease is let go
-// of (before anyone hears it: another process may take the session at
-// once), the close and every hand-off asked meanwhile are answered, a
-// hand-off's clients are told the session left, and the actor stops.
+// finishEnding is the end of an ending, its turn over (or paused): the
+// lease is let go of (before anyone hears it: another process may take the
+// session at once), the close and every hand-off asked meanwhile are
+// answered, a hand-off's or a pause's clients are told the session left,
+// the pause is answered, and the actor stops.
 func (s *session) finishEnding(ctx actor.Context) {
 	p := s.phase
 	if !s.lease.acquiring() && s.store != nil {
@@ -293,15 +308,26 @@ func (s *session) finishEnding(ctx actor.Context) {
 		s.respondTo(ctx, p.closeConn, p.closeID, struct{}{}, nil)
 	case endHandOff:
 		s.cancelQueued(ctx, nil, nil)
-		for _, c := range s.clients.list {
-			ctx.Send(c.pid, &sessionLeft{id: s.id, pid: ctx.Self()})
-		}
+		s.tellLeft(ctx)
 		s.log.Info().Msg("session handed over to another pod")
+	case endPause:
+		s.tellLeft(ctx)
 	}
 	for _, a := range p.askers {
 		if a != nil {
 			ctx.Send(a, &handedOff{})
 		}
 	}
+	if p.pauser != nil {
+		ctx.Send(p.pauser, &pauseAnswer{paused: p.paused})
+	}
 	s.stop(ctx)
+}
+
+// tellLeft tells every attached connection that the session went to
+// another process: its later requests for it are answered "moved".
+func (s *session) tellLeft(ctx actor.Context) {
+	for _, c := range s.clients.list {
+		ctx.Send(c.pid, &sessionLeft{id: s.id, pid: ctx.Self()})
+	}
 }

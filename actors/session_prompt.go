@@ -20,10 +20,10 @@ type (
 	// messageDone records one completed conversation message of a turn.
 	messageDone struct{ msg llm.Message }
 	// toolsStarting asks the session to record that these tool calls of
-	// its turn are about to run (durable turns: a call is never run before
-	// its start is in the history); answered toolsStartRecorded once
-	// written (not at all when the write was refused: the turn is then
-	// cancelled, see stopWriting).
+	// its turn are about to run, permission given (durable turns: a call is
+	// never run before its start is in the history); the tool actor asking
+	// is answered toolsStartRecorded once written (not at all when the write
+	// was refused: the turn is then cancelled, see stopWriting).
 	toolsStarting struct {
 		ids, names []string
 	}

@@ -18,6 +18,9 @@ const (
 	// turnCancelling: the running turn was told to cancel (cancelTurn); a
 	// diff read for its permission request comes back to nothing.
 	turnCancelling
+	// turnPausing: the running turn was told to pause at its next step
+	// boundary (session_pause.go).
+	turnPausing
 )
 
 // turnSlot is the session's one running turn; only this file writes its
@@ -42,6 +45,7 @@ type turnSlot struct {
 
 func (t *turnSlot) running() bool    { return t.state != turnIdle }
 func (t *turnSlot) cancelling() bool { return t.state == turnCancelling }
+func (t *turnSlot) pausing() bool    { return t.state == turnPausing }
 
 // of reports whether the running turn is the prompt of conn.
 func (t *turnSlot) of(conn *actor.PID) bool { return t.running() && conn.Equal(t.promptConn) }

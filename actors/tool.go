@@ -139,6 +139,11 @@ type toolActor struct {
 	calls  map[int]*clientCall
 	tags   int
 	issued int
+	// record: a session turn's call, whose start the session records
+	// before it runs (durable turns); started: it asked for that (or
+	// needs none) and runs whatever comes, a pause waits for its end.
+	record  bool
+	started bool
 	// running: the tool's goroutine has not returned yet. stopping: the
 	// turn ended (stopTool); nothing is reported but toolStopped.
 	running      bool
@@ -229,7 +234,7 @@ func (a *toolActor) Receive(ctx actor.Context) {
 			ctx.Stop(ctx.Self())
 		case m.allow:
 			a.caps = m.caps
-			a.run(ctx)
+			a.begin(ctx)
 		default:
 			a.complete(ctx, tools.Errorf(m.reason))
 		}
@@ -246,6 +251,17 @@ func (a *toolActor) Receive(ctx actor.Context) {
 		a.clientAnswered(ctx, m)
 	case *stopTool:
 		a.stop(ctx)
+	case *toolsStartRecorded:
+		if !a.done && !a.stopping {
+			a.run(ctx)
+		}
+	case *pauseTool:
+		if !a.started && !a.done && !a.stopping {
+			// Not started: the next holder runs it (and asks again).
+			a.done = true
+			ctx.Send(ctx.Parent(), &toolHeld{index: a.call.index})
+			ctx.Stop(ctx.Self())
+		}
 	case *outboundRequest:
 		ctx.Send(a.session, m) // a sub-agent's tool asks the client like any other
 	case *toolProgress:
@@ -387,6 +403,18 @@ func (a *toolActor) readPreview(ctx context.Context, p tools.Previewer, cl tools
 		}
 	}()
 	return p.Preview(ctx, cl)
+}
+
+// begin runs the call, allowed: a session turn's call once the session
+// recorded its start (toolsStartRecorded; a fenced session never answers
+// and its turn is cancelled).
+func (a *toolActor) begin(ctx actor.Context) {
+	a.started = true
+	if !a.record {
+		a.run(ctx)
+		return
+	}
+	ctx.Request(a.session, &toolsStarting{ids: []string{a.call.id}, names: []string{a.call.name}})
 }
 
 func (a *toolActor) run(ctx actor.Context) {

@@ -164,12 +164,14 @@ type turn struct {
 	pending []*pendingCall
 	stop    llm.StopReason
 
-	// Tool phase. starting are the calls whose start records the session
-	// is writing (durable turns): they run once it did (toolsStartRecorded).
-	starting  []toolCall
+	// Tool phase: the step's tool actors, by call index (nil: not run by
+	// this turn), and how many have not ended.
 	toolPIDs  map[string]int // tool actor id -> call index
-	toolActs  []*actor.PID   // by call index
+	toolActs  []*actor.PID
 	remaining int
+	// pausing: the session asked the turn to pause at its next step
+	// boundary (turn_pause.go).
+	pausing bool
 
 	// tools are those of the model request being made: base plus the MCP
 	// tools of that moment (see currentTools).
@@ -178,7 +180,8 @@ type turn struct {
 	mcpKeep func(tools.Tool) bool
 	// End: the report waits until every running tool has stopped (stopWait
 	// holds their indexes) or toolStopGrace has passed.
-	report   *turnFinished
+	// report is a *turnFinished, or a *turnPaused.
+	report   any
 	stopWait map[int]bool
 	reported bool
 
@@ -259,10 +262,10 @@ func (t *turn) Receive(ctx actor.Context) {
 		panic(m.p)
 	case *cancelTurn:
 		t.finish(ctx, protocol.StopCancelled, nil)
-	case *toolsStartRecorded:
-		if !t.ended {
-			t.spawnTools(ctx)
-		}
+	case *pauseTurn:
+		t.askPause(ctx, m.cut)
+	case *toolHeld:
+		t.onToolHeld(ctx, m.index)
 	case *toolDone:
 		t.onToolDone(ctx, m)
 	case *toolStopped:
@@ -302,6 +305,10 @@ func (t *turn) callModel(ctx actor.Context) {
 	limit := t.deps.Config.MaxTurnRequests
 	if t.maxCalls > 0 {
 		limit = t.maxCalls
+	}
+	if t.pausing {
+		t.pauseNow(ctx) // a step boundary: the next step is for the next holder
+		return
 	}
 	if t.modelCalls >= limit {
 		t.finish(ctx, protocol.StopMaxTurnRequests, nil)
@@ -468,6 +475,8 @@ func (t *turn) onStreamEnd(ctx actor.Context, err error) {
 	}
 	t.record(ctx, msg)
 	switch {
+	case len(calls) > 0 && t.pausing:
+		t.pauseNow(ctx) // its calls are recorded, none started: the next holder runs them
 	case len(calls) > 0:
 		t.runTools(ctx, msg, calls)
 	case t.stop == llm.StopMaxTokens:
@@ -492,52 +501,43 @@ func (t *turn) failModel(ctx actor.Context, err error) {
 }
 
 // runTools starts one tool actor per call; they run concurrently and their
-// results go back to the model in the original order. A session's turn
-// first has the session record that they start (durable turns: a turn
-// resumed elsewhere never runs again a call that may have run).
+// results go back to the model in the original order.
 func (t *turn) runTools(ctx actor.Context, msg llm.Message, calls []toolCall) {
 	t.pending = t.pending[:0]
-	t.toolPIDs = map[string]int{}
-	t.toolActs = t.toolActs[:0]
 	for _, b := range msg.Content {
 		if b.Type == llm.BlockToolUse {
 			t.pending = append(t.pending, &pendingCall{id: b.ToolCallID, name: b.Name, display: b.Display})
 		}
 	}
-	t.starting = calls
-	if t.subagent != "" {
-		t.spawnTools(ctx)
-		return
-	}
-	start := &toolsStarting{ids: make([]string, len(t.pending)), names: make([]string, len(t.pending))}
-	for i, c := range t.pending {
-		start.ids[i], start.names[i] = c.id, c.name
-	}
-	ctx.Request(ctx.Parent(), start)
+	t.spawnTools(ctx, calls)
 }
 
-// spawnTools runs the calls of runTools, their start recorded.
-func (t *turn) spawnTools(ctx actor.Context) {
-	calls := t.starting
-	t.starting = nil
+// spawnTools runs calls, some of the step's (t.pending, by index). A
+// session's turn has each call's start recorded before it runs (durable
+// turns: a turn resumed elsewhere never runs again a call that may have
+// run; the tool actor asks, see toolActor.begin).
+func (t *turn) spawnTools(ctx actor.Context, calls []toolCall) {
+	t.toolPIDs = map[string]int{}
+	t.toolActs = append(t.toolActs[:0], make([]*actor.PID, len(t.pending))...)
 	session := t.session
 	if session == nil {
 		session = ctx.Parent()
 	}
-	for i, c := range t.pending {
-		call := calls[i]
+	record := t.subagent == ""
+	for _, call := range calls {
+		c := t.pending[call.index]
 		t.emit(ctx, c.display)
 		c.display = nil
 		props := actor.PropsFromProducer(func() actor.Actor {
 			a := newToolActor(t.deps, t.sessionID, t.cwd, t.model, session, call, t.ctx, t.turnID, t.mcp)
-			a.inherit = t.inherited()
+			a.inherit, a.record = t.inherited(), record
 			return a
 		}, actor.WithReceiverMiddleware(keepStack))
 		pid := ctx.Spawn(props)
 		t.toolPIDs[pid.Id] = call.index
-		t.toolActs = append(t.toolActs, pid)
+		t.toolActs[call.index] = pid
 	}
-	t.remaining = len(t.pending)
+	t.remaining = len(calls)
 }
 
 func (t *turn) onToolDone(ctx actor.Context, m *toolDone) {
@@ -565,6 +565,12 @@ func (t *turn) onToolDone(ctx actor.Context, m *toolDone) {
 	if t.remaining > 0 {
 		return
 	}
+	t.stepDone(ctx)
+}
+
+// stepDone: every call of the step has its result; the model is asked
+// again.
+func (t *turn) stepDone(ctx actor.Context) {
 	results := llm.Message{Role: llm.RoleTool}
 	for _, c := range t.pending {
 		results.Content = append(results.Content, c.result())
@@ -586,6 +592,15 @@ func (t *turn) finish(ctx actor.Context, stopReason string, err *protocol.Error)
 	if t.ended {
 		return
 	}
+	t.end(ctx, true)
+	t.report = &turnFinished{stopReason: stopReason, usage: t.usage, err: err}
+	t.endSpans(stopReason, err)
+	t.stopTools(ctx)
+}
+
+// end ends the turn's model call, keeping (keep) what the user already
+// saw of its answer in the history.
+func (t *turn) end(ctx actor.Context, keep bool) {
 	t.ended = true
 	if t.cancel != nil {
 		t.cancel()
@@ -598,15 +613,18 @@ func (t *turn) finish(ctx actor.Context, stopReason string, err *protocol.Error)
 		// being written is not an answer and is never shown).
 		res := t.call.take()
 		t.budget.count(t.modelName(), res.usage)
-		if !t.compacting {
+		if keep && !t.compacting {
 			t.record(ctx, res.msg)
 		}
 	}
-	t.report = &turnFinished{stopReason: stopReason, usage: t.usage, err: err}
-	t.endSpans(stopReason, err)
+}
+
+// stopTools stops the tools still running and reports the turn's end once
+// they have stopped.
+func (t *turn) stopTools(ctx actor.Context) {
 	t.stopWait = map[int]bool{}
 	for i, c := range t.pending {
-		if !c.done && i < len(t.toolActs) {
+		if !c.done && i < len(t.toolActs) && t.toolActs[i] != nil {
 			t.stopWait[i] = true
 			ctx.Send(t.toolActs[i], &stopTool{})
 		}

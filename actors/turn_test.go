@@ -305,11 +305,15 @@ var _ = Describe("a prompt turn", func() {
 		s, es, err := other.Open(sid)
 		Expect(err).NotTo(HaveOccurred())
 		var kinds []string
-		for _, e := range es {
+		at := map[string]int{}
+		for i, e := range es {
 			kinds = append(kinds, string(e.Kind)+":"+e.CallID)
+			at[kinds[i]] = i
 		}
-		Expect(kinds[:4]).To(Equal([]string{"message:", "message:", "tool_start:c1", "tool_start:c2"}))
-		Expect(kinds[4:6]).To(ConsistOf("tool_result:c1", "tool_result:c2"))
+		Expect(kinds[:2]).To(Equal([]string{"message:", "message:"}))
+		Expect(kinds[2:6]).To(ConsistOf("tool_start:c1", "tool_start:c2", "tool_result:c1", "tool_result:c2"))
+		Expect(at["tool_start:c1"]).To(BeNumerically("<", at["tool_result:c1"]))
+		Expect(at["tool_start:c2"]).To(BeNumerically("<", at["tool_result:c2"]))
 		Expect(kinds[6:]).To(Equal([]string{"message:"}))
 		Expect(s.Close()).To(Succeed())
 
