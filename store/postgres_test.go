@@ -437,6 +437,28 @@ var _ = Describe("PGStore", func() {
 			Expect(inc.Dead.IsZero()).To(BeFalse(), "a closed store's incarnation is dead")
 			Expect(cs.Append(store.MessageEntry(userMsg("after close")))).To(HaveOccurred())
 		})
+
+		It("records where a connection moved, moves it again, forgets it, and drops the rows of dead pods", func() {
+			a := openPG(db.url, store.WithIncarnation("pod-a"))
+			Expect(a.Register(context.Background(), "10.0.0.1:7000")).To(Succeed())
+			b := openPG(db.url, store.WithIncarnation("pod-b"))
+			Expect(b.Register(context.Background(), "10.0.0.2:7000")).To(Succeed())
+			ctx := context.Background()
+			to, err := b.MovedConnection(ctx, "pod-x.1")
+			Expect(err).NotTo(HaveOccurred())
+			Expect(to).To(BeEmpty(), "never moved")
+			Expect(a.MoveConnection(ctx, "pod-x.1", "pod-a")).To(Succeed())
+			Expect(b.MoveConnection(ctx, "pod-x.2", "pod-a")).To(Succeed())
+			Expect(b.MoveConnection(ctx, "pod-x.1", "pod-b")).To(Succeed())
+			Expect(b.MovedConnection(ctx, "pod-x.1")).To(Equal("pod-b"), "moved twice: the last pod")
+			Expect(b.MovedConnection(ctx, "pod-x.2")).To(Equal("pod-a"))
+			Expect(b.ForgetConnection(ctx, "pod-x.1")).To(Succeed())
+			Expect(b.MovedConnection(ctx, "pod-x.1")).To(BeEmpty())
+			Expect(b.MarkDead(ctx, "pod-a")).To(Succeed())
+			Expect(b.MoveConnection(ctx, "pod-x.3", "pod-b")).To(Succeed())
+			Expect(b.MovedConnection(ctx, "pod-x.2")).To(BeEmpty(), "its pod is dead: the connection is gone")
+			Expect(b.MovedConnection(ctx, "pod-x.3")).To(Equal("pod-b"))
+		})
 	})
 
 	It("never shows the database password in errors or logs", func() {

@@ -1,0 +1,100 @@
+package e2e
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"syscall"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+
+	"github.com/iac-code/iac-code/llm/llmtest"
+)
+
+// reconnect opens the connection's stream through via with Last-Event-ID,
+// retrying while pods answer 503 (draining) or the stream ends at once.
+func reconnect(via *httpAgent, conn, last string) *sseStream {
+	GinkgoHelper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, via.base+"/acp", nil)
+		Expect(err).NotTo(HaveOccurred())
+		req.Header.Set("Acp-Connection-Id", conn)
+		req.Header.Set("Last-Event-ID", last)
+		resp, err := via.client.Do(req)
+		status := 0
+		if err == nil {
+			status = resp.StatusCode
+			resp.Body.Close()
+		}
+		cancel()
+		if status == http.StatusOK || status == http.StatusServiceUnavailable || err != nil {
+			if status == http.StatusOK {
+				return via.stream(conn, "Last-Event-ID", last)
+			}
+		} else {
+			Fail("reconnect answered " + http.StatusText(status))
+		}
+		Expect(time.Now().Before(deadline)).To(BeTrue(), "no pod served the reconnect")
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+var _ = Describe("an HTTP connection survives its pod's drain", Label("e2e", "cluster", "postgres", "connmove"), func() {
+	It("SIGTERM of the connection's pod while a prompt streams on a session another pod holds: the client reconnects with Last-Event-ID and gets every update once and the answer, never initializing again", func() {
+		fake := llmtest.NewServer()
+		DeferCleanup(fake.Close)
+		cwd := GinkgoT().TempDir()
+		words := make([]string, 60)
+		for i := range words {
+			words[i] = "w" + string(rune('a'+i%26)) + string(rune('a'+i/26))
+		}
+		full := strings.Join(words, " ")
+		fake.Script(llmtest.Reply{Text: "Noted."}, llmtest.Reply{Text: full, Delay: 60 * time.Millisecond})
+		cl := newCluster(fake, 3)
+		rr := newRoundRobin(cl.pods)
+
+		holder := openConn(cl.pods[1])
+		sid := holder.newSession(cwd)
+		Expect(holder.wait(holder.prompt(sid, "hello"))["result"]).To(HaveKeyWithValue("stopReason", "end_turn"))
+
+		c := openConn(cl.pods[0]) // initialize landed on pod 0: its id names pod 0
+		c.result("session/load", loadParams(sid, cwd))
+		from := len(c.events)
+		turn := c.prompt(sid, "count")
+		c.until("the first chunks", isAgentChunk)
+
+		Expect(cl.pods[0].cmd.Process.Signal(syscall.SIGTERM)).To(Succeed())
+		rest := c.s.rest() // the stream ends
+		c.events = append(c.events, rest...)
+		last := c.events[len(c.events)-1].id
+		Expect(last).NotTo(BeEmpty())
+
+		By("the client reconnects through the load balancer with Last-Event-ID")
+		c.s = reconnect(rr.httpAgent, c.id, last)
+		c.via = rr.httpAgent
+		answer := c.wait(turn)
+		Expect(answer["result"]).To(HaveKeyWithValue("stopReason", "end_turn"))
+		Expect(chatText(c.updatesOf(sid, from), "agent_message_chunk")).To(Equal(full), "every chunk once, in order")
+		seen := map[string]bool{}
+		for _, ev := range c.events {
+			if ev.id == "" {
+				continue
+			}
+			Expect(seen).NotTo(HaveKey(ev.id), "event %s delivered twice", ev.id)
+			seen[ev.id] = true
+		}
+
+		By("the connection goes on without initialize, through any pod")
+		Eventually(cl.pods[0].exited, 15*time.Second).Should(Receive())
+		for range 3 {
+			Expect(c.call("session/list", map[string]any{})).To(HaveKey("result"))
+		}
+		for _, p := range cl.pods[1:] {
+			Expect(p.check.Violations()).To(BeEmpty())
+		}
+	})
+})
