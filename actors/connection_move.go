@@ -250,9 +250,19 @@ func (s *Server) MoveIn(id string, st *MovedConn, out Outlet) (*Conn, map[string
 }
 
 // adoptStub makes (or finds) the stub of session ms here and a leg of it
-// for the moved connection conn, served by proxy.
+// for the moved connection conn, served by proxy. When this process holds
+// the session itself (the only live pod to move to may be the holder), the
+// stub is made beside the session under a name of its own: its leg is
+// served by the same proxy, on this process now, so the turns' frames and
+// the answers owed keep their one path.
 func (s *Server) adoptStub(ms MovedSession, who sessionWho, conn, proxy *actor.PID) (stub, leg *actor.PID) {
-	name := sessionActorName(ms.ID)
+	if stub, leg = s.adoptStubNamed(ms, who, conn, proxy, sessionActorName(ms.ID)); leg != nil {
+		return stub, leg
+	}
+	return s.adoptStubNamed(ms, who, conn, proxy, sessionActorName(ms.ID)+"~moved~"+who.connID)
+}
+
+func (s *Server) adoptStubNamed(ms MovedSession, who sessionWho, conn, proxy *actor.PID, name string) (stub, leg *actor.PID) {
 	props := actor.PropsFromProducer(func() actor.Actor {
 		ss := newSession(s.deps, ms.ID, who, conn, tools.ClientCaps{}, startLoad, nil, "", "", ms.Servers, false)
 		ss.movedIn = &adoptLeg{conn: conn, who: who, holder: ms.Holder, proxy: proxy}

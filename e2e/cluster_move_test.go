@@ -44,7 +44,7 @@ func reconnect(via *httpAgent, conn, last string) *sseStream {
 }
 
 var _ = Describe("an HTTP connection survives its pod's drain", Label("e2e", "cluster", "postgres", "connmove"), func() {
-	It("SIGTERM of the connection's pod while a prompt streams on a session another pod holds: the client reconnects with Last-Event-ID and gets every update once and the answer, never initializing again", func() {
+	DescribeTable("SIGTERM of the connection's pod while a prompt streams on a session another pod holds: the client reconnects with Last-Event-ID and gets every update once and the answer, never initializing again", func(pods int) {
 		fake := llmtest.NewServer()
 		DeferCleanup(fake.Close)
 		cwd := GinkgoT().TempDir()
@@ -54,7 +54,7 @@ var _ = Describe("an HTTP connection survives its pod's drain", Label("e2e", "cl
 		}
 		full := strings.Join(words, " ")
 		fake.Script(llmtest.Reply{Text: "Noted."}, llmtest.Reply{Text: full, Delay: 60 * time.Millisecond})
-		cl := newCluster(fake, 3)
+		cl := newCluster(fake, pods)
 		rr := newRoundRobin(cl.pods)
 
 		holder := openConn(cl.pods[1])
@@ -96,5 +96,8 @@ var _ = Describe("an HTTP connection survives its pod's drain", Label("e2e", "cl
 		for _, p := range cl.pods[1:] {
 			Expect(p.check.Violations()).To(BeEmpty())
 		}
-	})
+	},
+		Entry("three pods: it moves to a pod other than the holder", 3),
+		Entry("two pods: the only pod to move to holds the session", 2),
+	)
 })
