@@ -22,8 +22,14 @@ type (
 		rejectID protocol.RawMessage
 		reject   *protocol.Error
 	}
-	// outbound is a frame to write, in order, to the client.
-	outbound struct{ frame Frame }
+	// outbound is a frame to write, in order, to the client. A chunk of a
+	// model call's text says which call and how far its shown text goes
+	// with it: the session keeps that, not the frame (session_active.go).
+	outbound struct {
+		frame Frame
+		call  *modelCall
+		shown int
+	}
 	// offActorAnswer is the answer to a request served off the actor's
 	// goroutine (counted in answering).
 	offActorAnswer struct{ frame Frame }

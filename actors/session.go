@@ -184,7 +184,7 @@ func newSession(deps *Deps, id string, who sessionWho, conn *actor.PID, caps too
 func (s *session) stepLive(ctx actor.Context, e envelope) {
 	switch m := e.msg.(type) {
 	case *outbound:
-		s.keepSoFar(m.frame.Data)
+		s.keepSoFar(m)
 		s.broadcast(ctx, m)
 	case *idleTick:
 		idle := s.deps.Config.SessionIdle

@@ -107,17 +107,34 @@ const (
 )
 
 // turnSoFar is what the running turn sent to its clients since its last
-// completed message was recorded: the frames, in order, as they were sent.
+// completed message was recorded, in order: the frames as they were sent,
+// except the chunks of the model's answer, whose text the model call keeps
+// anyway (its assembler): of those only how far the clients got is noted,
+// per chunk a pointer and a number. A session nobody loads during the turn
+// pays nothing more per chunk.
 type turnSoFar struct {
-	active *ActiveTurn
-	frames [][]byte
-	bytes  int
+	active  *ActiveTurn
+	entries []soFarEntry
+	bytes   int // of the frames kept
+	// call and callShown: the model call of the last chunk and how far its
+	// shown text went then (a frame between two of its chunks starts a new
+	// entry from there).
+	call      *modelCall
+	callShown int
 	// full: a frame was not kept (the bounds).
 	full bool
 	// recordedCalls are the tool calls of the turn's recorded messages: the
 	// history replays their tool_call, so the one their tool actor sends
 	// once it starts (after the record) is not kept again.
 	recordedCalls map[string]bool
+}
+
+// soFarEntry is a frame as sent, or (call set) the shown text of call
+// from byte from to byte to.
+type soFarEntry struct {
+	frame    []byte
+	call     *modelCall
+	from, to int
 }
 
 // beginTurn notes the turn of prompt request id starting now. The time is
@@ -132,28 +149,44 @@ func (s *session) beginTurn(id protocol.RawMessage, conn string, firstSeq int64)
 	s.deps.active.m.Store(s.id, s.turn.soFar.active)
 }
 
-// keepSoFar keeps a frame the running turn sends its clients.
-func (s *session) keepSoFar(f []byte) {
+// keepSoFar keeps what a frame the running turn sends its clients shows.
+func (s *session) keepSoFar(m *outbound) {
 	if !s.turn.running() || s.turn.soFar.active == nil {
 		return
 	}
+	sf := &s.turn.soFar
+	if m.call != nil {
+		from := 0
+		if sf.call == m.call {
+			from = sf.callShown
+		}
+		sf.call, sf.callShown = m.call, m.shown
+		if n := len(sf.entries); n > 0 && sf.entries[n-1].call == m.call {
+			sf.entries[n-1].to = m.shown
+			return
+		}
+		sf.entries = append(sf.entries, soFarEntry{call: m.call, from: from, to: m.shown})
+		return
+	}
+	f := m.frame.Data
 	if id, ok := toolCallAnnounced(f); ok && s.turn.soFar.recordedCalls[id] {
 		return
 	}
-	if len(s.turn.soFar.frames) >= maxSoFarFrames || s.turn.soFar.bytes+len(f) > maxSoFarBytes {
+	if len(s.turn.soFar.entries) >= maxSoFarFrames || s.turn.soFar.bytes+len(f) > maxSoFarBytes {
 		if !s.turn.soFar.full {
 			s.log.Warn().Msg("running message too large to keep for a load: a load meanwhile misses part of it")
 		}
 		s.turn.soFar.full = true
 		return
 	}
-	s.turn.soFar.frames = append(s.turn.soFar.frames, f)
+	s.turn.soFar.entries = append(s.turn.soFar.entries, soFarEntry{frame: f})
 	s.turn.soFar.bytes += len(f)
 }
 
 // messageRecorded: the message so far is msg, in the history now.
 func (s *session) messageRecorded(msg *llm.Message) {
-	s.turn.soFar.frames, s.turn.soFar.bytes, s.turn.soFar.full = nil, 0, false
+	sf := &s.turn.soFar
+	sf.entries, sf.bytes, sf.full, sf.call, sf.callShown = nil, 0, false, nil, 0
 	if s.turn.soFar.active == nil {
 		return
 	}
@@ -170,20 +203,20 @@ func (s *session) messageRecorded(msg *llm.Message) {
 // toolResultRecorded: the result of tool call id is in the history now,
 // whose replay shows it: its frames so far are not kept for a load.
 func (s *session) toolResultRecorded(id string) {
-	if len(s.turn.soFar.frames) == 0 {
+	if len(s.turn.soFar.entries) == 0 {
 		return
 	}
 	mark := []byte(`"toolCallId":` + string(protocol.MustMarshal(id)))
-	kept := s.turn.soFar.frames[:0]
+	kept := s.turn.soFar.entries[:0]
 	size := 0
-	for _, f := range s.turn.soFar.frames {
-		if !bytes.Contains(f, mark) {
-			kept = append(kept, f)
-			size += len(f)
+	for _, e := range s.turn.soFar.entries {
+		if e.call != nil || !bytes.Contains(e.frame, mark) {
+			kept = append(kept, e)
+			size += len(e.frame)
 		}
 	}
-	clear(s.turn.soFar.frames[len(kept):])
-	s.turn.soFar.frames, s.turn.soFar.bytes = kept, size
+	clear(s.turn.soFar.entries[len(kept):])
+	s.turn.soFar.entries, s.turn.soFar.bytes = kept, size
 }
 
 // toolCallAnnounced is the toolCallId of a `tool_call` update frame.
@@ -223,8 +256,14 @@ func (s *session) forgetTurn() {
 // replaySoFar sends conn the running turn's message so far (after the
 // history of a load).
 func (s *session) replaySoFar(ctx actor.Context, conn *actor.PID) {
-	for _, f := range s.turn.soFar.frames {
-		ctx.Send(conn, &outbound{frame: Frame{Data: f, SessionID: s.id}})
+	for _, e := range s.turn.soFar.entries {
+		if e.call == nil {
+			ctx.Send(conn, &outbound{frame: Frame{Data: e.frame, SessionID: s.id}})
+			continue
+		}
+		for _, f := range e.call.shownFrames(e.from, e.to) {
+			ctx.Send(conn, &outbound{frame: Frame{Data: f, SessionID: s.id}})
+		}
 	}
 }
 

@@ -380,8 +380,9 @@ func (t *turn) stream(ctx actor.Context, req *llm.Request) {
 
 	gen, self, root, provider, runCtx := t.gen, ctx.Self(), ctx.ActorSystem().Root, t.deps.Provider, t.ctx
 	to, sid := ctx.Parent(), t.sessionID
-	call := newModelCall(sid, !t.compacting && t.subagent == "", func(data []byte) {
-		root.Send(to, &outbound{frame: Frame{Data: data, SessionID: sid}})
+	var call *modelCall
+	call = newModelCall(sid, !t.compacting && t.subagent == "", func(data []byte, shown int) {
+		root.Send(to, &outbound{frame: Frame{Data: data, SessionID: sid}, call: call, shown: shown})
 	})
 	t.call = call
 	if t.deps.Trace != nil {

@@ -2,6 +2,7 @@ package actors
 
 import (
 	"sync"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 
@@ -33,9 +34,10 @@ type modelCall struct {
 	// message kept in the history).
 	messageID string
 	// stream: text is shown to the client (not a compaction summary, not a
-	// sub-agent's answer); send hands it a notification.
+	// sub-agent's answer); send hands it a notification and how far the
+	// call's shown text goes with it (shown).
 	stream bool
-	send   func(data []byte)
+	send   func(data []byte, shown int)
 
 	mu  sync.Mutex
 	asm llm.Assembler
@@ -47,9 +49,16 @@ type modelCall struct {
 	scratch []byte
 	// taken: the turn has the message; nothing more is added or sent.
 	taken bool
+	// shown is how many bytes of text and thinking the call has sent (in
+	// the notifications sent so far), joining the bytes of the chunk being
+	// joined once it is sent. The text itself is kept once, by the
+	// assembler, then by the taken message (shownFrames).
+	shown, joining int
+	// takenContent is the taken message's content.
+	takenContent []llm.Block
 }
 
-func newModelCall(sessionID string, stream bool, send func([]byte)) *modelCall {
+func newModelCall(sessionID string, stream bool, send func([]byte, int)) *modelCall {
 	return &modelCall{sessionID: sessionID, messageID: uuid.NewString(), stream: stream, send: send}
 }
 
@@ -77,6 +86,7 @@ func (c *modelCall) add(ev llm.Event) {
 			c.chunk = protocol.StartMessageChunkIn(c.scratch, c.sessionID, kind, c.messageID)
 		}
 		c.chunk.Append(ev.Text)
+		c.joining += len(ev.Text)
 	}
 	if !ev.Buffered {
 		c.flushLocked()
@@ -89,7 +99,9 @@ func (c *modelCall) flushLocked() {
 		if cap(buf) <= maxScratch {
 			c.scratch = buf
 		}
-		c.send(frame)
+		c.shown += c.joining
+		c.joining = 0
+		c.send(frame, c.shown)
 		c.kind = ""
 	}
 }
@@ -126,5 +138,52 @@ func (c *modelCall) take() callResult {
 	r.msg.ID = c.messageID
 	r.usage, _ = c.asm.Usage()
 	c.asm = llm.Assembler{}
+	c.takenContent = r.msg.Content
 	return r
+}
+
+// shownFrames are the chunk notifications of the call's shown text from
+// byte from to byte to (session_active.go: what a client loading the
+// session during the turn has not seen yet): one per text or thinking
+// block, split at maxMergedChunk, with the messageId the live ones had.
+func (c *modelCall) shownFrames(from, to int) [][]byte {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var frames [][]byte
+	pos := 0
+	each := func(t llm.BlockType, text string) {
+		start := pos
+		pos += len(text)
+		lo, hi := max(from, start), min(to, pos)
+		if lo >= hi {
+			return
+		}
+		kind := protocol.UpdateAgentMessageChunk
+		if t == llm.BlockThinking {
+			kind = protocol.UpdateAgentThoughtChunk
+		}
+		for piece := text[lo-start : hi-start]; piece != ""; {
+			n := len(piece)
+			if n > maxMergedChunk {
+				n = maxMergedChunk
+				for n > 0 && !utf8.RuneStart(piece[n]) {
+					n--
+				}
+			}
+			chunk := protocol.StartMessageChunkIn(nil, c.sessionID, kind, c.messageID)
+			chunk.Append(piece[:n])
+			frames = append(frames, chunk.Bytes())
+			piece = piece[n:]
+		}
+	}
+	if !c.taken {
+		c.asm.EachText(each)
+		return frames
+	}
+	for _, b := range c.takenContent {
+		if b.Type == llm.BlockText || b.Type == llm.BlockThinking {
+			each(b.Type, b.Text)
+		}
+	}
+	return frames
 }

@@ -2,6 +2,7 @@ package actors
 
 import (
 	"encoding/json"
+	"strings"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -11,25 +12,40 @@ import (
 
 var _ = Describe("a streaming model call", func() {
 	var (
-		sent []map[string]any
-		call *modelCall
+		sent  []map[string]any
+		shown []int
+		call  *modelCall
 	)
-	texts := func() []string {
+	textsOf := func(frames []map[string]any) []string {
 		var out []string
-		for _, f := range sent {
+		for _, f := range frames {
 			u := f["params"].(map[string]any)["update"].(map[string]any)
 			out = append(out, u["sessionUpdate"].(string)[6:9]+":"+u["content"].(map[string]any)["text"].(string))
 		}
 		return out
 	}
+	texts := func() []string { return textsOf(sent) }
+	decode := func(data []byte) map[string]any {
+		var m map[string]any
+		Expect(json.Unmarshal(data, &m)).To(Succeed())
+		return m
+	}
 	BeforeEach(func() {
-		sent = nil
-		call = newModelCall("s1", true, func(data []byte) {
-			var m map[string]any
-			Expect(json.Unmarshal(data, &m)).To(Succeed())
-			sent = append(sent, m)
+		sent, shown = nil, nil
+		call = newModelCall("s1", true, func(data []byte, n int) {
+			sent = append(sent, decode(data))
+			shown = append(shown, n)
 		})
 	})
+	replay := func(from, to int) []map[string]any {
+		var out []map[string]any
+		for _, f := range call.shownFrames(from, to) {
+			m := decode(f)
+			Expect(m["params"].(map[string]any)["update"]).To(HaveKeyWithValue("messageId", call.messageID))
+			out = append(out, m)
+		}
+		return out
+	}
 	delta := func(typ llm.EventType, text string, buffered bool) {
 		call.add(llm.Event{Type: typ, Text: text, Buffered: buffered})
 	}
@@ -43,12 +59,32 @@ var _ = Describe("a streaming model call", func() {
 		delta(llm.EventThinkingDelta, "t", true)
 		delta(llm.EventTextDelta, "d", false)
 		Expect(texts()).To(Equal([]string{"mes:a", "mes:bc", "tho:t", "mes:d"}))
+		Expect(shown).To(Equal([]int{1, 3, 4, 5}), "how far the shown text goes with each chunk")
+		Expect(textsOf(replay(0, 3))).To(Equal([]string{"mes:abc"}), "the text shown up to a chunk, from the assembler")
+		Expect(textsOf(replay(1, 5))).To(Equal([]string{"mes:bc", "tho:t", "mes:d"}))
 		call.add(llm.Event{Type: llm.EventUsage, Usage: llm.Usage{OutputTokens: 4}})
 		call.add(llm.Event{Type: llm.EventStop, StopReason: llm.StopEndTurn})
 		r := call.take()
 		Expect(r.msg.TextOf()).To(Equal("abcd"))
 		Expect(r.usage.OutputTokens).To(Equal(int64(4)))
 		Expect(r.stop).To(Equal(llm.StopEndTurn))
+		Expect(textsOf(replay(2, 5))).To(Equal([]string{"mes:c", "tho:t", "mes:d"}), "and from the taken message")
+	})
+
+	It("replays a long text in chunks of at most 64 KiB, cut between characters", func() {
+		for range 30000 {
+			delta(llm.EventTextDelta, "é€", true)
+		}
+		call.end()
+		total := 0
+		var joined string
+		for _, t := range textsOf(replay(0, shown[len(shown)-1])) {
+			Expect(len(t) - 4).To(BeNumerically("<=", maxMergedChunk))
+			joined += t[4:]
+			total++
+		}
+		Expect(total).To(BeNumerically(">=", 2))
+		Expect(joined).To(Equal(strings.Repeat("é€", 30000)))
 	})
 
 	It("sends what is held when taken (a cancel), and nothing after", func() {

@@ -91,6 +91,16 @@ func (a *Assembler) Message() Message {
 	return msg
 }
 
+// EachText calls fn with each text and thinking block so far, in stream
+// order (the text a client was shown of the call, see Message).
+func (a *Assembler) EachText(fn func(t BlockType, text string)) {
+	for i, b := range a.blocks {
+		if b.Type == BlockText || b.Type == BlockThinking {
+			fn(b.Type, a.text[i].String())
+		}
+	}
+}
+
 // Usage returns the call's usage, if the provider reported one.
 func (a *Assembler) Usage() (Usage, bool) { return a.usage, a.gotUse }
 
