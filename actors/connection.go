@@ -145,8 +145,10 @@ func (c *connection) Receive(ctx actor.Context) {
 		c.finishDrain(ctx)
 	case *actor.Started:
 		c.deps.Metrics.Connections.Add(1)
+		c.deps.conns.Store(c.id, ctx.Self())
 	case *actor.Stopped:
 		c.deps.Metrics.Connections.Add(-1)
+		c.deps.conns.CompareAndDelete(c.id, ctx.Self())
 		if c.stub != nil {
 			c.deps.shares.proxies.Delete(ctx.Self().Id)
 		}

@@ -3,6 +3,7 @@ package actors
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/iac-code/iac-code/llm"
 	"github.com/iac-code/iac-code/llm/llmtest"
+	"github.com/iac-code/iac-code/protocol"
 	"github.com/iac-code/iac-code/store"
 	"github.com/iac-code/iac-code/tools"
 )
@@ -26,25 +28,31 @@ import (
 // bash tool, whose side effects (a line appended to a file per step) are
 // counted.
 
-var _ = describeDurableTurns("FileStore", func() func() store.Store {
+var _ = describeDurableTurns("FileStore", func() sharedStores {
 	root := GinkgoT().TempDir()
-	return func() store.Store {
+	return sharedStores{open: func() store.Store {
 		st, err := store.New(root)
 		Expect(err).NotTo(HaveOccurred())
 		return st
-	}
+	}}
 })
 
-var _ = describeDurableTurns("PGStore", func() func() store.Store {
+var _ = describeDurableTurns("PGStore", func() sharedStores {
 	srv := requirePG()
 	schema, dbURL, err := srv.NewSchema()
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(srv.DropSchema, schema)
-	return func() store.Store {
-		st, err := store.NewPostgres(dbURL, store.WithLeaseTTL(time.Hour), store.WithLeaseRenew(30*time.Minute))
-		Expect(err).NotTo(HaveOccurred())
-		DeferCleanup(st.Close)
-		return st
+	return sharedStores{
+		open: func() store.Store {
+			st, err := store.NewPostgres(dbURL, store.WithLeaseTTL(time.Hour), store.WithLeaseRenew(30*time.Minute))
+			Expect(err).NotTo(HaveOccurred())
+			DeferCleanup(st.Close)
+			return st
+		},
+		expire: func(id string) {
+			Expect(srv.Exec(context.Background(), fmt.Sprintf(
+				"UPDATE %s.iac_sessions SET lease_expires = now() - interval '1 second' WHERE id = $1", schema), id)).To(Succeed())
+		},
 	}
 })
 
@@ -72,18 +80,20 @@ func connectTo(srv *Server) *harness {
 	return h
 }
 
-func describeDurableTurns(name string, stores func() func() store.Store) bool {
+func describeDurableTurns(name string, fresh func() sharedStores) bool {
 	return Describe(name+": durable turns", func() {
 		var (
-			open  func() store.Store
-			model *llmtest.Server
-			a     *Server
-			h     *harness
-			cwd   string
-			log   string
+			stores sharedStores
+			open   func() store.Store
+			model  *llmtest.Server
+			a      *Server
+			h      *harness
+			cwd    string
+			log    string
 		)
 		BeforeEach(func() {
-			open = stores()
+			stores = fresh()
+			open = stores.open
 			model = llmtest.NewServer()
 			DeferCleanup(model.Close)
 			a = durableServer(open(), model)
@@ -128,6 +138,7 @@ func describeDurableTurns(name string, stores func() func() store.Store) bool {
 			o, es, err := open().Open(sid)
 			Expect(err).NotTo(HaveOccurred(), "the paused session's lease is free")
 			prior := o.(store.TurnKeeper).PriorTurn()
+			Expect(o.(store.TurnKeeper).Pause()).To(Succeed(), "let go of keeping the turn")
 			Expect(o.Close()).To(Succeed())
 			return es, prior
 		}
@@ -257,6 +268,165 @@ func describeDurableTurns(name string, stores func() func() store.Store) bool {
 			Expect(h.result(id)["stopReason"]).To(Equal("end_turn"))
 			_, prior := left(sid)
 			Expect(prior).To(BeNil())
+		})
+
+		// ended waits until the session is let go of with its turn over,
+		// and returns its history from the turn's first entry.
+		ended := func(sid string, first int64) []store.Entry {
+			GinkgoHelper()
+			var es []store.Entry
+			Eventually(func(g Gomega) {
+				o, all, err := open().Open(sid)
+				g.Expect(err).NotTo(HaveOccurred())
+				prior := o.(store.TurnKeeper).PriorTurn()
+				g.Expect(o.Close()).To(Succeed())
+				g.Expect(prior).To(BeNil(), "the turn's end cleared its mark")
+				es = all
+			}, 15*time.Second, 50*time.Millisecond).Should(Succeed())
+			var out []store.Entry
+			for _, e := range es {
+				if e.Seq >= first {
+					out = append(out, e)
+				}
+			}
+			return out
+		}
+		results := func(req llmtest.RecordedRequest) map[string]string {
+			out := map[string]string{}
+			for _, r := range req.ToolResults() {
+				out[r.ID] = r.Content
+			}
+			return out
+		}
+
+		It("is adopted by another server, which goes on from the history to end_turn: a completed call is not run again, the model streams never overlap", func() {
+			sid := newSession("bypass")
+			model.Script(llmtest.Reply{ToolCalls: []llmtest.ToolCall{step("c1", "one", 0.4)}},
+				llmtest.Reply{ToolCalls: []llmtest.ToolCall{step("c2", "two", 0)}},
+				llmtest.Reply{Text: "all done"})
+			h.call("session/prompt", textPrompt(sid, "run the steps"))
+			Eventually(toolStatus("c1", "in_progress"), 5*time.Second, 5*time.Millisecond).Should(BeTrue())
+			Expect(pause(10 * time.Second)).To(Equal([]string{sid}))
+			_, prior := left(sid)
+
+			b := durableServer(open(), model)
+			Expect(b.Adopt(sid)).To(Succeed())
+			es := ended(sid, prior.FirstSeq)
+			Expect(lines()).To(Equal([]string{"one", "two"}), "each step ran once")
+			reqs := model.Requests()
+			Expect(reqs).To(HaveLen(3))
+			Expect(results(reqs[1])).To(HaveKey("c1"))
+			Expect(results(reqs[2])).To(HaveKey("c2"))
+			Expect(model.MaxConcurrent()).To(Equal(int64(1)))
+			last := es[len(es)-1]
+			Expect(last.Message.Role).To(Equal(llm.RoleAssistant))
+			Expect(last.Message.TextOf()).To(Equal("all done"))
+			Expect(b.Metrics().TurnsResumed.Load()).To(Equal(int64(1)))
+		})
+
+		It("runs the calls a pause let go of before they started: asked again of a client that attaches", func() {
+			sid := newSession("")
+			model.Script(llmtest.Reply{ToolCalls: []llmtest.ToolCall{step("c1", "one", 0)}}, llmtest.Reply{Text: "done"})
+			id := h.call("session/prompt", textPrompt(sid, "run the steps"))
+			Eventually(func() int { return len(h.out.requests("session/request_permission")) }, 5*time.Second, 5*time.Millisecond).Should(Equal(1))
+			Expect(pause(10 * time.Second)).To(Equal([]string{sid}))
+
+			By("adopted by the same server, where the prompt's connection is")
+			Expect(a.Adopt(sid)).To(Succeed())
+			Consistently(lines, 200*time.Millisecond).Should(BeEmpty(), "it waits for a client to answer")
+			h.result(h.call("session/load", map[string]any{"sessionId": sid, "cwd": cwd, "mcpServers": []any{}}))
+			Eventually(func() int { return len(h.out.requests("session/request_permission")) }, 5*time.Second, 5*time.Millisecond).Should(Equal(2))
+			ask := h.out.requests("session/request_permission")[1]
+			h.answer(ask["id"], map[string]any{"outcome": map[string]any{"outcome": "selected", "optionId": "allow_once"}})
+			Expect(h.result(id)["stopReason"]).To(Equal("end_turn"), "answered on its connection, here")
+			Expect(lines()).To(Equal([]string{"one"}))
+		})
+
+		It("reports a call cut midway as cut, and never runs it again", func() {
+			sid := newSession("bypass")
+			model.Script(llmtest.Reply{ToolCalls: []llmtest.ToolCall{step("c1", "one", 5)}}, llmtest.Reply{Text: "noted"})
+			h.call("session/prompt", textPrompt(sid, "run the steps"))
+			Eventually(lines, 5*time.Second, 5*time.Millisecond).Should(Equal([]string{"one"}))
+			Expect(pause(200 * time.Millisecond)).To(Equal([]string{sid}))
+			_, prior := left(sid)
+
+			b := durableServer(open(), model)
+			Expect(b.Adopt(sid)).To(Succeed())
+			es := ended(sid, prior.FirstSeq)
+			reqs := model.Requests()
+			Expect(reqs).To(HaveLen(2))
+			Expect(results(reqs[1])).To(HaveKeyWithValue("c1", store.ToolCutText))
+			Expect(lines()).To(Equal([]string{"one"}))
+			Expect(model.MaxConcurrent()).To(Equal(int64(1)))
+			Expect(es[len(es)-1].Message.TextOf()).To(Equal("noted"))
+		})
+
+		It("asks the model again for a reply cut before it was recorded", func() {
+			sid := newSession("bypass")
+			model.Script(llmtest.Reply{Text: "an answer cut midway", Hang: true, AfterChunks: 3}, llmtest.Reply{Text: "the whole answer"})
+			h.call("session/prompt", textPrompt(sid, "answer"))
+			Eventually(chunkSeen, 5*time.Second, 5*time.Millisecond).Should(BeTrue())
+			Expect(pause(200 * time.Millisecond)).To(Equal([]string{sid}))
+			_, prior := left(sid)
+
+			b := durableServer(open(), model)
+			Expect(b.Adopt(sid)).To(Succeed())
+			es := ended(sid, prior.FirstSeq)
+			Expect(kinds(es, 0)).To(Equal([]string{"message:user:", "message:assistant:"}))
+			Expect(es[1].Message.TextOf()).To(Equal("the whole answer"))
+			Expect(model.Requests()[1].Chat.Messages[len(model.Requests()[1].Chat.Messages)-1].Text()).To(Equal("answer"))
+		})
+
+		It("fails to adopt a session a live holder has: ErrInUse", func() {
+			sid := newSession("bypass")
+			model.Script(llmtest.Reply{Text: "still going", Hang: true, AfterChunks: 2})
+			id := h.call("session/prompt", textPrompt(sid, "answer"))
+			Eventually(chunkSeen, 5*time.Second, 5*time.Millisecond).Should(BeTrue())
+
+			b := durableServer(open(), model)
+			err := b.Adopt(sid)
+			Expect(errors.Is(err, store.ErrInUse)).To(BeTrue(), "%v", err)
+			var inUse *store.InUseError
+			Expect(errors.As(err, &inUse)).To(BeTrue())
+			h.notify("session/cancel", map[string]any{"sessionId": sid})
+			Expect(h.result(id)["stopReason"]).To(Equal("cancelled"))
+		})
+
+		It("adopts a session with no turn left and lets go of it again", func() {
+			sid := newSession("bypass")
+			h.result(h.call("session/close", map[string]any{"sessionId": sid}))
+			b := durableServer(open(), model)
+			Expect(b.Adopt(sid)).To(Succeed())
+			Expect(b.Metrics().TurnsResumed.Load()).To(BeZero())
+			ended(sid, 0)
+		})
+
+		It("refuses the late writes of a holder whose lease lapsed: the turn goes on once, at the new holder", func() {
+			if stores.expire == nil {
+				Skip("the file store has no lease to lapse")
+			}
+			sid := newSession("bypass")
+			model.Script(llmtest.Reply{ToolCalls: []llmtest.ToolCall{step("c1", "one", 1)}}, llmtest.Reply{Text: "noted"})
+			id := h.call("session/prompt", textPrompt(sid, "run the steps"))
+			Eventually(lines, 5*time.Second, 5*time.Millisecond).Should(Equal([]string{"one"}))
+			stores.expire(sid)
+
+			b := durableServer(open(), model)
+			Expect(b.Adopt(sid)).To(Succeed())
+			Expect(h.errorOf(id)["code"]).To(Equal(float64(protocol.CodeSessionInUse)), "the old holder's result was refused")
+			es := ended(sid, 0)
+			var c1 []string
+			for _, e := range es {
+				for _, bl := range e.Message.Content {
+					if bl.Type == llm.BlockToolResult && bl.ToolCallID == "c1" {
+						c1 = append(c1, bl.Text)
+					}
+				}
+			}
+			Expect(c1).To(Equal([]string{store.ToolCutText}), "one result: the new holder's")
+			Expect(model.Requests()).To(HaveLen(2))
+			Expect(model.MaxConcurrent()).To(Equal(int64(1)))
+			Expect(lines()).To(Equal([]string{"one"}))
 		})
 	})
 }

@@ -25,6 +25,9 @@ const (
 	startFork
 	// startRestore brings back an evicted session without answering anything.
 	startRestore
+	// startAdopt opens a session with no client, to resume the turn left
+	// recorded in it (Server.Adopt, session_resume.go).
+	startAdopt
 )
 
 // The session actor lives in several files, one per concern, each with its
@@ -175,7 +178,9 @@ func newSession(deps *Deps, id string, who sessionWho, conn *actor.PID, caps too
 		log:      deps.Log.With().Str("session", id).Logger(),
 	}
 	s.mcp.start, s.mcp.set = servers, &mcpToolSet{}
-	s.clients.add(client{pid: conn, who: who, caps: caps, notices: notices})
+	if conn != nil {
+		s.clients.add(client{pid: conn, who: who, caps: caps, notices: notices})
+	}
 	return s
 }
 
@@ -244,6 +249,9 @@ func (s *session) stepLive(ctx actor.Context, e envelope) {
 	case *toolResultDone:
 		s.append(store.ToolResultEntry(m.result))
 		s.toolResultRecorded(m.result.ToolCallID)
+		if s.lease.fenced == nil && e.sender != nil {
+			ctx.Send(e.sender, &toolResultRecorded{})
+		}
 	case *compacted:
 		s.compacted(m)
 	case *turnFinished:
@@ -252,6 +260,8 @@ func (s *session) stepLive(ctx actor.Context, e envelope) {
 		s.pauseFor(ctx, m, e.sender)
 	case *turnPaused:
 		s.pausedTurn(ctx, m)
+	case *adoptTurn:
+		s.adoptFor(ctx, m)
 	case *mcpStatus:
 		s.onMCPStatus(ctx, m)
 	case *mcpBudget:
@@ -385,35 +395,48 @@ func (s *session) open(ctx actor.Context) {
 	s.openWith(ctx, entries, err)
 }
 
-// openWith goes on with the session's opening once the store answered.
+// openWith goes on with the session's opening once the store answered. A
+// turn left recorded in the session resumes (session_resume.go; its
+// history is not repaired: its open calls are its next step), or, on the
+// file store, is recorded interrupted (session_interrupted.go).
 func (s *session) openWith(ctx actor.Context, entries []store.Entry, err error) {
+	var prior *store.RunningTurn
 	if err == nil {
-		entries, _, err = store.RepairSession(s.store, entries)
+		if prior = s.priorToResume(); prior == nil {
+			entries, _, err = store.RepairSession(s.store, entries)
+		}
 	}
 	if err != nil {
 		failErr := s.storeError(err, "cannot open the session")
-		s.become(phase{kind: phaseFailed, failErr: failErr})
-		if s.start != startRestore {
+		s.become(phase{kind: phaseFailed, failErr: failErr, cause: err})
+		if s.start != startRestore && s.start != startAdopt {
 			s.audit(startMethod(s.start), "error").Int("code", failErr.Code).Msg("session not opened")
 		}
 		s.respondError(ctx, s.startReq, failErr)
-		ctx.Send(s.conn, &retireRequest{id: s.id, pid: ctx.Self(), force: true})
+		if s.conn != nil {
+			ctx.Send(s.conn, &retireRequest{id: s.id, pid: ctx.Self(), force: true})
+		}
 		return
 	}
 	s.entries = entries
 	s.become(phase{kind: phaseLive})
 	s.adoptMeta()
-	s.recordInterrupted()
+	if prior == nil {
+		s.recordInterrupted()
+	}
 	if s.startCwd != "" && s.startCwd != s.meta.Cwd && s.start != startNew {
 		s.meta.Cwd = s.startCwd
 		s.saveMeta()
 	}
-	if s.start != startNew && s.start != startRestore && !slices.Equal(s.startDirs, s.meta.AdditionalDirectories) {
+	if s.start != startNew && s.start != startRestore && s.start != startAdopt && !slices.Equal(s.startDirs, s.meta.AdditionalDirectories) {
 		s.meta.AdditionalDirectories = s.startDirs
 		s.saveMeta()
 	}
 	s.configureMCP(ctx, s.mcp.start, s.meta.Cwd)
 	s.prefetchInstructions()
+	if prior != nil {
+		s.resumeTurn(ctx, prior) // before the answer, which shows it running
+	}
 	s.answerWhenReady(ctx, s.start, s.startReq, s.conn)
 	s.armIdle(ctx, s.deps.Config.SessionIdle)
 	s.armRelease(ctx, s.deps.Config.SessionRelease)
@@ -437,7 +460,7 @@ func (s *session) answerStart(ctx actor.Context, kind startKind, reqID protocol.
 	if c := s.clients.find(conn); c != nil {
 		s.who = c.who // the audit line names the connection answered
 	}
-	if kind != startRestore {
+	if kind != startRestore && kind != startAdopt {
 		ev := s.audit(startMethod(kind), "ok").Str("cwd", s.meta.Cwd)
 		if kind == startFork {
 			ev = ev.Str("forked_from", s.forkSrc)
@@ -489,7 +512,9 @@ func (s *session) respondTo(ctx actor.Context, conn *actor.PID, id protocol.RawM
 		return
 	}
 	if conn == nil {
-		conn = s.conn
+		if conn = s.conn; conn == nil {
+			return // a session with no client (Server.Adopt)
+		}
 	}
 	data := protocol.EncodeResult(id, result)
 	if e != nil {

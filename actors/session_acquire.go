@@ -72,6 +72,9 @@ func (s *session) startOpen(ctx actor.Context) {
 	s.lease.await(call)
 	self, root, st, share := ctx.Self(), ctx.ActorSystem().Root, s.deps.Store, s.shareRequest(ctx)
 	handover, log, id := s.deps.Handover, s.log, s.id
+	if s.start == startAdopt {
+		handover = nil // a live holder keeps its session: Adopt fails
+	}
 	go func() {
 		h, entries, err := st.Open(id)
 		proxy := share.share(log, err)
@@ -171,7 +174,11 @@ func (s *session) acquiredStore(ctx actor.Context, m *acquired) {
 	if m.err != nil {
 		if t := m.call.trigger; t != nil {
 			s.unstashOne(t)
-			t.respond(ctx, s.storeError(m.err, "cannot reopen the session"))
+			if a, ok := t.msg.(*adoptTurn); ok {
+				s.adoptFailed(ctx, a, m.err)
+			} else {
+				t.respond(ctx, s.storeError(m.err, "cannot reopen the session"))
+			}
 		}
 	} else {
 		s.reacquired(ctx, m.entries, m.changed)
@@ -179,20 +186,28 @@ func (s *session) acquiredStore(ctx actor.Context, m *acquired) {
 	s.unstash(ctx)
 }
 
-// reacquired is the session with its handle back.
+// reacquired is the session with its handle back: a turn another process
+// left recorded meanwhile resumes, as at an open (openWith).
 func (s *session) reacquired(ctx actor.Context, entries []store.Entry, changed bool) {
+	prior := s.priorToResume()
 	if changed {
 		s.log.Info().Int("entries", len(entries)).Msg("session changed by another process; reloaded")
-		if repaired, _, rerr := store.RepairSession(s.store, entries); rerr == nil {
-			entries = repaired
-		} else {
-			s.writeFailed(rerr, "repair session history")
+		if prior == nil { // a resumed turn's open calls are its next step
+			if repaired, _, rerr := store.RepairSession(s.store, entries); rerr == nil {
+				entries = repaired
+			} else {
+				s.writeFailed(rerr, "repair session history")
+			}
 		}
 		s.entries = entries
 		s.adoptMeta()
 	}
-	s.recordInterrupted()
 	s.armRelease(ctx, s.deps.Config.SessionRelease)
+	if prior == nil {
+		s.recordInterrupted()
+		return
+	}
+	s.resumeTurn(ctx, prior)
 }
 
 // abandonAcquire is the session stopping: it reports whether an Acquire or

@@ -275,6 +275,11 @@ func (s *session) detachClient(ctx actor.Context, conn *actor.PID, why endReason
 	}
 	s.cancelHeldPrompt(ctx)
 	s.cancelQueued(ctx, nil, nil)
+	if s.turn.running() && !s.turn.of(conn) {
+		// A turn none of its clients asked for (resumed, Server.Adopt)
+		// goes on; the session ends with it (endUnattended).
+		return true
+	}
 	s.letGo(ctx, phase{kind: phaseEnding, why: why})
 	return true
 }

@@ -69,9 +69,12 @@ const (
 	// lease keeping the turn recorded, for another process to resume it
 	// (session_pause.go).
 	endPause
+	// endUnattended: a session with no client (Server.Adopt) is idle: its
+	// resumed turn ended, or it had none to resume.
+	endUnattended
 )
 
-var endReasonNames = [...]string{"", "close", "last detach", "deleted elsewhere", "hand-off", "retire", "pause"}
+var endReasonNames = [...]string{"", "close", "last detach", "deleted elsewhere", "hand-off", "retire", "pause", "unattended"}
 
 func (r endReason) String() string { return endReasonNames[r] }
 
@@ -81,8 +84,10 @@ type phase struct {
 	kind phaseKind
 	// why: the ending's reason.
 	why endReason
-	// failErr: failed; the answer to every request.
+	// failErr: failed; the answer to every request; cause: the store's
+	// error (Server.Adopt returns it).
 	failErr *protocol.Error
+	cause   error
 	// closeID, closeConn: ending to close; the session/close answered once
 	// the session stopped (a stub's legs keep their own, session_stub.go).
 	closeID   protocol.RawMessage
@@ -253,6 +258,8 @@ func (s *session) stepFailed(ctx actor.Context, e envelope) {
 	switch m := e.msg.(type) {
 	case *attach:
 		s.respondTo(ctx, m.conn, m.reqID, nil, s.phase.failErr)
+	case *adoptTurn:
+		s.adoptFailed(ctx, m, s.phase.cause)
 	case *handOff:
 		if e.sender != nil {
 			ctx.Send(e.sender, &handedOff{})

@@ -29,8 +29,11 @@ type (
 	}
 	toolsStartRecorded struct{}
 	// toolResultDone records the result of one tool call of the turn when
-	// it ended.
-	toolResultDone struct{ result llm.Block }
+	// it ended; the turn asking is answered toolResultRecorded once it is
+	// (not when the write was refused: a holder that lost the session asks
+	// the model nothing more, see stopWriting).
+	toolResultDone     struct{ result llm.Block }
+	toolResultRecorded struct{}
 	// turnFinished ends the running turn: either a stop reason or an error.
 	turnFinished struct {
 		stopReason string
@@ -42,6 +45,7 @@ type (
 func (*messageDone) IgnoreDeadLetterLogging()        {}
 func (*toolsStartRecorded) IgnoreDeadLetterLogging() {}
 func (*toolResultDone) IgnoreDeadLetterLogging()     {}
+func (*toolResultRecorded) IgnoreDeadLetterLogging() {}
 
 var slashCommands = []protocol.AvailableCommand{
 	{Name: "compact", Description: "Summarize the conversation so far to free context"},
@@ -117,30 +121,42 @@ func (s *session) startPrompt(ctx actor.Context, r *sessionRequest, user *llm.Me
 			return
 		}
 	}
-	turnID := s.turn.claim(r.id, r.conn)
-	opts := turnOptions{
-		sessionID: s.id, cwd: s.meta.Cwd, dirs: s.meta.AdditionalDirectories, model: s.meta.Model, turnID: turnID,
-		mode: s.meta.Mode, thinkingBudget: s.thinkingBudget(), compactionUpdates: s.compactionUpdates,
-		noAutoCompact: !s.autoCompact(),
-		history:       store.Context(s.entries), tools: s.toolsForMode(),
-		compactOnly: command == "compact", jail: s.sandboxJail(), owner: s.owner,
-	}
-	opts.mcp, opts.mcpKeep = s.mcpTurnTools()
+	opts := s.turnOptions(s.turn.claim(r.id, r.conn))
+	opts.compactOnly = command == "compact"
 	if s.deps.Trace != nil {
 		opts.trace = promptTraceParent(r)
 		if s.deps.Trace.CapturesContent() {
 			opts.prompt = user.TextOf()
 		}
 	}
-	props := actor.PropsFromProducer(func() actor.Actor { return newTurn(s.deps, opts) },
-		actor.WithReceiverMiddleware(keepStack), actor.WithSupervisor(reportAndStop{}))
-	s.turn.run(ctx.Spawn(props))
+	s.spawnTurn(ctx, opts)
 	var connID string
 	if c := s.clients.find(r.conn); c != nil {
 		connID = c.who.connID
 	}
 	s.beginTurn(r.id, connID, firstSeq)
 	s.markTurn(true)
+}
+
+// turnOptions are what a turn of the session numbered turnID starts with:
+// the session's settings now, and its history as the model sees it.
+func (s *session) turnOptions(turnID int64) turnOptions {
+	opts := turnOptions{
+		sessionID: s.id, cwd: s.meta.Cwd, dirs: s.meta.AdditionalDirectories, model: s.meta.Model, turnID: turnID,
+		mode: s.meta.Mode, thinkingBudget: s.thinkingBudget(), compactionUpdates: s.compactionUpdates,
+		noAutoCompact: !s.autoCompact(),
+		history:       store.Context(s.entries), tools: s.toolsForMode(),
+		jail: s.sandboxJail(), owner: s.owner,
+	}
+	opts.mcp, opts.mcpKeep = s.mcpTurnTools()
+	return opts
+}
+
+// spawnTurn runs the turn of opts in the turn slot.
+func (s *session) spawnTurn(ctx actor.Context, opts turnOptions) {
+	props := actor.PropsFromProducer(func() actor.Actor { return newTurn(s.deps, opts) },
+		actor.WithReceiverMiddleware(keepStack), actor.WithSupervisor(reportAndStop{}))
+	s.turn.run(ctx.Spawn(props))
 }
 
 // slashCommand recognises /compact and /clear typed as the whole prompt.

@@ -53,7 +53,7 @@ func (s *session) postpone(ctx actor.Context, e envelope) bool {
 		case protocol.MethodSessionClose:
 			s.cancelStashed(ctx, nil, nil)
 		}
-	case *attach, *handOff, *deleteLive:
+	case *attach, *handOff, *deleteLive, *adoptTurn:
 	case *legFrame:
 		// A frame of the proxy the pod holding the session made for this
 		// one while Share was under way (the answer to the load): for the

@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"fmt"
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/iac-code/iac-code/protocol"
@@ -247,6 +248,8 @@ func (s *session) endStubForDelete(ctx actor.Context, by *actor.PID) {
 func (s *session) stepStub(ctx actor.Context, e envelope) {
 	st := s.stub
 	switch m := e.msg.(type) {
+	case *adoptTurn:
+		ctx.Send(m.reply, &adoptAnswer{err: fmt.Errorf("session %s is a stub of another pod's here", s.id)})
 	case *legFrame:
 		if l := st.legAt(m.leg); l != nil {
 			s.fromProxy(ctx, l, m.body)

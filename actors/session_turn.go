@@ -117,6 +117,9 @@ func (s *session) endTurn(ctx actor.Context, m *turnFinished) {
 	s.finishTurn(ctx)
 	promptID, promptConn := s.turn.end()
 	switch {
+	case promptConn == nil:
+		// A resumed turn whose prompt's connection is not on this process:
+		// its end is recorded, whoever loads the session sees it.
 	case s.lease.fenced != nil:
 		// Whatever the turn's end: what it did since the takeover is lost.
 		s.respondTo(ctx, promptConn, promptID, nil, s.lease.fenced)
@@ -131,6 +134,7 @@ func (s *session) endTurn(ctx actor.Context, m *turnFinished) {
 		return
 	}
 	s.startQueued(ctx)
+	s.endUnattended(ctx)
 }
 
 // releaseTurnCount gives the owner's running-turn slot back (see

@@ -128,6 +128,8 @@ type Deps struct {
 	active *activeTurns
 	// turns counts the running turns of each principal.
 	turns *userTurns
+	// conns are the connection actors by connection id (session_resume.go).
+	conns *connections
 	// projects are the AGENTS.md files by working directory (turn_context.go).
 	projects *sysprompt.Projects
 }
@@ -205,6 +207,7 @@ func NewServer(deps Deps) *Server {
 	deps.shares = &shareRegistry{}
 	deps.active = &activeTurns{}
 	deps.turns = &userTurns{}
+	deps.conns = &connections{}
 	deps.projects = sysprompt.NewProjects(deps.Config.Home)
 	if deps.Tools == nil {
 		deps.Tools = tools.Default()

@@ -11,6 +11,7 @@ import (
 	"github.com/iac-code/iac-code/actors/tracing"
 	"github.com/iac-code/iac-code/llm"
 	"github.com/iac-code/iac-code/protocol"
+	"github.com/iac-code/iac-code/store"
 	"github.com/iac-code/iac-code/tools"
 	"github.com/iac-code/iac-code/tools/sandbox"
 )
@@ -85,6 +86,9 @@ type turnOptions struct {
 	// prompt is the request's text its span carries with content capture.
 	trace  context.Context
 	prompt string
+	// resume: the turn goes on from where another process left it
+	// (turn_resume.go); history is the session's.
+	resume *store.Step
 }
 
 func (*streamEnd) IgnoreDeadLetterLogging()      {}
@@ -105,10 +109,15 @@ type pendingCall struct {
 	// display: the tool_call update the client is shown when it starts,
 	// then its final update, kept for replay.
 	display protocol.RawMessage
+	// kept: the result another process recorded (a resumed turn).
+	kept *llm.Block
 }
 
 // result is the call's tool_result block, once done.
 func (c *pendingCall) result() llm.Block {
+	if c.kept != nil {
+		return *c.kept
+	}
 	return llm.Block{Type: llm.BlockToolResult, ToolCallID: c.id, Name: c.name, Text: c.res.Output, IsError: c.res.IsError,
 		Display: c.display}
 }
@@ -169,9 +178,15 @@ type turn struct {
 	toolPIDs  map[string]int // tool actor id -> call index
 	toolActs  []*actor.PID
 	remaining int
+	// unrecorded counts the step's results the session has not recorded
+	// yet (toolResultRecorded).
+	unrecorded int
 	// pausing: the session asked the turn to pause at its next step
 	// boundary (turn_pause.go).
 	pausing bool
+	// resume: the turn goes on from a step recorded by another process
+	// (turn_resume.go); nil once under way.
+	resume *store.Step
 
 	// tools are those of the model request being made: base plus the MCP
 	// tools of that moment (see currentTools).
@@ -228,6 +243,7 @@ func newTurn(deps *Deps, o turnOptions) *turn {
 		jail:              o.jail,
 		mode:              o.mode,
 		opts:              turnOptions{trace: o.trace, prompt: o.prompt},
+		resume:            o.resume,
 	}
 }
 
@@ -248,6 +264,10 @@ func (t *turn) Receive(ctx actor.Context) {
 	case *contextReady:
 		if !t.ended {
 			t.system, t.systemTurn = m.stable, m.turn
+			if t.resume != nil {
+				t.resumeStep(ctx)
+				return
+			}
 			t.callModel(ctx)
 		}
 	case *streamEnd:
@@ -266,6 +286,8 @@ func (t *turn) Receive(ctx actor.Context) {
 		t.askPause(ctx, m.cut)
 	case *toolHeld:
 		t.onToolHeld(ctx, m.index)
+	case *toolResultRecorded:
+		t.resultRecorded(ctx)
 	case *toolDone:
 		t.onToolDone(ctx, m)
 	case *toolStopped:
@@ -561,12 +583,28 @@ func (t *turn) onToolDone(ctx actor.Context, m *toolDone) {
 	if t.subagent == "" {
 		// Recorded as it ends, not with the step's other calls: a turn
 		// resumed elsewhere reuses it.
-		ctx.Send(ctx.Parent(), &toolResultDone{result: c.result()})
+		t.recordResult(ctx, c)
 	}
-	if t.remaining > 0 {
+	if t.remaining > 0 || t.unrecorded > 0 {
 		return
 	}
 	t.stepDone(ctx)
+}
+
+// recordResult has the session record the result of call c: the model is
+// asked again only once every result of the step is recorded (a holder
+// that lost the session to another process asks it nothing more).
+func (t *turn) recordResult(ctx actor.Context, c *pendingCall) {
+	t.unrecorded++
+	ctx.Request(ctx.Parent(), &toolResultDone{result: c.result()})
+}
+
+// resultRecorded: the session recorded a result of the step.
+func (t *turn) resultRecorded(ctx actor.Context) {
+	t.unrecorded--
+	if !t.ended && t.remaining == 0 && t.unrecorded == 0 && len(t.pending) > 0 {
+		t.stepDone(ctx)
+	}
 }
 
 // stepDone: every call of the step has its result; the model is asked
