@@ -86,6 +86,9 @@ type (
 	movedOut struct {
 		state MovedConn
 		stubs map[string]*actor.PID
+		// busy: a session this process holds runs a prompt of the
+		// connection (see moveOut).
+		busy string
 	}
 	// legOut asks a session whether conn reaches it through a stub leg;
 	// answered *legInfo.
@@ -148,6 +151,9 @@ func (c *Conn) StartMove(timeout time.Duration) (*Move, error) {
 	out, ok := res.(*movedOut)
 	if !ok {
 		return nil, errors.New("connection state: unexpected answer")
+	}
+	if out.busy != "" {
+		return nil, fmt.Errorf("a prompt of the connection runs on session %s, which this process holds: its answer would have no connection to go to", out.busy)
 	}
 	m := &Move{c: c, State: out.state, stubs: map[string]*actor.PID{}}
 	for i := range m.State.Sessions {
@@ -301,6 +307,7 @@ func (c *connection) moveOut(ctx actor.Context) {
 		Notices: c.notices, Compaction: c.compaction, BooleanOptions: c.booleanOptions,
 		TerminalTyped: c.terminalLogin.typed, TerminalMeta: c.terminalLogin.meta, NextID: c.nextID}
 	stubs := map[string]*actor.PID{}
+	busy := ""
 	for id, r := range c.sessions {
 		if !r.known && r.live == nil {
 			continue
@@ -309,8 +316,15 @@ func (c *connection) moveOut(ctx actor.Context) {
 		if r.live != nil {
 			stubs[id] = r.live
 		}
+		// A turn of this process answers its prompt to the connection
+		// actor that sent it; until turns move with their sessions, a
+		// connection whose prompt runs here stays, and closes with the
+		// pod (its prompt answered cancelled). Stubs run no turn here.
+		if t, _ := c.deps.active.m.Load(id); t != nil && t.(*ActiveTurn).conn == c.id {
+			busy = id
+		}
 	}
-	ctx.Respond(&movedOut{state: st, stubs: stubs})
+	ctx.Respond(&movedOut{state: st, stubs: stubs, busy: busy})
 }
 
 // moveFlush: every frame before it has gone out; the requests asked for a

@@ -14,7 +14,8 @@ import (
 )
 
 // reconnect opens the connection's stream through via with Last-Event-ID,
-// retrying while pods answer 503 (draining) or the stream ends at once.
+// retrying while pods answer 503 (draining), the balancer 502 (the pod
+// that left), or the stream ends at once.
 func reconnect(via *httpAgent, conn, last string) *sseStream {
 	GinkgoHelper()
 	deadline := time.Now().Add(20 * time.Second)
@@ -31,7 +32,8 @@ func reconnect(via *httpAgent, conn, last string) *sseStream {
 			resp.Body.Close()
 		}
 		cancel()
-		if status == http.StatusOK || status == http.StatusServiceUnavailable || err != nil {
+		// 503: a draining pod; 502: the balancer reached the pod that left
+		if status == http.StatusOK || status == http.StatusServiceUnavailable || status == http.StatusBadGateway || err != nil {
 			if status == http.StatusOK {
 				return via.stream(conn, "Last-Event-ID", last)
 			}
