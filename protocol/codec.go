@@ -258,17 +258,24 @@ func AppendJSONString(b []byte, s string) []byte {
 	return append(b, '"')
 }
 
-// plainASCII8 reports whether none of the 8 bytes of s is below 0x20,
-// 0x80 or above, '"' or '\\' (the bit tricks of "Bit Twiddling Hacks":
-// a byte below n, a zero byte).
-func plainASCII8(s string) bool {
+// plainASCII8 reports whether none of the 8 bytes of x (little-endian) is
+// below 0x20, 0x80 or above, '"' or '\\' (the bit tricks of "Bit
+// Twiddling Hacks": a byte below n, a zero byte). It takes the word, not
+// the bytes, to be cheap enough to inline.
+func plainASCII8(x uint64) bool {
 	const ones, highs = 0x0101010101010101, 0x8080808080808080
-	x := uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
-		uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
 	q := x ^ (ones * '"')
 	bs := x ^ (ones * '\\')
 	bad := (x - ones*0x20) | (q-ones)&^q | (bs-ones)&^bs | x
 	return bad&highs == 0
+}
+
+// word8 is the 8 bytes of s from i, little-endian (one load once the
+// compiler combines them).
+func word8(s string, i int) uint64 {
+	w := s[i : i+8]
+	return uint64(w[0]) | uint64(w[1])<<8 | uint64(w[2])<<16 | uint64(w[3])<<24 |
+		uint64(w[4])<<32 | uint64(w[5])<<40 | uint64(w[6])<<48 | uint64(w[7])<<56
 }
 
 // appendJSONStringBody appends s escaped as inside a JSON string. Each rune
@@ -280,7 +287,7 @@ func appendJSONStringBody(b []byte, s string) []byte {
 	for i := 0; i < len(s); {
 		// Eight bytes at a time while none needs a look (printable ASCII
 		// other than '"' and '\\'): most model text.
-		for i+8 <= len(s) && plainASCII8(s[i:i+8]) {
+		for i+8 <= len(s) && plainASCII8(word8(s, i)) {
 			i += 8
 		}
 		if i == len(s) {
