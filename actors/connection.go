@@ -228,6 +228,10 @@ func (c *connection) Receive(ctx actor.Context) {
 			r.stopping, r.live, r.sent = r.live, nil, 0
 		}
 		r.known, r.servers, r.moved = false, nil, true
+		if c.stub != nil {
+			// a proxy: its stub follows the session (session_follow.go)
+			c.out.Send(Frame{Data: protocol.EncodeNotification(shareLeft, map[string]string{"sessionId": m.id})})
+		}
 	case *sessionMoved:
 		// A close this connection sent reached a session that another
 		// connection took over: it will not stop for us.
@@ -241,7 +245,7 @@ func (c *connection) Receive(ctx actor.Context) {
 			a := *r.attaching
 			r.attaching = nil
 			c.sessions.tidy(id)
-			c.openSession(ctx, a.id, a.kind, a.reqID, a.cwd, "", a.servers, a.dirs)
+			c.openSession(ctx, a.id, a.kind, a.reqID, a.cwd, "", a.servers, a.dirs, a.follow)
 			c.joinDrain(ctx)
 		}
 	case *actor.Stopping:

@@ -49,6 +49,10 @@ type MovedSession struct {
 	Holder       string `json:"holder,omitempty"`
 	ProxyAddress string `json:"proxyAddress,omitempty"`
 	ProxyID      string `json:"proxyId,omitempty"`
+	// Cwd and Dirs are the session's open through that stub: what its
+	// leg sends a next holder when it follows the session there.
+	Cwd  string   `json:"cwd,omitempty"`
+	Dirs []string `json:"dirs,omitempty"`
 }
 
 // MovedRelay is a request relayed to a proxy and not answered yet.
@@ -97,6 +101,9 @@ type (
 		stub   bool
 		holder string
 		proxy  *actor.PID
+		// cwd and dirs: the leg's open, for a follow from the pod it moves to.
+		cwd  string
+		dirs []string
 	}
 	// moveLeg asks a stub to repoint the proxy of conn's leg to the leg to;
 	// answered *legMoved once the proxy's last frame came.
@@ -124,6 +131,7 @@ type (
 		who    sessionWho
 		holder string
 		proxy  *actor.PID
+		share  legShare
 	}
 	adoptedLeg struct{ leg *actor.PID }
 	// legRestore gives a moved-in leg the requests still unanswered.
@@ -168,6 +176,7 @@ func (c *Conn) StartMove(timeout time.Duration) (*Move, error) {
 			continue
 		}
 		ms.Holder, ms.ProxyAddress, ms.ProxyID = info.holder, info.proxy.Address, info.proxy.Id
+		ms.Cwd, ms.Dirs = info.cwd, info.dirs
 		m.stubs[ms.ID] = pid
 	}
 	return m, nil
@@ -243,7 +252,8 @@ func (s *Server) MoveIn(id string, st *MovedConn, out Outlet) (*Conn, map[string
 			continue
 		}
 		proxy := actor.NewPID(ms.ProxyAddress, ms.ProxyID)
-		stub, leg := s.adoptStub(ms, sessionWho{Identity: who, connID: id}, pid, proxy)
+		share := legShare{init: shareInit(st.Caps, st.Notices, st.Compaction, st.BooleanOptions), cwd: ms.Cwd, servers: ms.Servers, dirs: ms.Dirs}
+		stub, leg := s.adoptStub(ms, sessionWho{Identity: who, connID: id}, pid, proxy, share)
 		if leg == nil {
 			log.Info().Str("session", ms.ID).Msg("moved connection: its session's stub could not be made here; it opens the session again at its next request")
 			continue
@@ -261,17 +271,17 @@ func (s *Server) MoveIn(id string, st *MovedConn, out Outlet) (*Conn, map[string
 // stub is made beside the session under a name of its own: its leg is
 // served by the same proxy, on this process now, so the turns' frames and
 // the answers owed keep their one path.
-func (s *Server) adoptStub(ms MovedSession, who sessionWho, conn, proxy *actor.PID) (stub, leg *actor.PID) {
-	if stub, leg = s.adoptStubNamed(ms, who, conn, proxy, sessionActorName(ms.ID)); leg != nil {
+func (s *Server) adoptStub(ms MovedSession, who sessionWho, conn, proxy *actor.PID, share legShare) (stub, leg *actor.PID) {
+	if stub, leg = s.adoptStubNamed(ms, who, conn, proxy, share, sessionActorName(ms.ID)); leg != nil {
 		return stub, leg
 	}
-	return s.adoptStubNamed(ms, who, conn, proxy, sessionActorName(ms.ID)+"~moved~"+who.connID)
+	return s.adoptStubNamed(ms, who, conn, proxy, share, sessionActorName(ms.ID)+"~moved~"+who.connID)
 }
 
-func (s *Server) adoptStubNamed(ms MovedSession, who sessionWho, conn, proxy *actor.PID, name string) (stub, leg *actor.PID) {
+func (s *Server) adoptStubNamed(ms MovedSession, who sessionWho, conn, proxy *actor.PID, share legShare, name string) (stub, leg *actor.PID) {
 	props := actor.PropsFromProducer(func() actor.Actor {
 		ss := newSession(s.deps, ms.ID, who, conn, tools.ClientCaps{}, startLoad, nil, "", "", ms.Servers, false)
-		ss.movedIn = &adoptLeg{conn: conn, who: who, holder: ms.Holder, proxy: proxy}
+		ss.movedIn = &adoptLeg{conn: conn, who: who, holder: ms.Holder, proxy: proxy, share: share}
 		return ss
 	}, actor.WithSupervisor(reportAndStop{}), actor.WithGuardian(s.deps.sessionGuardian),
 		actor.WithReceiverMiddleware(keepStack))
@@ -279,7 +289,7 @@ func (s *Server) adoptStubNamed(ms MovedSession, who sessionWho, conn, proxy *ac
 	var msg any = &adoptedLegQuery{}
 	if errors.Is(err, actor.ErrNameExists) {
 		pid = actor.NewPID(s.sys.Address(), name)
-		msg = &adoptLeg{conn: conn, who: who, holder: ms.Holder, proxy: proxy}
+		msg = &adoptLeg{conn: conn, who: who, holder: ms.Holder, proxy: proxy, share: share}
 	} else if err != nil {
 		return nil, nil
 	}
@@ -393,6 +403,7 @@ func (s *session) legOut(ctx actor.Context, e envelope, m *legOut) {
 	if s.phase.kind == phaseStub {
 		if l := s.stub.legOf(m.conn); l != nil && l.proxy != nil {
 			info.stub, info.holder, info.proxy = true, s.stub.holder, l.proxy
+			info.cwd, info.dirs = l.share.cwd, l.share.dirs
 		}
 	}
 	if e.sender != nil {
@@ -457,8 +468,8 @@ func (s *session) addMovedLeg(ctx actor.Context, m *adoptLeg) *actor.PID {
 	if s.phase.kind != phaseStub || s.stub.holder != m.holder || s.stub.legOf(m.conn) != nil {
 		return nil
 	}
-	l := &stubLeg{conn: m.conn, who: m.who, pid: ctx.Spawn(legProps), proxy: m.proxy,
-		pending: map[string]relayedRequest{}, answered: map[string]bool{}}
+	l := &stubLeg{conn: m.conn, who: m.who, state: legAttached, pid: ctx.Spawn(legProps), proxy: m.proxy,
+		pending: map[string]*relayedRequest{}, answered: map[string]bool{}, share: m.share}
 	s.stub.legs = append(s.stub.legs, l)
 	ctx.Watch(m.proxy)
 	return l.pid
@@ -476,7 +487,7 @@ func (s *session) legRestore(m *legRestore) {
 	}
 	for _, r := range m.pending {
 		if key := protocol.IDKey(r.ID); !l.answered[key] {
-			l.pending[key] = relayedRequest{id: r.ID, method: r.Method}
+			l.pending[key] = &relayedRequest{id: r.ID, method: r.Method, sent: true}
 		}
 	}
 	l.answered = nil

@@ -42,7 +42,7 @@ func (c *connection) newSession(ctx actor.Context, m *protocol.Message) {
 		return
 	}
 	// The session actor creates its store entry and answers the request.
-	c.openSession(ctx, uuid.NewString(), startNew, m.ID, cwd, "", servers, dirs)
+	c.openSession(ctx, uuid.NewString(), startNew, m.ID, cwd, "", servers, dirs, nil)
 }
 
 // mcpServersOf parses mcpServers, answering reqID with -32602 (naming the
@@ -106,17 +106,22 @@ type attachRequest struct {
 	cwd     string
 	servers []protocol.McpServerConfig
 	dirs    []string
+	follow  *followClaim
 }
 
 // openSession spawns the session actor, which opens its store entry, starts
 // its MCP servers and answers reqID. A session already live (on any
 // connection) is attached to this one instead.
+// A follow (a proxy's resume for a stub following the session here,
+// session_follow.go) is answered without a replay, after what the session
+// sent its clients since this pod took it.
 func (c *connection) openSession(ctx actor.Context, id string, kind startKind, reqID protocol.RawMessage, cwd, forkSrc string,
-	servers []protocol.McpServerConfig, dirs []string) {
+	servers []protocol.McpServerConfig, dirs []string, follow *followClaim) {
 	notices := c.notices
 	props := actor.PropsFromProducer(func() actor.Actor {
 		s := newSession(c.deps, id, sessionWho{Identity: c.who, connID: c.id}, ctx.Self(), c.caps, kind, reqID, cwd, forkSrc, servers, notices)
 		s.startDirs, s.compactionUpdates, s.booleanOptions = dirs, c.compaction, c.booleanOptions
+		s.clients.only().follow = follow
 		return s
 	}, actor.WithSupervisor(reportAndStop{}), actor.WithGuardian(c.deps.sessionGuardian),
 		actor.WithReceiverMiddleware(keepStack))
@@ -126,9 +131,10 @@ func (c *connection) openSession(ctx actor.Context, id string, kind startKind, r
 	pid, err := ctx.ActorSystem().Root.SpawnNamed(props, name)
 	if errors.Is(err, actor.ErrNameExists) {
 		pid = actor.NewPID(ctx.ActorSystem().Address(), name)
-		r.attaching = &attachRequest{id: id, kind: kind, reqID: reqID, cwd: cwd, servers: servers, dirs: dirs}
+		r.attaching = &attachRequest{id: id, kind: kind, reqID: reqID, cwd: cwd, servers: servers, dirs: dirs, follow: follow}
 		ctx.Request(pid, &attach{kind: kind, reqID: reqID, cwd: cwd, conn: ctx.Self(), who: sessionWho{Identity: c.who, connID: c.id},
-			servers: servers, notices: notices, caps: c.caps, dirs: dirs, compaction: c.compaction, booleanOptions: c.booleanOptions})
+			servers: servers, notices: notices, caps: c.caps, dirs: dirs, compaction: c.compaction, booleanOptions: c.booleanOptions,
+			follow: follow})
 	} else if err != nil {
 		c.log.Error().Err(err).Str("session", id).Msg("spawn session")
 		c.fail(reqID, protocol.ErrInternal("could not start the session", newErrorID()))
@@ -227,11 +233,11 @@ func (c *connection) reopenOwned(ctx actor.Context, m *protocol.Message, method 
 	}
 	switch method {
 	case protocol.MethodSessionFork:
-		c.openSession(ctx, uuid.NewString(), startFork, m.ID, ref.Cwd, ref.SessionID, servers, dirs)
+		c.openSession(ctx, uuid.NewString(), startFork, m.ID, ref.Cwd, ref.SessionID, servers, dirs, nil)
 	case protocol.MethodSessionLoad:
-		c.openSession(ctx, ref.SessionID, startLoad, m.ID, ref.Cwd, "", servers, dirs)
+		c.openSession(ctx, ref.SessionID, startLoad, m.ID, ref.Cwd, "", servers, dirs, nil)
 	default:
-		c.openSession(ctx, ref.SessionID, startResume, m.ID, ref.Cwd, "", servers, dirs)
+		c.openSession(ctx, ref.SessionID, startResume, m.ID, ref.Cwd, "", servers, dirs, c.followOf(m))
 	}
 }
 
@@ -268,7 +274,7 @@ func (c *connection) toSession(ctx actor.Context, m *protocol.Message, method st
 		if c.full(ref.SessionID, m.ID) {
 			return
 		}
-		c.openSession(ctx, ref.SessionID, startRestore, nil, "", "", r.servers, nil)
+		c.openSession(ctx, ref.SessionID, startRestore, nil, "", "", r.servers, nil, nil)
 		r = c.sessions.get(ref.SessionID)
 	}
 	if r == nil || r.live == nil {

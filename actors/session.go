@@ -157,6 +157,9 @@ type session struct {
 	stub *sessionStub
 	// movedIn: a stub made for a connection moved here (connection_move.go).
 	movedIn *adoptLeg
+	// followers: what it sent its clients since this pod took it, for
+	// clients following it here (session_followlog.go).
+	followers followLog
 	// jail contains what the session's tools start, for jailRoots
 	// (session_sandbox.go); nil until first needed.
 	jail      *sandbox.Jail
@@ -208,6 +211,8 @@ func (s *session) stepLive(ctx actor.Context, e envelope) {
 		}
 	case *releaseTick:
 		s.releaseTicked(ctx)
+	case *followWindowOver:
+		s.endFollowLog(m)
 	case *cancelTurns:
 		if s.turn.of(m.conn) && cancelsID(m.requestID, s.turn.promptID) {
 			s.cancelTurn(ctx)
@@ -420,6 +425,9 @@ func (s *session) openWith(ctx actor.Context, entries []store.Entry, err error) 
 	}
 	s.entries = entries
 	s.become(phase{kind: phaseLive})
+	if s.start != startNew && s.start != startFork {
+		s.startFollowLog(ctx)
+	}
 	s.adoptMeta()
 	if prior == nil {
 		s.recordInterrupted()
@@ -436,6 +444,10 @@ func (s *session) openWith(ctx actor.Context, entries []store.Entry, err error) 
 	s.prefetchInstructions()
 	if prior != nil {
 		s.resumeTurn(ctx, prior) // before the answer, which shows it running
+	}
+	// after the resume: a follower is owed the prompt of a turn resumed here
+	if c := s.clients.find(s.conn); c != nil && c.follow != nil {
+		s.claimFollow(c, c.follow)
 	}
 	s.answerWhenReady(ctx, s.start, s.startReq, s.conn)
 	s.armIdle(ctx, s.deps.Config.SessionIdle)
@@ -488,7 +500,7 @@ func (s *session) answerStart(ctx actor.Context, kind startKind, reqID protocol.
 			Modes:         modeState(s.meta.Mode),
 			Models:        s.modelState(),
 			ConfigOptions: s.configOptions(),
-			Meta:          s.withActiveTurn(s.mcpMeta()),
+			Meta:          s.followMeta(conn, s.withActiveTurn(s.mcpMeta())),
 		}, nil)
 	default:
 		return

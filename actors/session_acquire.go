@@ -202,6 +202,7 @@ func (s *session) reacquired(ctx actor.Context, entries []store.Entry, changed b
 		s.entries = entries
 		s.adoptMeta()
 	}
+	s.startFollowLog(ctx)
 	s.armRelease(ctx, s.deps.Config.SessionRelease)
 	if prior == nil {
 		s.recordInterrupted()

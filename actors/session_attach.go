@@ -59,6 +59,9 @@ type (
 		// compaction, booleanOptions: the connection's client shows
 		// compaction updates, boolean config options.
 		compaction, booleanOptions bool
+		// follow: a stub of another pod follows the session here
+		// (session_follow.go).
+		follow *followClaim
 	}
 	// detach: the connection is going away; a session it was the last one
 	// attached to stops (it is on disk).
@@ -91,6 +94,9 @@ type client struct {
 	// seen counts the requests the session got from it since it attached
 	// (see retireRequest).
 	seen int
+	// follow: it follows the session here, its resume not answered yet
+	// (session_followlog.go).
+	follow *followClaim
 }
 
 // clients are the connections attached to a session, in the order they
@@ -149,6 +155,7 @@ func (cs *clients) capsOf(pid *actor.PID) tools.ClientCaps {
 
 // broadcast sends a session/update frame to every attached connection.
 func (s *session) broadcast(ctx actor.Context, m *outbound) {
+	s.followers.keep(m.frame.Data)
 	for _, c := range s.clients.list {
 		ctx.Send(c.pid, m)
 	}
@@ -156,9 +163,12 @@ func (s *session) broadcast(ctx actor.Context, m *outbound) {
 
 // emit sends an update to every attached connection.
 func (s *session) emit(ctx actor.Context, update any) {
-	data := protocol.EncodeNotification(protocol.MethodSessionUpdate,
-		protocol.SessionNotification{SessionID: s.id, Update: update})
-	s.broadcast(ctx, &outbound{frame: Frame{Data: data, SessionID: s.id}})
+	s.broadcast(ctx, &outbound{frame: Frame{Data: s.updateFrame(update), SessionID: s.id}})
+}
+
+// updateFrame is the session/update notification of update.
+func (s *session) updateFrame(update any) []byte {
+	return protocol.EncodeNotification(protocol.MethodSessionUpdate, protocol.SessionNotification{SessionID: s.id, Update: update})
 }
 
 // emitTo sends an update to one connection only (a replay for the one that
@@ -200,7 +210,13 @@ func (s *session) attach(ctx actor.Context, m *attach) {
 	// attach on (openSession resets its count), also when it is the same
 	// connection: without this an idle session loaded again is never
 	// retired (seen and sent would never match).
+	if m.follow != nil && !s.followFrom(ctx, m) {
+		return
+	}
 	s.attachClient(ctx, m)
+	if m.follow != nil {
+		s.claimFollow(s.clients.find(m.conn), m.follow)
+	}
 	// The last client attached decides how compaction and boolean options
 	// are shown (as it decides the MCP notices).
 	s.compactionUpdates, s.booleanOptions = m.compaction, m.booleanOptions
@@ -227,7 +243,7 @@ func (s *session) attach(ctx actor.Context, m *attach) {
 // connection". In share mode a permission request pending is asked of the
 // newcomer too.
 func (s *session) attachClient(ctx actor.Context, m *attach) {
-	if s.deps.Config.SessionAttach == AttachMove {
+	if s.deps.Config.SessionAttach == AttachMove && m.follow == nil {
 		for _, old := range append([]*client(nil), s.clients.list...) {
 			if old.pid.Equal(m.conn) {
 				continue
@@ -372,8 +388,13 @@ func withdraw(ctx actor.Context, conn *actor.PID, tag any) {
 }
 
 // sameTag reports whether two request tags are of one request; a
-// remoteTag by its leg and key alone, as a withdrawal knows only those.
+// remoteTag by its leg and key alone, as a withdrawal knows only those;
+// legRequests (b) withdraws every request of its leg.
 func sameTag(a, b any) bool {
+	if lb, ok := b.(legRequests); ok {
+		ra, ok := a.(remoteTag)
+		return ok && ra.leg.Equal(lb.leg)
+	}
 	if ra, ok := a.(remoteTag); ok {
 		rb, ok := b.(remoteTag)
 		return ok && ra.key != "" && ra.key == rb.key && ra.leg.Equal(rb.leg)

@@ -105,6 +105,12 @@ func (s *session) answerCancelled(ctx actor.Context, r *sessionRequest) {
 // between). A session with one client and no queue says nothing new.
 func (s *session) echoPrompt(ctx actor.Context, user *llm.Message, expanded bool) {
 	if s.clients.len() < 2 && !s.queue.starting && !expanded {
+		// a client following the session here later is shown it
+		for _, u := range replayUpdates(user, user.ID) {
+			if s.followers.on {
+				s.followers.keep(s.updateFrame(u))
+			}
+		}
 		return
 	}
 	for _, u := range replayUpdates(user, user.ID) {

@@ -74,6 +74,22 @@ func (l *podLink) Share(id, _, principal string, stub *actor.PID, init, open []b
 	return toProxy, nil
 }
 
+// chatOf is the text of h's updates of kind (agent_message_chunk,
+// user_message_chunk) from frame index from on.
+func chatOf(h *harness, from int, kind string) string {
+	var b strings.Builder
+	for _, f := range framesAfter(h, from) {
+		if f["method"] != "session/update" {
+			continue
+		}
+		u := f["params"].(map[string]any)["update"].(map[string]any)
+		if c, ok := u["content"].(map[string]any); ok && u["sessionUpdate"] == kind {
+			b.WriteString(c["text"].(string))
+		}
+	}
+	return b.String()
+}
+
 func (l *podLink) TakeOver(string, string) error { panic("a shared session is not taken over") }
 
 var _ = Describe("a session loaded through another pod (PostgreSQL)", func() {
@@ -92,7 +108,9 @@ var _ = Describe("a session loaded through another pod (PostgreSQL)", func() {
 		provider = &scriptedProvider{}
 		holder = newSessionHarnessOn(provider, theirs, nil, echoTool{})
 		DeferCleanup(holder.close)
-		here = newSessionHarnessOn(&scriptedProvider{}, mine, nil)
+		// no pod takes the session after its holder: its clients are
+		// answered after a second (session_follow.go)
+		here = newSessionHarnessOn(&scriptedProvider{}, mine, func(c *Config) { c.FollowTimeout = time.Second })
 		DeferCleanup(here.close)
 		link = &podLink{holder: holder.srv, here: here.srv, init: make(chan *protocol.Message, 4)}
 		here.srv.SetHandover(link)
@@ -157,20 +175,6 @@ var _ = Describe("a session loaded through another pod (PostgreSQL)", func() {
 		Expect(other.result(queued)["stopReason"]).To(Equal("end_turn"))
 	})
 
-	// chatOf is the text of h's updates of kind (agent_message_chunk, user_message_chunk) from frame index from on.
-	chatOf := func(h *harness, from int, kind string) string {
-		var b strings.Builder
-		for _, f := range framesAfter(h, from) {
-			if f["method"] != "session/update" {
-				continue
-			}
-			u := f["params"].(map[string]any)["update"].(map[string]any)
-			if c, ok := u["content"].(map[string]any); ok && u["sessionUpdate"] == kind {
-				b.WriteString(c["text"].(string))
-			}
-		}
-		return b.String()
-	}
 	load := func(h *harness) float64 {
 		return h.call("session/load", map[string]any{"sessionId": sid, "cwd": cwd, "additionalDirectories": []string{extra}})
 	}

@@ -17,17 +17,22 @@ import (
 // the permission requests, the first answer winning there.
 //
 // A leg remembers the requests it relayed that are not answered yet. When
-// the holding pod ends the sharing (its shutdown, Server.EndShares) or a
-// proxy is gone (the pod died, or its Share failed), the stub stops and
-// answers each of them: a prompt cancelled, a close done, anything else
-// -32010 naming the cause. Its connections open the session anew at their
-// next request.
+// the session leaves its holding pod (handed over, paused for another pod
+// to adopt) or that pod dies, each leg follows it to its next holder
+// (session_follow.go). When the holding pod ends the sharing (its
+// shutdown, Server.EndShares), or no pod takes the session within
+// followTimeout, the stub stops and answers each of them: a prompt
+// cancelled, a close done, anything else -32010 naming the cause. Its
+// connections open the session anew at their next request.
 
 type (
 	sessionStub struct {
-		// holder is the incarnation holding the session (Share's owner).
+		// holder is the incarnation holding the session (Share's owner),
+		// the one its legs follow it to next (session_follow.go).
 		holder string
 		legs   []*stubLeg
+		// follow: the search for the next holder (session_follow.go).
+		follow stubFollow
 		// ending is why the stub stops (see answerUnanswered).
 		ending string
 	}
@@ -35,13 +40,19 @@ type (
 	stubLeg struct {
 		conn *actor.PID
 		who  sessionWho
+		// state says whether its proxy serves it (legState).
+		state legState
 		// pid is the leg actor the proxy writes to; proxy is nil while its
-		// Share is under way, and the messages for it wait in waiting.
+		// Share is under way. Until the leg is attached the messages for
+		// it wait in waiting.
 		pid     *actor.PID
 		proxy   *actor.PID
-		waiting []*protocol.Message
+		waiting []relayed
+		// former are the leg actors of the proxies of the holders it
+		// followed the session away from (session_follow.go).
+		former []*actor.PID
 		// pending are the requests relayed and not answered, by IDKey.
-		pending map[string]relayedRequest
+		pending map[string]*relayedRequest
 		closeID protocol.RawMessage
 		// moving: the leg's connection moves to another pod and its proxy
 		// was repointed; answered when the proxy's last frame comes
@@ -49,10 +60,31 @@ type (
 		// until its restore, the answers it passed on.
 		moving   *actor.PID
 		answered map[string]bool
+		// seq numbers the messages relayed, in order; share is what asks a
+		// holder for a proxy: the proxy's initialize and the leg's open.
+		seq   uint64
+		share legShare
+	}
+	// relayed is a message of the leg's connection, numbered in order.
+	relayed struct {
+		seq uint64
+		msg *protocol.Message
 	}
 	relayedRequest struct {
+		relayed
 		id     protocol.RawMessage
 		method string
+		// sent: it reached a proxy; bounced: that proxy answered that the
+		// session had left (session_follow.go).
+		sent, bounced bool
+	}
+	// legShare is what a leg's Share sends the holding pod: the
+	// initialize of its client, and its load or resume.
+	legShare struct {
+		init    []byte
+		cwd     string
+		servers []protocol.McpServerConfig
+		dirs    []string
 	}
 	// legFrame is a frame of the proxy of leg, passed on by the leg actor.
 	legFrame struct {
@@ -117,28 +149,52 @@ func (st *sessionStub) legOfProxy(pid *actor.PID) *stubLeg {
 // one client served through proxy, whose frames come to leg.
 func (s *session) becomeStub(ctx actor.Context, sc *shareCall, proxy *actor.PID) {
 	c := s.clients.only()
-	l := &stubLeg{conn: c.pid, who: c.who, pid: sc.stub, proxy: proxy, pending: map[string]relayedRequest{}}
-	l.expect(s.startReq, startMethod(s.start))
+	l := &stubLeg{conn: c.pid, who: c.who, state: legAttached, pid: sc.stub, proxy: proxy, pending: map[string]*relayedRequest{},
+		share: legShare{init: sc.init, cwd: s.startCwd, servers: s.mcp.start, dirs: s.startDirs}}
+	l.expectStart(s.startReq, startMethod(s.start), s.openRequest(s.start, s.startReq, s.startCwd, s.mcp.start, s.startDirs))
 	s.stub = &sessionStub{holder: sc.holder, legs: []*stubLeg{l}}
 	ctx.Watch(proxy)
 	s.become(phase{kind: phaseStub})
 }
 
-func (l *stubLeg) expect(id protocol.RawMessage, method string) {
+// expect notes a request m relayed.
+func (l *stubLeg) expect(id protocol.RawMessage, method string, m *protocol.Message) {
 	if id != nil {
-		l.pending[protocol.IDKey(id)] = relayedRequest{id: id, method: method}
+		l.seq++
+		l.pending[protocol.IDKey(id)] = &relayedRequest{relayed: relayed{seq: l.seq, msg: m}, id: id, method: method}
 	}
 }
 
-// relayFor sends one JSON-RPC message of l's connection to its proxy.
+// expectStart notes the leg's own load or resume, open, which its Share
+// sends.
+func (l *stubLeg) expectStart(id protocol.RawMessage, method string, open []byte) {
+	m, _ := protocol.Decode(open)
+	l.expect(id, method, m)
+	if r := l.pending[protocol.IDKey(id)]; r != nil {
+		r.sent = true
+	}
+}
+
+// relayFor sends one JSON-RPC message of l's connection to its proxy, or
+// keeps it until the leg is attached.
 func (s *session) relayFor(ctx actor.Context, l *stubLeg, m *protocol.Message) {
 	m.JSONRPC = "2.0"
-	if m.Method != "" {
-		l.expect(m.ID, m.Method)
+	if m.Method != "" && m.ID != nil {
+		l.expect(m.ID, m.Method, m)
+	} else {
+		l.seq++
 	}
-	if l.proxy == nil {
-		l.waiting = append(l.waiting, m)
+	if l.state != legAttached {
+		l.waiting = append(l.waiting, relayed{seq: l.seq, msg: m})
 		return
+	}
+	s.sendRelayed(ctx, l, m)
+}
+
+// sendRelayed sends m to l's proxy.
+func (s *session) sendRelayed(ctx actor.Context, l *stubLeg, m *protocol.Message) {
+	if r := l.pending[protocol.IDKey(m.ID)]; m.ID != nil && m.Method != "" && r != nil {
+		r.sent, r.bounced = true, false
 	}
 	ctx.Send(l.proxy, &clusterpb.Relay{Body: protocol.MustMarshal(m), Traceparent: m.Traceparent})
 }
@@ -147,22 +203,32 @@ func (s *session) relayFor(ctx actor.Context, l *stubLeg, m *protocol.Message) {
 // session: the holding pod is asked for a proxy of its own (off the actor,
 // as the first Share was), which is sent the connection's load.
 func (s *session) addLeg(ctx actor.Context, m *attach) {
-	l := &stubLeg{conn: m.conn, who: m.who, pid: ctx.Spawn(legProps), pending: map[string]relayedRequest{}}
-	l.expect(m.reqID, startMethod(m.kind))
-	s.stub.legs = append(s.stub.legs, l)
-	init := shareInit(m.caps, m.notices, m.compaction, m.booleanOptions)
+	l := &stubLeg{conn: m.conn, who: m.who, state: legSharing, pid: ctx.Spawn(legProps), pending: map[string]*relayedRequest{},
+		share: legShare{init: shareInit(m.caps, m.notices, m.compaction, m.booleanOptions), cwd: m.cwd, servers: m.servers, dirs: m.dirs}}
 	open := s.openRequest(m.kind, m.reqID, m.cwd, m.servers, m.dirs)
-	handover, id, holder, principal := s.deps.Handover, s.id, s.stub.holder, m.who.Principal
+	l.expectStart(m.reqID, startMethod(m.kind), open)
+	s.stub.legs = append(s.stub.legs, l)
+	if s.stub.follow.looking() {
+		// The holder let go: this leg follows with the others, its load
+		// sent again once attached there.
+		s.followLeg(ctx, l, "")
+		return
+	}
+	s.shareLeg(ctx, l, open)
+}
+
+// shareLeg asks the holder for a proxy for l, sent open (off the actor).
+func (s *session) shareLeg(ctx actor.Context, l *stubLeg, open []byte) {
+	handover, id, holder, principal, pid, init := s.deps.Handover, s.id, s.stub.holder, l.who.Principal, l.pid, l.share.init
 	self, root := ctx.Self(), ctx.ActorSystem().Root
 	go func() {
-		proxy, err := handover.Share(id, holder, principal, l.pid, init, open)
-		root.Send(self, &legShared{leg: l.pid, proxy: proxy, err: err})
+		proxy, err := handover.Share(id, holder, principal, pid, init, open)
+		root.Send(self, &legShared{leg: pid, proxy: proxy, err: err})
 	}()
 }
 
 // legShared takes the proxy made for a leg. A failed Share means the
-// holding pod is gone: the stub ends, so that the next load opens the
-// session here.
+// holding pod let the session go or is gone: the leg follows it.
 func (s *session) legShared(ctx actor.Context, m *legShared) {
 	l := s.stub.legAt(m.leg)
 	if l == nil {
@@ -170,13 +236,22 @@ func (s *session) legShared(ctx actor.Context, m *legShared) {
 	}
 	if m.err != nil {
 		s.log.Info().Err(m.err).Str("holder", s.stub.holder).Msg("share: the holding pod did not serve one more connection")
-		s.endStub(ctx, stubHolderGone)
+		s.followLeg(ctx, l, "")
 		return
 	}
 	l.proxy = m.proxy
 	ctx.Watch(m.proxy)
+	if l.state == legRejoining {
+		return // attached once the follow is answered (followAnswered)
+	}
+	l.become(legAttached)
+	s.flushWaiting(ctx, l)
+}
+
+// flushWaiting sends l's proxy what waited for it, in order.
+func (s *session) flushWaiting(ctx actor.Context, l *stubLeg) {
 	for _, w := range l.waiting {
-		ctx.Send(l.proxy, &clusterpb.Relay{Body: protocol.MustMarshal(w), Traceparent: w.Traceparent})
+		s.sendRelayed(ctx, l, w.msg)
 	}
 	l.waiting = nil
 }
@@ -194,6 +269,7 @@ func (s *session) dropLeg(ctx actor.Context, l *stubLeg) {
 		ctx.Unwatch(l.proxy)
 	}
 	ctx.Stop(l.pid)
+	l.stopFormer(ctx)
 	if len(s.stub.legs) == 0 {
 		ctx.Stop(ctx.Self())
 	}
@@ -253,9 +329,15 @@ func (s *session) stepStub(ctx actor.Context, e envelope) {
 	case *legFrame:
 		if l := st.legAt(m.leg); l != nil {
 			s.fromProxy(ctx, l, m.body)
+		} else if l := st.legOfFormer(m.leg); l != nil {
+			s.fromFormerProxy(ctx, l, m.body)
 		}
 	case *legShared:
 		s.legShared(ctx, m)
+	case *holderRead:
+		s.holderRead(ctx, m)
+	case *lookAgain:
+		s.lookUpHolder(ctx)
 	case *deleteLive:
 		s.endStubForDelete(ctx, nil)
 	case *sessionRequest:
@@ -284,6 +366,12 @@ func (s *session) stepStub(ctx actor.Context, e envelope) {
 		}
 	case *attach:
 		l := st.legOf(m.conn)
+		if m.follow != nil {
+			// followed to a pod that shares it from another: not here
+			s.respondTo(ctx, m.conn, m.reqID, nil, protocol.ErrInvalidParams(map[string]string{
+				"_meta": "the session is held by another pod"}))
+			return
+		}
 		if l == nil {
 			s.addLeg(ctx, m)
 			return
@@ -318,9 +406,9 @@ func (s *session) stepStub(ctx actor.Context, e envelope) {
 			ctx.Send(e.sender, &handedOff{})
 		}
 	case *actor.Terminated:
-		if st.legOfProxy(m.Who) != nil {
+		if l := st.legOfProxy(m.Who); l != nil {
 			s.log.Info().Str("holder", st.holder).Msg("share: the proxy of a connection on the holding pod is gone")
-			s.endStub(ctx, stubHolderGone)
+			s.followLeg(ctx, l, st.holder)
 		}
 	case *actor.Stopped:
 		s.deps.Metrics.Sessions.Add(-1)
@@ -341,6 +429,10 @@ func (s *session) fromProxy(ctx actor.Context, l *stubLeg, body []byte) {
 		if id == protocol.IDKey(shareInitID) {
 			return
 		}
+		if id == protocol.IDKey(followID) {
+			s.followAnswered(ctx, l, msg)
+			return
+		}
 		delete(l.pending, id)
 		if l.answered != nil {
 			l.answered[id] = true
@@ -354,6 +446,9 @@ func (s *session) fromProxy(ctx actor.Context, l *stubLeg, body []byte) {
 	case msg.Method == shareEnd:
 		s.log.Info().Str("holder", s.stub.holder).Msg("share: the holding pod ended the sharing")
 		s.endStub(ctx, stubHolderGone)
+	case msg.Method == shareLeft:
+		s.log.Info().Str("holder", s.stub.holder).Msg("share: the session left the holding pod; following it")
+		s.followLeg(ctx, l, "")
 	case msg.Method == protocol.MethodCancelRequest:
 		var p struct {
 			RequestID protocol.RawMessage `json:"requestId"`

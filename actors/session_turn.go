@@ -59,6 +59,18 @@ func (t *turnSlot) claim(id protocol.RawMessage, conn *actor.PID) int64 {
 }
 
 // run: the turn's actor is pid.
+// answerTo makes conn the connection the running turn answers, when its
+// prompt is id and its own connection is gone (detached is true of it):
+// a client following the session here is owed that answer
+// (session_followlog.go). A turn being cancelled is not handed on.
+func (t *turnSlot) answerTo(id protocol.RawMessage, conn *actor.PID, detached func(*actor.PID) bool) bool {
+	if !t.running() || t.cancelling() || protocol.IDKey(id) != protocol.IDKey(t.promptID) || !detached(t.promptConn) {
+		return false
+	}
+	t.promptConn = conn
+	return true
+}
+
 func (t *turnSlot) run(pid *actor.PID) { t.state, t.pid = turnRunning, pid }
 
 // end frees the slot, and returns the prompt to answer.

@@ -65,6 +65,10 @@ type Config struct {
 	// live on another connection does: AttachShare (default) attaches that
 	// connection too, AttachMove moves the session to it.
 	SessionAttach string
+	// FollowTimeout bounds how long the clients of a session another pod
+	// held wait for the next pod to take it (session_follow.go); 0 means
+	// defaultFollowTimeout.
+	FollowTimeout time.Duration
 	// PromptQueue caps the prompts that wait for a session's running turn
 	// (default 8); more are refused.
 	PromptQueue int

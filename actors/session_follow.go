@@ -1,0 +1,331 @@
+package actors
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"slices"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/iac-code/iac-code/protocol"
+	"github.com/iac-code/iac-code/store"
+)
+
+// Following a session to its next holder (issue 29). The clients of a stub
+// stay with the session when it leaves the pod holding it — handed over
+// (Server.HandOff), paused for another pod to adopt, or its pod died: each
+// leg whose proxy says the session left (shareLeft) or whose proxy is gone
+// follows. The stub reads the store for the session's next holder (its
+// lease; nobody holds it for a moment while another pod takes or adopts
+// it), asks that pod for a proxy again, and the leg's connection goes on
+// there: the same connection record on this pod, no replay.
+//
+// No gap, no duplicate: what the old holder sent reached the leg before its
+// proxy said the session left (one ordered stream); the new holder sends
+// the new proxy first what it sent every client since it took the session
+// (followLog, session_followlog.go), then the rest as it comes. A holder
+// that cannot (it holds the session for longer than it keeps that) refuses
+// the follow, and the stub ends as when nobody takes the session.
+//
+// The requests the leg relayed and is owed: the follow names its prompts
+// (the new holder answers those of its resumed turn: owes in the answer);
+// a request the old proxy answered "moved" (it came after the session left)
+// and every other request but a prompt is sent again; a prompt neither owed
+// nor bounced is answered cancelled (its turn was cut and goes on nowhere).
+// What the connection sends meanwhile waits, and goes after, in order.
+
+// legState is where one leg of the stub is; become changes it.
+type legState uint8
+
+const (
+	// legSharing: its first Share is under way; messages wait.
+	legSharing legState = iota
+	// legAttached: its proxy serves it.
+	legAttached
+	// legFollowing: the session left its holder; the next one is looked up.
+	legFollowing
+	// legRejoining: a proxy of the next holder is asked for or made, the
+	// follow not answered yet; messages wait.
+	legRejoining
+)
+
+var legStateNames = [...]string{"sharing", "attached", "following", "rejoining"}
+
+func (k legState) String() string { return legStateNames[k] }
+
+// legStates are the states each leg state may become.
+var legStates = [...][]legState{
+	legSharing:   {legAttached, legFollowing},
+	legAttached:  {legFollowing},
+	legFollowing: {legRejoining},
+	legRejoining: {legAttached, legFollowing},
+}
+
+// become moves l to state to, and reports whether it did.
+func (l *stubLeg) become(to legState) bool {
+	if !slices.Contains(legStates[l.state], to) {
+		return false
+	}
+	l.state = to
+	return true
+}
+
+// defaultFollowTimeout bounds the search for the next holder
+// (Config.FollowTimeout): past it the stub ends as before (its clients
+// load the session again). followPoll is how often the store is read
+// meanwhile.
+const (
+	defaultFollowTimeout = 3 * time.Second
+	followPoll           = 50 * time.Millisecond
+)
+
+func (s *session) followTimeout() time.Duration {
+	if t := s.deps.Config.FollowTimeout; t > 0 {
+		return t
+	}
+	return defaultFollowTimeout
+}
+
+// followID is the id of a leg's follow (a session/resume); its answer is
+// the stub's, not its client's.
+var followID = protocol.RawMessage(`"iac-code-follow"`)
+
+// shareLeft, from a proxy to its stub: the session left the holding pod
+// (handed over, paused to be adopted): follow it.
+const shareLeft = "$/iac-code/share_left"
+
+// followMetaKey is the _meta key of a follow: {"owed": [prompt ids]} in
+// the request, {"owes": [...]} in its answer.
+const followMetaKey = "iac-code/follow"
+
+type (
+	// stubFollow is the stub's search for the next holder.
+	stubFollow struct {
+		// since: when the search started (zero when no leg follows);
+		// reading: a store read is under way; dead: an incarnation whose
+		// proxies went away, not to be followed to.
+		since   time.Time
+		reading bool
+		dead    string
+	}
+	// holderRead is the store's answer to the search.
+	holderRead struct {
+		holder store.Holder
+		err    error
+	}
+	// lookAgain: read the store again.
+	lookAgain struct{}
+	// followClaim is what a follow says it is owed (its prompts' ids).
+	followClaim struct {
+		Owed []protocol.RawMessage `json:"owed,omitempty"`
+	}
+	// followAnswer is what the holder answers it owes.
+	followAnswer struct {
+		Owes []protocol.RawMessage `json:"owes,omitempty"`
+	}
+)
+
+func (*holderRead) IgnoreDeadLetterLogging() {}
+func (*lookAgain) IgnoreDeadLetterLogging()  {}
+
+// looking: some leg follows the session.
+func (f *stubFollow) looking() bool { return !f.since.IsZero() }
+
+func (st *sessionStub) legOfFormer(pid *actor.PID) *stubLeg {
+	for _, l := range st.legs {
+		for _, f := range l.former {
+			if f.Equal(pid) {
+				return l
+			}
+		}
+	}
+	return nil
+}
+
+// stopFormer stops the leg actors of l's former proxies (which stop with
+// them).
+func (l *stubLeg) stopFormer(ctx actor.Context) {
+	for _, f := range l.former {
+		ctx.Stop(f)
+	}
+	l.former = nil
+}
+
+// followLeg: l's holder let the session go (or died: dead names it). Its
+// proxy is let go of (its frames still come, to former), what that
+// proxy asked l's client is withdrawn, and the next holder is looked up.
+func (s *session) followLeg(ctx actor.Context, l *stubLeg, dead string) {
+	if !l.become(legFollowing) {
+		return
+	}
+	if l.proxy != nil {
+		ctx.Unwatch(l.proxy)
+	}
+	withdraw(ctx, l.conn, legRequests{leg: l.pid})
+	l.former = append(l.former, l.pid)
+	l.pid, l.proxy = ctx.Spawn(legProps), nil
+	st := s.stub
+	if dead != "" {
+		st.follow.dead = dead
+	}
+	if !st.follow.looking() {
+		st.follow.since = time.Now()
+	}
+	s.lookUpHolder(ctx)
+}
+
+// lookUpHolder reads who holds the session now, off the actor.
+func (s *session) lookUpHolder(ctx actor.Context) {
+	st := s.stub
+	if st.follow.reading || !st.follow.looking() {
+		return
+	}
+	reader, ok := s.deps.Store.(store.HolderReader)
+	if !ok {
+		s.endStub(ctx, stubHolderGone)
+		return
+	}
+	st.follow.reading = true
+	id, self, root, timeout := s.id, ctx.Self(), ctx.ActorSystem().Root, s.followTimeout()
+	go func() {
+		c, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		h, err := reader.Holder(c, id)
+		root.Send(self, &holderRead{holder: h, err: err})
+	}()
+}
+
+// holderRead: the legs following rejoin the holder found, or the store is
+// read again a moment later, until followTimeout.
+func (s *session) holderRead(ctx actor.Context, m *holderRead) {
+	st := s.stub
+	st.follow.reading = false
+	if !st.follow.looking() {
+		return
+	}
+	owner := m.holder.Owner
+	switch {
+	case errors.Is(m.err, store.ErrNotFound):
+		s.endStub(ctx, stubDeleted)
+	case m.err == nil && owner != "" && owner != st.follow.dead && owner != s.incarnation():
+		s.log.Info().Str("from", st.holder).Str("to", owner).Dur("took", time.Since(st.follow.since)).Msg("share: following the session to its new holder")
+		st.holder, st.follow.since = owner, time.Time{}
+		for _, l := range st.legs {
+			if l.state == legFollowing {
+				s.rejoin(ctx, l)
+			}
+		}
+	case time.Since(st.follow.since) >= s.followTimeout():
+		s.log.Info().Err(m.err).Str("holder", st.holder).Msg("share: no pod took the session; its clients load it again")
+		s.endStub(ctx, stubHolderGone)
+	default:
+		self, root := ctx.Self(), ctx.ActorSystem().Root
+		time.AfterFunc(followPoll, func() { root.Send(self, &lookAgain{}) })
+	}
+}
+
+// incarnation is this pod's (shared store), "" for a store of one process.
+func (s *session) incarnation() string {
+	if p, ok := s.deps.Store.(interface{ Incarnation() string }); ok {
+		return p.Incarnation()
+	}
+	return ""
+}
+
+// rejoin asks the new holder for a proxy for l, sent the follow: a
+// session/resume (no replay) naming the prompts l is owed.
+func (s *session) rejoin(ctx actor.Context, l *stubLeg) {
+	l.become(legRejoining)
+	var claim followClaim
+	for _, r := range l.pending {
+		if r.sent && !r.bounced && r.method == protocol.MethodSessionPrompt {
+			claim.Owed = append(claim.Owed, r.id)
+		}
+	}
+	params := map[string]any{"sessionId": s.id, "cwd": l.share.cwd, "mcpServers": l.share.servers,
+		"_meta": map[string]any{followMetaKey: claim}}
+	if l.share.servers == nil {
+		params["mcpServers"] = []protocol.McpServerConfig{}
+	}
+	if len(l.share.dirs) > 0 {
+		params["additionalDirectories"] = l.share.dirs
+	}
+	s.shareLeg(ctx, l, protocol.MustMarshal(&protocol.Message{JSONRPC: "2.0", ID: followID,
+		Method: protocol.MethodSessionResume, Params: protocol.MustMarshal(params)}))
+}
+
+// followAnswered: the new holder answered l's follow. Refused, the stub
+// ends (its clients load the session again). Else the leg is attached: the
+// requests the old holder did not answer are sent again, but those the new
+// holder owes, and the prompts whose turn was cut, answered cancelled;
+// then what waited, all in the order the connection sent them.
+func (s *session) followAnswered(ctx actor.Context, l *stubLeg, msg *protocol.Message) {
+	if msg.Error != nil {
+		s.log.Info().Str("holder", s.stub.holder).Str("error", msg.Error.Message).Msg("share: the new holder refused the follow")
+		s.endStub(ctx, stubHolderGone)
+		return
+	}
+	var res struct {
+		Meta map[string]followAnswer `json:"_meta"`
+	}
+	_ = protocol.Unmarshal(msg.Result, &res)
+	owes := map[string]bool{}
+	for _, id := range res.Meta[followMetaKey].Owes {
+		owes[protocol.IDKey(id)] = true
+	}
+	l.become(legAttached)
+	l.stopFormer(ctx)
+	var again []relayed
+	for key, r := range l.pending {
+		switch {
+		case !r.sent || owes[key]:
+			// waiting, or answered by the new holder
+		case r.method == protocol.MethodSessionPrompt && !r.bounced:
+			delete(l.pending, key)
+			s.respondTo(ctx, l.conn, r.id, cancelledPrompt(), nil)
+		case r.msg == nil:
+			// restored after a connection move (legRestore): the request
+			// itself stayed with the old leg, so it cannot be sent again
+			delete(l.pending, key)
+			s.respondTo(ctx, l.conn, r.id, nil, protocol.ErrSessionHolderGone(s.id, s.stub.holder))
+		default:
+			again = append(again, r.relayed)
+		}
+	}
+	again = append(again, l.waiting...)
+	slices.SortFunc(again, func(a, b relayed) int { return cmp.Compare(a.seq, b.seq) })
+	l.waiting = nil
+	for _, r := range again {
+		s.sendRelayed(ctx, l, r.msg)
+	}
+}
+
+// fromFormerProxy: a frame of a proxy l followed the session away from.
+// Only its answer "moved" to a request that reached it after the session
+// left matters: that request is sent again (now, or once l is attached).
+func (s *session) fromFormerProxy(ctx actor.Context, l *stubLeg, body []byte) {
+	msg, e := protocol.Decode(body)
+	if e != nil || !msg.IsResponse() || msg.Error == nil || !isMovedError(msg.Error) {
+		return
+	}
+	r := l.pending[protocol.IDKey(msg.ID)]
+	if r == nil || r.msg == nil {
+		return
+	}
+	r.bounced = true
+	if l.state == legAttached {
+		s.sendRelayed(ctx, l, r.msg)
+	}
+}
+
+// isMovedError is errSessionMoved as a proxy answers it.
+func isMovedError(e *protocol.Error) bool {
+	moved := errSessionMoved()
+	return e.Code == moved.Code && e.Message == moved.Message && string(protocol.MustMarshal(e.Data)) == string(protocol.MustMarshal(moved.Data))
+}
+
+// legRequests is the tag of every request a leg's proxy asked its client
+// (withdrawn when the leg follows: the new holder asks again).
+type legRequests struct{ leg *actor.PID }

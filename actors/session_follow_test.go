@@ -1,0 +1,192 @@
+package actors
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+
+	"github.com/iac-code/iac-code/store"
+)
+
+// podNet joins several servers of this process as pods of one cluster on
+// one PostgreSQL: a pod's Share or TakeOver reaches the pod named by the
+// store's lease (its incarnation), and the frames between a stub and its
+// proxy cross the two actor systems through forwarders (podLink's). gate,
+// when set, holds every Share made to a pod until it is closed.
+type podNet struct {
+	mu   sync.Mutex
+	pods map[string]*Server
+	gate map[string]chan struct{}
+}
+
+// podOf is the Handover of pod here.
+type podOf struct {
+	net  *podNet
+	here *Server
+}
+
+func (p podOf) Share(id, owner, principal string, stub *actor.PID, init, open []byte) (*actor.PID, error) {
+	p.net.mu.Lock()
+	holder, gate := p.net.pods[owner], p.net.gate[owner]
+	p.net.mu.Unlock()
+	if holder == nil || holder == p.here {
+		return nil, errors.New("no such pod")
+	}
+	if gate != nil {
+		<-gate
+	}
+	proxy, err := holder.ServeShare(id, principal, forwarder(holder, p.here, stub), init, open)
+	if err != nil {
+		return nil, err
+	}
+	return forwarder(p.here, holder, proxy), nil
+}
+
+func (p podOf) TakeOver(id, owner string) error {
+	p.net.mu.Lock()
+	holder := p.net.pods[owner]
+	p.net.mu.Unlock()
+	if holder == nil {
+		return errors.New("no such pod")
+	}
+	return holder.HandOff(id, 2*time.Second)
+}
+
+// threePods are three stores on one fresh PostgreSQL schema.
+func threePods() [3]*store.PGStore {
+	GinkgoHelper()
+	srv := requirePG()
+	schema, dbURL, err := srv.NewSchema()
+	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(srv.DropSchema, schema)
+	var out [3]*store.PGStore
+	for i := range out {
+		st, err := store.NewPostgres(dbURL, store.WithLeaseTTL(time.Hour), store.WithLeaseRenew(30*time.Minute))
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(st.Close)
+		out[i] = st
+	}
+	return out
+}
+
+var _ = Describe("clients following a session to its next pod (PostgreSQL)", func() {
+	var (
+		net              *podNet
+		stores           [3]*store.PGStore
+		a, b, c          *sessionHarness
+		pa, pc           *scriptedProvider
+		incA, incC       string
+		sid, cwd         string
+		owner            *harness
+		loadOn           func(h *harness) float64
+		agentText, users func(h *harness, from int) string
+	)
+
+	BeforeEach(func() {
+		stores = threePods()
+		st := stores
+		pa, pc = &scriptedProvider{}, &scriptedProvider{}
+		a = newSessionHarnessOn(pa, st[0], nil)
+		b = newSessionHarnessOn(&scriptedProvider{}, st[1], func(c *Config) { c.FollowTimeout = time.Second })
+		// c takes a session over at a load (move), as a pod draining
+		// hands it to another
+		c = newSessionHarnessOn(pc, st[2], func(c *Config) { c.SessionAttach = AttachMove })
+		for _, h := range []*sessionHarness{a, b, c} {
+			DeferCleanup(h.close)
+		}
+		incA, incC = st[0].Incarnation(), st[2].Incarnation()
+		net = &podNet{pods: map[string]*Server{incA: a.srv, st[1].Incarnation(): b.srv, incC: c.srv}, gate: map[string]chan struct{}{}}
+		for _, h := range []*sessionHarness{a, b, c} {
+			h.srv.SetHandover(podOf{net: net, here: h.srv})
+		}
+		cwd = GinkgoT().TempDir()
+		owner = a.connect()
+		sid = owner.result(owner.call("session/new", map[string]any{"cwd": cwd}))["sessionId"].(string)
+		loadOn = func(h *harness) float64 { return h.call("session/load", map[string]any{"sessionId": sid, "cwd": cwd}) }
+		agentText = func(h *harness, from int) string { return chatOf(h, from, "agent_message_chunk") }
+		users = func(h *harness, from int) string { return chatOf(h, from, "user_message_chunk") }
+	})
+
+	// holdShares holds every Share made to pod inc until the returned
+	// func is called.
+	holdShares := func(inc string) func() {
+		g := make(chan struct{})
+		net.mu.Lock()
+		net.gate[inc] = g
+		net.mu.Unlock()
+		return sync.OnceFunc(func() { close(g) })
+	}
+
+	It("follows an idle session handed to another pod: every update once, what was sent before and after, its requests meanwhile answered there", func() {
+		pa.then(say("before"))
+		Expect(owner.result(owner.call("session/prompt", textPrompt(sid, "one")))["stopReason"]).To(Equal("end_turn"))
+
+		b1, b2 := b.connect(), b.connect()
+		b1.result(loadOn(b1))
+		b2.result(loadOn(b2))
+		Expect(agentText(b1, 0)).To(Equal("before"), "the replay")
+		from1, from2 := len(b1.out.all()), len(b2.out.all())
+
+		By("pod c takes the session; the stub's legs find it there, but their Share waits")
+		release := holdShares(incC)
+		DeferCleanup(release)
+		c1 := c.connect()
+		c1.result(loadOn(c1))
+		Eventually(func() string {
+			h, err := stores[1].Holder(context.Background(), sid)
+			Expect(err).NotTo(HaveOccurred())
+			return h.Owner
+		}, 2*time.Second).Should(Equal(incC), "c holds it")
+
+		By("c's client runs a turn before b's clients are back: they get it from what c kept")
+		pc.then(say("whi", "le ", "away"))
+		Expect(c1.result(c1.call("session/prompt", textPrompt(sid, "two")))["stopReason"]).To(Equal("end_turn"))
+		mode := b1.call("session/set_mode", map[string]any{"sessionId": sid, "modeId": "plan"})
+		Consistently(func() map[string]any { return b1.out.response(mode) }, 150*time.Millisecond).Should(BeNil(), "it waits for the follow")
+		release()
+		Expect(b1.result(mode)).NotTo(BeNil())
+
+		for _, h := range []*harness{b1, b2} {
+			from := from1
+			if h == b2 {
+				from = from2
+			}
+			Eventually(func() string { return agentText(h, from) }, 5*time.Second).Should(Equal("while away"))
+			Expect(users(h, from)).To(Equal("two"), "the other client's prompt, shown once; no replay of the history")
+		}
+
+		By("after the follow everything comes live, and b's prompts run on c, answered to b")
+		pc.then(say("after"))
+		p := b2.call("session/prompt", textPrompt(sid, "three"))
+		Expect(b2.result(p)["stopReason"]).To(Equal("end_turn"))
+		for _, h := range []*harness{b1, b2, c1} {
+			Eventually(func() string { return agentText(h, 0) }, 5*time.Second).Should(HaveSuffix("while awayafter"))
+		}
+		Expect(agentText(b1, 0)).To(Equal("beforewhile awayafter"), "each update exactly once")
+		Expect(agentText(b2, 0)).To(Equal("beforewhile awayafter"))
+		Expect(pc.requests()).To(HaveLen(2), "b's prompt ran on c")
+	})
+
+	It("answers what it relayed as before when no pod takes the session within the follow timeout", func() {
+		pa.then(hangAfter("x"))
+		b1 := b.connect()
+		b1.result(loadOn(b1))
+		prompt := b1.call("session/prompt", textPrompt(sid, "long"))
+		Eventually(b1.out.updates, 5*time.Second).ShouldNot(BeEmpty())
+
+		began := time.Now()
+		Expect(a.srv.HandOff(sid, 2*time.Second)).To(Succeed())
+		Expect(b1.result(prompt)["stopReason"]).To(Equal("cancelled"), "the hand-off cancelled it on a")
+		mode := b1.call("session/set_mode", map[string]any{"sessionId": sid, "modeId": "plan"})
+		Expect(b1.errorOf(mode)).To(HaveKeyWithValue("data", HaveKeyWithValue("reason", "session_holder_gone")))
+		Expect(time.Since(began)).To(And(BeNumerically(">=", time.Second), BeNumerically("<", 3*time.Second)))
+
+		By("its next request opens the session on its own pod")
+		Expect(b1.result(b1.call("session/set_mode", map[string]any{"sessionId": sid, "modeId": "plan"}))).NotTo(BeNil())
+	})
+})
