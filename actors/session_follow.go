@@ -157,7 +157,8 @@ func (l *stubLeg) stopFormer(ctx actor.Context) {
 // proxy is let go of (its frames still come, to former), what that
 // proxy asked l's client is withdrawn, and the next holder is looked up.
 func (s *session) followLeg(ctx actor.Context, l *stubLeg, dead string) {
-	if !l.become(legFollowing) {
+	// A stub stopping spawns no more leg actors: it would wait for them.
+	if s.stub.ending != "" || !l.become(legFollowing) {
 		return
 	}
 	if l.proxy != nil {
@@ -179,7 +180,7 @@ func (s *session) followLeg(ctx actor.Context, l *stubLeg, dead string) {
 // lookUpHolder reads who holds the session now, off the actor.
 func (s *session) lookUpHolder(ctx actor.Context) {
 	st := s.stub
-	if st.follow.reading || !st.follow.looking() {
+	if st.follow.reading || !st.follow.looking() || st.ending != "" {
 		return
 	}
 	reader, ok := s.deps.Store.(store.HolderReader)
@@ -202,7 +203,7 @@ func (s *session) lookUpHolder(ctx actor.Context) {
 func (s *session) holderRead(ctx actor.Context, m *holderRead) {
 	st := s.stub
 	st.follow.reading = false
-	if !st.follow.looking() {
+	if !st.follow.looking() || st.ending != "" {
 		return
 	}
 	owner := m.holder.Owner

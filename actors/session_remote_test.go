@@ -262,6 +262,7 @@ var _ = Describe("a session loaded through another pod (PostgreSQL)", func() {
 
 		began := time.Now()
 		holder.srv.EndShares(2 * time.Second)
+		link.kill() // its proxies seen gone too while the stub stops: it follows no one
 		Expect(time.Since(began)).To(BeNumerically("<", time.Second), "the proxies stopped")
 		Expect(h.result(prompt)["stopReason"]).To(Equal("cancelled"))
 		Expect(time.Since(began)).To(BeNumerically("<", time.Second))
