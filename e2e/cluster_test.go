@@ -224,9 +224,9 @@ var _ = Describe("cluster mode: pods behind a round-robin load balancer", Label(
 		}
 	})
 
-	It("after kill -9 of the pod owning a connection mid-turn: 'Connection not found' at once, re-initialize, load on a survivor", func() {
+	It("after kill -9 of the pod owning a connection mid-turn: 'Connection not found' at once, re-initialize, load on a survivor, which resumes the turn", func() {
 		fake.Script(llmtest.Reply{Text: "Noted: 42."}, llmtest.Reply{Text: "a b c d e f", Hang: true, AfterChunks: 3},
-			llmtest.Reply{Text: "Back: 42."})
+			llmtest.Reply{Text: "Back: 42."}, llmtest.Reply{Text: "Still here."})
 		cl := newCluster(fake, 3)
 		lb := newRoundRobin(cl.pods)
 		c := openConn(lb.httpAgent)
@@ -260,20 +260,22 @@ var _ = Describe("cluster mode: pods behind a round-robin load balancer", Label(
 		Expect(answers[0]["error"]).To(HaveKeyWithValue("code", -32603.0))
 		Expect(answers[0]["error"]).To(HaveKeyWithValue("data", HaveKeyWithValue("reason", "connection_lost")))
 
-		By("a new connection loads the session on a survivor, history up to the last completed message")
+		By("a new connection loads the session on a survivor: the turn cut by the kill is resumed there, its reply asked again")
 		n := openConn(lb.httpAgent)
 		from := len(n.events)
-		n.result("session/load", loadParams(sid, cwd))
-		ups := n.updatesOf(sid, from)
-		Expect(chatText(ups, "user_message_chunk")).To(Equal("Remember 42count slowly"))
-		Expect(chatText(ups, "agent_message_chunk")).To(Equal("Noted: 42."))
-		Expect(n.wait(n.prompt(sid, "still there?"))["result"]).To(HaveKeyWithValue("stopReason", "end_turn"))
+		load := n.result("session/load", loadParams(sid, cwd))
+		Expect(load["_meta"]).To(HaveKeyWithValue("activeTurn", HaveKeyWithValue("promptRequest", pending)), "the load shows the turn running")
+		Expect(chatText(n.updatesOf(sid, from), "user_message_chunk")).To(Equal("Remember 42count slowly"))
+		Expect(n.wait(n.prompt(sid, "still there?"))["result"]).To(HaveKeyWithValue("stopReason", "end_turn"), "queued behind the resumed turn")
+		Expect(chatText(n.updatesOf(sid, from), "agent_message_chunk")).To(Equal("Noted: 42.Back: 42.Still here."),
+			"the cut reply (never recorded) asked again, each chunk once")
+		Expect(fake.Requests()).To(HaveLen(4), "one model request per reply: none repeated")
 		Expect(lb.check.Violations()).To(BeEmpty())
 	})
 
 	It("takes a session over once the lease of a stalled pod expires; the stalled pod's late writes are refused", func() {
 		fake.Script(llmtest.Reply{Text: "Noted: 42."}, llmtest.Reply{Text: "a b c d e f", Hang: true, AfterChunks: 3},
-			llmtest.Reply{Text: "Took over."})
+			llmtest.Reply{Text: "Took over."}, llmtest.Reply{Text: "And now."})
 		cl := newCluster(fake, 2, "IAC_CODE_LEASE_TTL=1s", "IAC_CODE_LEASE_RENEW=200ms")
 		a, b := openConn(cl.pods[0]), openConn(cl.pods[1])
 		sid := a.newSession(cwd)
@@ -304,7 +306,8 @@ var _ = Describe("cluster mode: pods behind a round-robin load balancer", Label(
 		from := len(d.events)
 		d.result("session/load", loadParams(sid, cwd))
 		Expect(chatText(d.updatesOf(sid, from), "user_message_chunk")).To(Equal("Remember 42count slowlyand now?"))
-		Expect(chatText(d.updatesOf(sid, from), "agent_message_chunk")).To(Equal("Noted: 42.Took over."))
+		Expect(chatText(d.updatesOf(sid, from), "agent_message_chunk")).To(Equal("Noted: 42.Took over.And now."),
+			"B resumed the cut turn (its reply asked again) before the prompt queued behind it")
 	})
 
 	It("SIGTERM of a pod: its prompts end cancelled, its sessions load elsewhere at once", func() {
