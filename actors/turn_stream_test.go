@@ -8,6 +8,7 @@ import (
 	. "github.com/onsi/gomega"
 
 	"github.com/iac-code/iac-code/llm"
+	"github.com/iac-code/iac-code/protocol"
 )
 
 var _ = Describe("a streaming model call", func() {
@@ -118,5 +119,51 @@ var _ = Describe("a streaming model call", func() {
 		Expect(sent).To(BeEmpty())
 		r := call.take()
 		Expect(r.msg.TextOf()).To(Equal("summary"))
+	})
+})
+
+var _ = Describe("the running message a session keeps for a load", func() {
+	It("keeps a frame between two chunks of a call in its place, and of the chunks only how far they went", func() {
+		s := &session{}
+		s.turn.run(nil)
+		s.turn.soFar.active = &ActiveTurn{}
+		var call *modelCall
+		call = newModelCall("s1", true, func(data []byte, shown int) {
+			s.keepSoFar(&outbound{frame: Frame{Data: data}, call: call, shown: shown})
+		})
+		notice := protocol.EncodeChunkNotification("s1", protocol.UpdateAgentMessageChunk, "[notice]")
+		call.add(llm.Event{Type: llm.EventTextDelta, Text: "one "})
+		call.add(llm.Event{Type: llm.EventTextDelta, Text: "two "})
+		s.keepSoFar(&outbound{frame: Frame{Data: notice}})
+		call.add(llm.Event{Type: llm.EventTextDelta, Text: "three"})
+		Expect(s.turn.soFar.entries).To(HaveLen(3), "the first two chunks are one entry")
+		Expect(s.turn.soFar.bytes).To(Equal(len(notice)), "no chunk frame is kept")
+
+		replay := func() string {
+			var text string
+			for _, e := range s.turn.soFar.entries {
+				frames := [][]byte{e.frame}
+				if e.call != nil {
+					frames = e.call.shownFrames(e.from, e.to)
+				}
+				for _, f := range frames {
+					var m struct {
+						Params struct {
+							Update struct {
+								Content struct{ Text string } `json:"content"`
+							} `json:"update"`
+						} `json:"params"`
+					}
+					Expect(json.Unmarshal(f, &m)).To(Succeed())
+					text += m.Params.Update.Content.Text + "|"
+				}
+			}
+			return text
+		}
+		Expect(replay()).To(Equal("one two |[notice]|three|"))
+		call.take()
+		Expect(replay()).To(Equal("one two |[notice]|three|"), "the same from the taken message")
+		s.messageRecorded(&llm.Message{})
+		Expect(s.turn.soFar.entries).To(BeEmpty())
 	})
 })
