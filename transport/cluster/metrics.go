@@ -15,6 +15,11 @@ type metrics struct {
 	podsLost  prometheus.Counter
 	refused   prometheus.Counter
 	takeovers prometheus.Collector
+	// Durable turns (issue 29): handed over by this pod's drain, resumed
+	// here (handed over or recovered), and how long drains took.
+	handedOver prometheus.Counter
+	resumed    prometheus.Counter
+	drain      prometheus.Histogram
 }
 
 func newMetrics(st *store.PGStore) *metrics {
@@ -48,6 +53,19 @@ func newMetrics(st *store.PGStore) *metrics {
 			Name: "iaccode_cluster_lease_takeovers_total",
 			Help: "Session leases this pod took from an expired or dead holder.",
 		}, func() float64 { return float64(st.Takeovers()) }),
+		handedOver: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "iaccode_turns_handed_over_total",
+			Help: "Running turns this pod paused at SIGTERM and another pod adopted.",
+		}),
+		resumed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "iaccode_turns_resumed_total",
+			Help: "Running turns of another pod resumed here: handed over by a draining pod, or found orphaned (pod dead, lease lapsed).",
+		}),
+		drain: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "iaccode_drain_seconds",
+			Help:    "Time from SIGTERM to the last turn handed over (pausing the turns and the hand-overs).",
+			Buckets: []float64{.01, .05, .1, .25, .5, 1, 2.5, 5, 10, 20, 30, 60},
+		}),
 	}
 	for _, k := range []string{"post", "delete"} {
 		m.forwarded.WithLabelValues(k)
@@ -56,5 +74,6 @@ func newMetrics(st *store.PGStore) *metrics {
 }
 
 func (m *metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.forwarded, m.attaches, m.hop, m.handovers, m.podsLost, m.refused, m.takeovers}
+	return []prometheus.Collector{m.forwarded, m.attaches, m.hop, m.handovers, m.podsLost, m.refused, m.takeovers,
+		m.handedOver, m.resumed, m.drain}
 }

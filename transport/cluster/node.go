@@ -66,6 +66,12 @@ type Config struct {
 	Log    zerolog.Logger
 	// Refresh is how often the pods table is read (DefaultRefresh).
 	Refresh time.Duration
+	// Turns pauses and adopts running turns (*actors.Server); nil: a
+	// drain hands nothing over and no orphaned turn is adopted here.
+	Turns Turns
+	// RecoveryScan is the mean period of the scan for orphaned turns
+	// (DefaultRecoveryScan).
+	RecoveryScan time.Duration
 }
 
 // Node is this pod's member of the cluster. It implements httpsse.Cluster
@@ -85,8 +91,15 @@ type Node struct {
 	// moved: where connections moved (move.go); moveNext spreads moves.
 	moved    movedCache
 	moveNext atomic.Uint64
-	quit     chan struct{}
-	done     chan struct{}
+	quit    chan struct{}
+	done    chan struct{}
+	// turns moves running turns (Config.Turns); draining: Drain began,
+	// this pod adopts nothing more; kick wakes the recovery scan;
+	// recovered closes when it stopped.
+	turns     Turns
+	draining  atomic.Bool
+	kick      chan struct{}
+	recovered chan struct{}
 }
 
 var (
@@ -120,12 +133,16 @@ func Start(srv *actors.Server, st *store.PGStore, cfg Config) (*Node, error) {
 	if cfg.Refresh <= 0 {
 		cfg.Refresh = DefaultRefresh
 	}
+	if cfg.RecoveryScan <= 0 {
+		cfg.RecoveryScan = DefaultRecoveryScan
+	}
 	log := cfg.Log.With().Str("component", "cluster").Logger()
 	if len(cfg.Secret) < 16 {
 		log.Warn().Int("length", len(cfg.Secret)).Msg("cluster: IAC_CODE_CLUSTER_SECRET is short; use at least 32 random bytes")
 	}
 	n := &Node{sys: srv.System(), srv: srv, st: st, log: log, self: st.Incarnation(),
-		quit: make(chan struct{}), done: make(chan struct{})}
+		quit: make(chan struct{}), done: make(chan struct{}),
+		turns: cfg.Turns, kick: make(chan struct{}, 1), recovered: make(chan struct{})}
 	n.met = newMetrics(st)
 	a := newAuth(cfg.Secret, log, func() { n.met.refused.Inc() })
 	rc := remote.Configure(host, port, remote.WithServerOptions(a.serverOptions()...),
@@ -152,6 +169,7 @@ func Start(srv *actors.Server, st *store.PGStore, cfg Config) (*Node, error) {
 	}
 	n.refresh()
 	go n.refreshLoop(cfg.Refresh)
+	go n.recoverLoop(cfg.RecoveryScan)
 	srv.SetHandover(n)
 	log.Info().Str("addr", n.addr).Str("incarnation", n.self).Msg("cluster: pod started")
 	return n, nil
@@ -193,6 +211,7 @@ func (n *Node) Stop() {
 	}
 	close(n.quit)
 	<-n.done
+	<-n.recovered
 	_ = n.sys.Root.StopFuture(n.service).Wait()
 	n.rem.Shutdown(false)
 }

@@ -243,6 +243,7 @@ func (ps *peers) settle(p *peer, next peerState) {
 		ps.n.sys.Root.Send(ps.n.service, &watchPeer{pid: p.service})
 	case dead:
 		ps.n.met.podsLost.Inc()
+		defer ps.n.kickRecovery() // after MarkDead: its leases are free
 		ps.n.log.Warn().Str("pod", p.inc).Str("addr", p.addr).Msg("cluster: pod gone; its connections are closed and its sessions can be taken over")
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -261,6 +262,7 @@ func (ps *peers) settle(p *peer, next peerState) {
 // unreachable ones are checked again.
 func (ps *peers) refresh(incs []store.Incarnation) {
 	var recheck []*peer
+	kick := false
 	ps.mu.Lock()
 	for _, inc := range incs {
 		if inc.ID == ps.n.self {
@@ -275,6 +277,7 @@ func (ps *peers) refresh(incs []store.Incarnation) {
 		}
 		switch {
 		case !inc.Dead.IsZero() && p.state != dead:
+			kick = true
 			p.state = dead
 			select {
 			case <-p.settled:
@@ -292,6 +295,22 @@ func (ps *peers) refresh(incs []store.Incarnation) {
 	for _, p := range recheck {
 		go ps.check(p)
 	}
+	if kick {
+		ps.n.kickRecovery()
+	}
+}
+
+// live are the pods believed alive now (not this one).
+func (ps *peers) live() []*peer {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	var out []*peer
+	for _, p := range ps.m {
+		if p.state == alive {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // request sends msg to a pod's service actor and waits for the answer, or

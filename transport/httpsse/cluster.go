@@ -1,6 +1,7 @@
 package httpsse
 
 import (
+	"context"
 	"strings"
 	"time"
 
@@ -48,6 +49,11 @@ type Cluster interface {
 	AbortMove(to, connID string)
 	// ForgetMoved: a connection moved to this pod closed.
 	ForgetMoved(connID string)
+
+	// Drain hands this pod's running turns over to other pods (SIGTERM,
+	// see Edge.Drain) and returns when it is done or ctx ends; the edge
+	// serves every request but new connections meanwhile.
+	Drain(ctx context.Context)
 }
 
 // Reply is the outcome of a request served by another pod: an HTTP status
@@ -183,7 +189,7 @@ func (e *Edge) AttachRemote(connID, sessionID, who string, last *uint64, ready f
 	if r, ok := e.owns(c, who, "get", ""); !ok {
 		return 0, nil, false, r
 	}
-	if e.closing.Load() {
+	if e.closing() {
 		return 0, nil, false, Reply{fasthttp.StatusServiceUnavailable, msgShuttingDown}
 	}
 	c.touch()

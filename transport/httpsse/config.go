@@ -107,8 +107,12 @@ type Config struct {
 	// CloseTimeout bounds DELETE and reaping: running turns are cancelled and
 	// their prompts answered within it.
 	CloseTimeout time.Duration
-	// ShutdownTimeout bounds the graceful shutdown of Serve.
+	// ShutdownTimeout bounds the graceful shutdown of Serve, after the
+	// drain.
 	ShutdownTimeout time.Duration
+	// DrainTimeout bounds the drain that precedes it (IAC_CODE_DRAIN_TIMEOUT,
+	// see Edge.Drain).
+	DrainTimeout time.Duration
 	// WSPingInterval is how often a WebSocket is pinged
 	// (IAC_CODE_WS_PING_INTERVAL); a peer that sends nothing, not even a
 	// pong, for 2.5 intervals (25 s by default) is taken for dead and its
@@ -178,6 +182,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ShutdownTimeout <= 0 {
 		c.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	if c.DrainTimeout <= 0 {
+		c.DrainTimeout = DefaultDrainTimeout
 	}
 	if c.WSPingInterval <= 0 {
 		c.WSPingInterval = DefaultWSPingInterval

@@ -50,7 +50,7 @@ func (e *Edge) get(ctx *fasthttp.RequestCtx, who string) (stream func()) {
 		jsonError(ctx, fasthttp.StatusBadRequest, "Invalid Last-Event-ID header")
 		return nil
 	}
-	if e.closing.Load() {
+	if e.closing() {
 		jsonError(ctx, fasthttp.StatusServiceUnavailable, msgShuttingDown)
 		return nil
 	}

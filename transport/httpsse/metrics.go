@@ -18,6 +18,7 @@ const (
 	routeGet     = "get_acp"
 	routeDelete  = "delete_acp"
 	routeHealth  = "health"
+	routeReady   = "ready"
 	routeMetrics = "metrics"
 	routeOther   = "other"
 )

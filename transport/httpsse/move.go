@@ -71,7 +71,7 @@ func (e *Edge) HandOverConnections(ctx context.Context) int {
 	if e.cluster == nil {
 		return 0
 	}
-	e.draining.Store(true)
+	e.enter(edgeDraining)
 	start := time.Now()
 	var (
 		wg    sync.WaitGroup
@@ -273,7 +273,7 @@ func (e *Edge) AdoptConn(step int, connID string, data []byte) ([]byte, error) {
 }
 
 func (e *Edge) adoptPrepare(connID string, data []byte) ([]byte, error) {
-	if e.closing.Load() || e.draining.Load() {
+	if e.current() != edgeServing {
 		return nil, errors.New(msgShuttingDown)
 	}
 	var st actors.MovedConn

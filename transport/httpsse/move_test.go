@@ -50,6 +50,7 @@ func (l *loopPod) edge(inc string) *httpsse.Edge {
 func (l *loopPod) Incarnation() string                { return l.self }
 func (l *loopPod) Bind(httpsse.Owner)                 {}
 func (l *loopPod) Collectors() []prometheus.Collector { return nil }
+func (l *loopPod) Drain(context.Context)              {}
 func (l *loopPod) Post(owner, connID, sessionID, who, traceparent string, body []byte) httpsse.Reply {
 	return l.edge(owner).ServePost(connID, sessionID, who, traceparent, body)
 }

@@ -131,8 +131,7 @@ func (e *Edge) initialize(ctx *fasthttp.RequestCtx, msg *protocol.Message, who s
 		jsonError(ctx, fasthttp.StatusBadRequest, "initialize must be a request (with an id)")
 		return
 	}
-	if e.closing.Load() || e.draining.Load() {
-		jsonError(ctx, fasthttp.StatusServiceUnavailable, msgShuttingDown)
+	if e.refuseNew(ctx) {
 		return
 	}
 	if !e.admitUser(who) {
@@ -164,7 +163,7 @@ func (e *Edge) initialize(ctx *fasthttp.RequestCtx, msg *protocol.Message, who s
 		c.mu.Unlock()
 	}
 	if body == nil {
-		if e.closing.Load() {
+		if e.closing() {
 			jsonError(ctx, fasthttp.StatusServiceUnavailable, msgShuttingDown)
 			return
 		}

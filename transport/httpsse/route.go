@@ -93,17 +93,20 @@ func (e *Edge) serve(ctx *fasthttp.RequestCtx) (stream func()) {
 		}
 	case "/health":
 		route = routeHealth
+	case "/ready":
+		route = routeReady
 	case "/metrics":
 		route = routeMetrics
 	}
 	if !e.guard.admit(ctx) {
 		return nil
 	}
-	// /health answers without credentials: kubelet and load-balancer
-	// probes carry none, and its constant body tells no more than the 401
-	// (realm "iac-code") an unauthenticated request gets anyway.
+	// /health and /ready answer without credentials: kubelet and
+	// load-balancer probes carry none, and their constant bodies tell no
+	// more than the 401 (realm "iac-code") an unauthenticated request gets
+	// anyway.
 	who := ""
-	if route != routeHealth {
+	if route != routeHealth && route != routeReady {
 		var ok bool
 		if who, ok = e.identify(ctx); !ok {
 			return nil
@@ -130,6 +133,13 @@ func (e *Edge) serve(ctx *fasthttp.RequestCtx) (stream func()) {
 		}
 		ctx.SetContentType("application/json")
 		ctx.SetBodyString(`{"status":"healthy"}`)
+	case "/ready":
+		if !ctx.IsGet() && !ctx.IsHead() {
+			ctx.Response.Header.Set("Allow", "GET, HEAD")
+			jsonError(ctx, fasthttp.StatusMethodNotAllowed, "Method not allowed")
+			return nil
+		}
+		e.ready(ctx)
 	case "/metrics":
 		if !ctx.IsGet() && !ctx.IsHead() {
 			ctx.Response.Header.Set("Allow", "GET, HEAD")

@@ -90,10 +90,8 @@ type Edge struct {
 	fresh    *freshListener
 	late     sync.WaitGroup
 	lateRuns sync.Map
-	closing  atomic.Bool
-	// draining: HandOverConnections runs or ran; new connections go to
-	// other pods (initialize 503) and none moves here.
-	draining atomic.Bool
+	// phase is the edge's edgePhase (lifecycle.go).
+	phase    atomic.Uint32
 	quit     chan struct{}
 	quitOnce sync.Once
 	reaped   chan struct{}
@@ -157,9 +155,11 @@ func (e *Edge) Serve(ln net.Listener) error {
 	return e.hs.Serve(e.fresh)
 }
 
-// Serve runs the edge on cfg.Host:cfg.Port until ctx is cancelled, then shuts
-// it down gracefully: stop accepting, cancel running turns, flush their last
-// events to the streams, close the streams. It returns within
+// Serve runs the edge on cfg.Host:cfg.Port until ctx is cancelled, then
+// drains it (Drain: in cluster mode its running turns go to other pods,
+// within cfg.DrainTimeout) and shuts it down gracefully: stop accepting,
+// cancel the turns still running, flush their last events to the streams,
+// close the streams. It returns within cfg.DrainTimeout +
 // cfg.ShutdownTimeout of the cancellation.
 func Serve(ctx context.Context, srv *actors.Server, cfg Config, log zerolog.Logger) error {
 	cfg = cfg.withDefaults()
@@ -184,6 +184,8 @@ func Serve(ctx context.Context, srv *actors.Server, cfg Config, log zerolog.Logg
 		return err
 	case <-ctx.Done():
 	}
+	// The listener still serves while the turns are handed over.
+	e.Drain(cfg.DrainTimeout)
 	e.log.Info().Msg("shutting down")
 	if e.cluster != nil {
 		// Drain: the SSE connections move to live pods first, while the
@@ -213,7 +215,7 @@ func isLoopback(host string) bool {
 // turns are cancelled and their answers flushed to the streams), ends the
 // streams and waits for the HTTP server to finish, or for ctx.
 func (e *Edge) Shutdown(ctx context.Context) error {
-	e.closing.Store(true)
+	e.enter(edgeClosing)
 	e.quitOnce.Do(func() { close(e.quit) })
 	httpDone := make(chan error, 1)
 	go func() { httpDone <- e.hs.ShutdownWithContext(ctx) }()

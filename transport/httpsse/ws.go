@@ -92,8 +92,7 @@ func newUpgrader(cfg Config) *websocket.FastHTTPUpgrader {
 // authenticated already (who): the connection limits are decided before the
 // 101 too. The connection actor starts once the 101 is on the wire.
 func (e *Edge) upgrade(ctx *fasthttp.RequestCtx, who string) {
-	if e.closing.Load() {
-		jsonError(ctx, fasthttp.StatusServiceUnavailable, msgShuttingDown)
+	if e.refuseNew(ctx) {
 		return
 	}
 	if !e.admitUser(who) {

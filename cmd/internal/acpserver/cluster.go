@@ -45,5 +45,13 @@ func joinCluster(srv *actors.Server, sessions store.Backend, listen, advertise s
 	if !ok {
 		return nil, fmt.Errorf("cluster mode needs the PostgreSQL store (%s)", store.EnvStoreURL)
 	}
-	return cluster.Start(srv, pg, cluster.Config{Listen: listen, Advertise: advertise, Secret: os.Getenv(envClusterSecret), Log: log})
+	// The actor tree pauses and resumes turns once it can (issue 29, lane
+	// resume): until then a drain hands nothing over and nothing is
+	// adopted, as before.
+	turns, _ := any(srv).(cluster.Turns)
+	if turns == nil {
+		log.Warn().Msg("cluster: this build cannot hand running turns over: SIGTERM cancels them")
+	}
+	return cluster.Start(srv, pg, cluster.Config{Listen: listen, Advertise: advertise, Secret: os.Getenv(envClusterSecret), Log: log,
+		Turns: turns})
 }

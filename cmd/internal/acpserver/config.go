@@ -100,6 +100,7 @@ func loadConfig(getenv func(string) string) (settings, error) {
 	e.positive("IAC_CODE_HTTP_MAX_CONNECTIONS", &s.http.MaxConnections)
 	e.duration("IAC_CODE_WS_PING_INTERVAL", &s.http.WSPingInterval)
 	e.duration("IAC_CODE_DETACHED_TURN_MAX", &s.http.DetachedTurnMax)
+	e.duration("IAC_CODE_DRAIN_TIMEOUT", &s.http.DrainTimeout)
 	if getenv("IAC_CODE_DETACHED_TURN_MAX") != "" && s.http.DetachedTurnMax == 0 {
 		s.http.DetachedTurnMax = -1 // 0: turns end with their client, as before
 	}

@@ -1217,6 +1217,115 @@ func (x *Repoint) GetLegId() string {
 	return ""
 }
 
+// Adopt asks a pod to take a session whose running turn another pod left
+// (a draining pod paused it at a step boundary; a dead pod's lease lapsed):
+// it opens the session, taking its lease, and resumes the turn from the
+// history.
+type Adopt struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Adopt) Reset() {
+	*x = Adopt{}
+	mi := &file_cluster_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Adopt) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Adopt) ProtoMessage() {}
+
+func (x *Adopt) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Adopt.ProtoReflect.Descriptor instead.
+func (*Adopt) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *Adopt) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+type AdoptReply struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Ok    bool                   `protobuf:"varint,1,opt,name=ok,proto3" json:"ok,omitempty"`
+	Error string                 `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	// in_use: another pod holds the session's lease (it adopted it first).
+	InUse         bool `protobuf:"varint,3,opt,name=in_use,json=inUse,proto3" json:"in_use,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AdoptReply) Reset() {
+	*x = AdoptReply{}
+	mi := &file_cluster_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AdoptReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AdoptReply) ProtoMessage() {}
+
+func (x *AdoptReply) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AdoptReply.ProtoReflect.Descriptor instead.
+func (*AdoptReply) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *AdoptReply) GetOk() bool {
+	if x != nil {
+		return x.Ok
+	}
+	return false
+}
+
+func (x *AdoptReply) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *AdoptReply) GetInUse() bool {
+	if x != nil {
+		return x.InUse
+	}
+	return false
+}
+
 var File_cluster_proto protoreflect.FileDescriptor
 
 const file_cluster_proto_rawDesc = "" +
@@ -1300,7 +1409,15 @@ const file_cluster_proto_rawDesc = "" +
 	"\aRepoint\x12\x1f\n" +
 	"\vleg_address\x18\x01 \x01(\tR\n" +
 	"legAddress\x12\x15\n" +
-	"\x06leg_id\x18\x02 \x01(\tR\x05legIdB:Z8github.com/iac-code/iac-code/transport/cluster/clusterpbb\x06proto3"
+	"\x06leg_id\x18\x02 \x01(\tR\x05legId\"&\n" +
+	"\x05Adopt\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\"I\n" +
+	"\n" +
+	"AdoptReply\x12\x0e\n" +
+	"\x02ok\x18\x01 \x01(\bR\x02ok\x12\x14\n" +
+	"\x05error\x18\x02 \x01(\tR\x05error\x12\x15\n" +
+	"\x06in_use\x18\x03 \x01(\bR\x05inUseB:Z8github.com/iac-code/iac-code/transport/cluster/clusterpbb\x06proto3"
 
 var (
 	file_cluster_proto_rawDescOnce sync.Once
@@ -1314,7 +1431,7 @@ func file_cluster_proto_rawDescGZIP() []byte {
 	return file_cluster_proto_rawDescData
 }
 
-var file_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_cluster_proto_goTypes = []any{
 	(*Post)(nil),          // 0: iaccode.cluster.v1.Post
 	(*Delete)(nil),        // 1: iaccode.cluster.v1.Delete
@@ -1336,6 +1453,8 @@ var file_cluster_proto_goTypes = []any{
 	(*MoveConn)(nil),      // 17: iaccode.cluster.v1.MoveConn
 	(*MoveConnReply)(nil), // 18: iaccode.cluster.v1.MoveConnReply
 	(*Repoint)(nil),       // 19: iaccode.cluster.v1.Repoint
+	(*Adopt)(nil),         // 20: iaccode.cluster.v1.Adopt
+	(*AdoptReply)(nil),    // 21: iaccode.cluster.v1.AdoptReply
 }
 var file_cluster_proto_depIdxs = []int32{
 	7, // 0: iaccode.cluster.v1.Batch.events:type_name -> iaccode.cluster.v1.Event
@@ -1357,7 +1476,7 @@ func file_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cluster_proto_rawDesc), len(file_cluster_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   20,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -1,0 +1,252 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/iac-code/iac-code/store"
+	"github.com/iac-code/iac-code/transport/cluster/clusterpb"
+)
+
+// Turns is what moving running turns between pods needs of the actor tree
+// (*actors.Server, issue 29).
+type Turns interface {
+	// PauseTurns pauses every running turn of this process at its next
+	// step boundary (bounded by ctx), lets go of their sessions keeping the
+	// turns recorded, and returns the ids of those sessions.
+	PauseTurns(ctx context.Context) []string
+	// Adopt opens the session here, taking its lease (an *store.InUseError
+	// when another live pod holds it), and resumes its recorded turn.
+	Adopt(sessionID string) error
+}
+
+// Hand-over and recovery tuning.
+const (
+	// adoptTimeout bounds one Adopt request to another pod.
+	adoptTimeout = 10 * time.Second
+	// handOverGrace is the least time the hand-overs get after PauseTurns,
+	// even when the pause used up the drain budget: a paused turn that is
+	// not handed over waits for another pod's recovery scan.
+	handOverGrace = 5 * time.Second
+	// handOverParallel is how many Adopt requests a draining pod has in
+	// flight at once.
+	handOverParallel = 16
+	// DefaultRecoveryScan is the mean period of the scan for orphaned
+	// turns; each wait is drawn in [½, 1½] of it, so the pods' scans do not
+	// march in step.
+	DefaultRecoveryScan = 3 * time.Second
+	// recoveryBatch caps the sessions one scan adopts.
+	recoveryBatch = 64
+	// recoveryParallel is how many adoptions one scan runs at once.
+	recoveryParallel = 8
+)
+
+// Drain implements httpsse.Cluster: the running turns of this pod pause at
+// their next step boundary (within ctx: IAC_CODE_DRAIN_TIMEOUT) and each
+// paused session is adopted by a live pod, spread over them; a session no
+// pod adopts is left to the others' recovery scan. This pod adopts nothing
+// from now on.
+func (n *Node) Drain(ctx context.Context) {
+	n.draining.Store(true)
+	if n.turns == nil {
+		return
+	}
+	start := time.Now()
+	ids := n.turns.PauseTurns(ctx)
+	paused := time.Since(start)
+	hctx, cancel := context.WithTimeout(context.Background(), max(time.Until(deadlineOf(ctx, start)), handOverGrace))
+	defer cancel()
+	moved := n.handOver(hctx, ids)
+	took := time.Since(start)
+	n.met.drain.Observe(took.Seconds())
+	n.log.Info().Int("paused", len(ids)).Int("handed_over", moved).Dur("pause_took", paused).Dur("took", took).
+		Msg("cluster: drained: running turns handed over to other pods")
+}
+
+// deadlineOf is ctx's deadline, or from when it has none.
+func deadlineOf(ctx context.Context, from time.Time) time.Time {
+	if dl, ok := ctx.Deadline(); ok {
+		return dl
+	}
+	return from
+}
+
+// handOver asks live pods to adopt the sessions ids, round robin from a
+// random pod, the next pod when one fails; it returns how many were adopted.
+func (n *Node) handOver(ctx context.Context, ids []string) int {
+	if len(ids) == 0 {
+		return 0
+	}
+	live := n.peers.live()
+	if len(live) == 0 {
+		n.log.Warn().Int("sessions", len(ids)).Msg("cluster: no live pod to hand the paused turns to; the next pod to start adopts them")
+		return 0
+	}
+	first := rand.IntN(len(live))
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		moved int
+		slots = make(chan struct{}, handOverParallel)
+	)
+	for i, id := range ids {
+		wg.Add(1)
+		slots <- struct{}{}
+		go func() {
+			defer func() { <-slots; wg.Done() }()
+			for k := range live {
+				p := live[(first+i+k)%len(live)]
+				err := n.askAdopt(ctx, p, id)
+				if err == nil {
+					n.met.handedOver.Inc()
+					n.log.Info().Str("session", id).Str("to", p.inc).Msg("cluster: turn handed over")
+					mu.Lock()
+					moved++
+					mu.Unlock()
+					return
+				}
+				var inUse *store.InUseError
+				if errors.As(err, &inUse) {
+					// Someone holds it already (a recovery scan was
+					// faster): it goes on there.
+					n.log.Info().Str("session", id).Str("holder", inUse.Owner).Msg("cluster: paused turn adopted by another pod already")
+					return
+				}
+				n.log.Warn().Err(err).Str("session", id).Str("pod", p.inc).Msg("cluster: a pod did not adopt a paused turn; trying the next")
+				if ctx.Err() != nil {
+					break
+				}
+			}
+			n.log.Warn().Str("session", id).Msg("cluster: paused turn not handed over; another pod's recovery scan adopts it")
+		}()
+	}
+	wg.Wait()
+	return moved
+}
+
+// askAdopt asks pod p to adopt session id. An *store.InUseError when p
+// found the session held by another pod.
+func (n *Node) askAdopt(ctx context.Context, p *peer, id string) error {
+	timeout := adoptTimeout
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = min(timeout, time.Until(dl))
+	}
+	if timeout <= 0 {
+		return context.DeadlineExceeded
+	}
+	start := time.Now()
+	res, err := n.request(p, &clusterpb.Adopt{SessionId: id}, timeout)
+	n.met.hop.WithLabelValues("adopt").Observe(time.Since(start).Seconds())
+	if err != nil {
+		return err
+	}
+	r, ok := res.(*clusterpb.AdoptReply)
+	switch {
+	case !ok:
+		return errors.New("unexpected answer to Adopt")
+	case r.InUse:
+		return &store.InUseError{ID: id, Owner: r.Error}
+	case !r.Ok:
+		return errors.New(r.Error)
+	}
+	return nil
+}
+
+// adopt serves an Adopt request of another pod, or one of this pod's
+// recovery scan: the session opens here and its turn resumes.
+func (n *Node) adopt(id, why string) error {
+	if n.turns == nil {
+		return errors.New("this pod cannot resume turns")
+	}
+	if n.draining.Load() {
+		return errors.New("this pod is draining")
+	}
+	start := time.Now()
+	if err := n.turns.Adopt(id); err != nil {
+		return err
+	}
+	n.met.resumed.Inc()
+	n.log.Info().Str("session", id).Str("why", why).Dur("took", time.Since(start)).Msg("cluster: turn resumed here")
+	return nil
+}
+
+// adoptReply is the answer to an Adopt request.
+func adoptReply(err error) *clusterpb.AdoptReply {
+	var inUse *store.InUseError
+	switch {
+	case err == nil:
+		return &clusterpb.AdoptReply{Ok: true}
+	case errors.As(err, &inUse):
+		return &clusterpb.AdoptReply{InUse: true, Error: inUse.Owner}
+	}
+	return &clusterpb.AdoptReply{Error: err.Error()}
+}
+
+// recoverLoop is the crash recovery: every few seconds (jittered), and at once
+// when a pod is found dead, the sessions whose running turn nobody carries
+// on (their pod died, its lease lapsed, or a drain could not hand them
+// over) are adopted by this pod, unless another pod's acquisition of the
+// lease is first.
+func (n *Node) recoverLoop(every time.Duration) {
+	defer close(n.recovered)
+	for {
+		n.scanOrphans()
+		wait := every/2 + rand.N(every)
+		select {
+		case <-n.quit:
+			return
+		case <-n.kick:
+		case <-time.After(wait):
+		}
+	}
+}
+
+// kickRecovery makes the recovery scan run now (a pod was found dead).
+func (n *Node) kickRecovery() {
+	select {
+	case n.kick <- struct{}{}:
+	default:
+	}
+}
+
+// scanOrphans adopts the orphaned turns the store lists, in random order
+// (the pods scanning at once then mostly try different sessions first).
+func (n *Node) scanOrphans() {
+	defer func() {
+		if p := recover(); p != nil {
+			n.log.Error().Interface("panic", p).Msg("cluster: recovery scan crashed")
+		}
+	}()
+	if n.turns == nil || n.draining.Load() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ids, err := n.st.OrphanedTurns(ctx, recoveryBatch)
+	cancel()
+	if err != nil {
+		n.log.Warn().Err(err).Msg("cluster: recovery scan: cannot list the orphaned turns")
+		return
+	}
+	rand.Shuffle(len(ids), func(i, j int) { ids[i], ids[j] = ids[j], ids[i] })
+	var wg sync.WaitGroup
+	slots := make(chan struct{}, recoveryParallel)
+	for _, id := range ids {
+		wg.Add(1)
+		slots <- struct{}{}
+		go func() {
+			defer func() { <-slots; wg.Done() }()
+			err := n.adopt(id, "recovery")
+			var inUse *store.InUseError
+			switch {
+			case err == nil, errors.As(err, &inUse), errors.Is(err, store.ErrInUse):
+				// Adopted here, or by another pod first.
+			default:
+				n.log.Warn().Err(err).Str("session", id).Msg("cluster: recovery scan: could not adopt an orphaned turn")
+			}
+		}()
+	}
+	wg.Wait()
+}
