@@ -25,7 +25,9 @@ type (
 	// pause); cut: the deadline passed, the turn still mid-step stops now.
 	// Answered pauseAnswer once the session let go (or at once when no turn
 	// runs); a cut is not answered (the pause it cuts is).
-	pauseRequest struct{ cut bool }
+	// all: every running turn pauses, even one whose prompt nobody would
+	// answer after (promptedHere).
+	pauseRequest struct{ cut, all bool }
 	pauseAnswer  struct{ paused bool }
 )
 
@@ -36,14 +38,21 @@ func (*pauseAnswer) IgnoreDeadLetterLogging()  {}
 // its deadline: their tools stop (toolStopGrace) and the lease is let go.
 const pauseCutGrace = toolStopGrace + 5*time.Second
 
-// PauseTurns pauses every running turn of this process at its next step
-// boundary, concurrently, each session letting go of its lease keeping its
+// PauseTurns pauses the running turns of this process whose prompt is
+// answered after the hand-over (not promptedHere: the prompt came from
+// another pod's stub, whose leg follows the session to the adopter) at
+// their next step boundary, concurrently, each session letting go of its lease keeping its
 // turn recorded (see Adopt); when ctx is done first, the turns still
 // mid-step are cut there and paused. It returns the ids of the sessions
 // paused. A turn that ends meanwhile (its last answer, a cancel, an error)
 // ends as usual and is not listed. Sub-agents' turns are steps of their
-// parent's: its agent tool call runs to its end, or is cut with it.
-func (s *Server) PauseTurns(ctx context.Context) []string {
+// parent's: its agent tool call runs to its end, or is cut with it. A
+// turn prompted by a connection of this process runs on, and ends
+// cancelled when the process shuts down, its prompt answered.
+func (s *Server) PauseTurns(ctx context.Context) []string { return s.pauseTurns(ctx, false) }
+
+// pauseTurns is PauseTurns; all: every running turn pauses.
+func (s *Server) pauseTurns(ctx context.Context, all bool) []string {
 	var ids []string
 	s.deps.active.m.Range(func(k, _ any) bool {
 		ids = append(ids, k.(string))
@@ -63,7 +72,7 @@ func (s *Server) PauseTurns(ctx context.Context) []string {
 	answers := make(chan answer, len(ids))
 	var wg sync.WaitGroup
 	for _, id := range ids {
-		f := s.sys.Root.RequestFuture(actor.NewPID(s.sys.Address(), sessionActorName(id)), &pauseRequest{}, wait)
+		f := s.sys.Root.RequestFuture(actor.NewPID(s.sys.Address(), sessionActorName(id)), &pauseRequest{all: all}, wait)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -107,7 +116,7 @@ func (s *session) pauseFor(ctx actor.Context, m *pauseRequest, from *actor.PID) 
 		return
 	}
 	if !s.turn.running() || s.turn.cancelling() || s.turn.pausing() || s.lease.fenced != nil ||
-		!s.become(phase{kind: phaseEnding, why: endPause, pauser: from}) {
+		(!m.all && s.promptedHere(ctx)) || !s.become(phase{kind: phaseEnding, why: endPause, pauser: from}) {
 		if from != nil {
 			ctx.Send(from, &pauseAnswer{})
 		}
@@ -167,4 +176,19 @@ func (s *session) pauseLease() {
 	s.phase.paused = true
 	s.deps.Metrics.TurnsPaused.Add(1)
 	s.log.Info().Msg("turn paused: the session let go of its lease keeping the turn, for another process to resume it")
+}
+
+// promptedHere reports whether the running turn's prompt came from a
+// connection of this process that is not the proxy of another pod's stub.
+// PauseTurns does not pause such a turn: once the session let go, nobody would answer
+// that prompt (its connection does not follow the session to the adopter;
+// only a stub's legs do, session_follow.go). It runs on until the process
+// shuts down, which cancels it and answers the prompt.
+func (s *session) promptedHere(ctx actor.Context) bool {
+	c := s.turn.promptConn
+	if c == nil || c.Address != ctx.Self().Address {
+		return false
+	}
+	_, proxy := s.deps.shares.proxies.Load(c.Id)
+	return !proxy
 }

@@ -9,8 +9,10 @@ import (
 
 // leaseFree is true for a session row whose lease can be taken: released,
 // expired, or held by an incarnation declared dead.
-const leaseFree = `(s.lease_owner IS NULL OR s.lease_expires <= now()
-	OR EXISTS (SELECT 1 FROM iac_incarnations i WHERE i.id = s.lease_owner AND i.dead_at IS NOT NULL))`
+const leaseFree = `(s.lease_owner IS NULL OR s.lease_expires <= now() OR ` + ownerDead + `)`
+
+// ownerDead is true for a session row whose lease holder was declared dead.
+const ownerDead = `EXISTS (SELECT 1 FROM iac_incarnations i WHERE i.id = s.lease_owner AND i.dead_at IS NOT NULL)`
 
 // noTurn clears the running turn of a session row (TurnRecorder): with
 // the release of an idle session (Release, Close). A pause, an acquisition

@@ -91,8 +91,8 @@ type Node struct {
 	// moved: where connections moved (move.go); moveNext spreads moves.
 	moved    movedCache
 	moveNext atomic.Uint64
-	quit    chan struct{}
-	done    chan struct{}
+	quit     chan struct{}
+	done     chan struct{}
 	// turns moves running turns (Config.Turns); draining: Drain began,
 	// this pod adopts nothing more; kick wakes the recovery scan;
 	// recovered closes when it stopped.

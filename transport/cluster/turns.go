@@ -14,9 +14,11 @@ import (
 // Turns is what moving running turns between pods needs of the actor tree
 // (*actors.Server, issue 29).
 type Turns interface {
-	// PauseTurns pauses every running turn of this process at its next
-	// step boundary (bounded by ctx), lets go of their sessions keeping the
-	// turns recorded, and returns the ids of those sessions.
+	// PauseTurns pauses the running turns of this process whose prompts
+	// are answered after the hand-over at their next step boundary
+	// (bounded by ctx), lets go of their sessions keeping the turns
+	// recorded, and returns the ids of those sessions. (A turn prompted by
+	// a connection of this process runs on: see actors.Server.PauseTurns.)
 	PauseTurns(ctx context.Context) []string
 	// Adopt opens the session here, taking its lease (an *store.InUseError
 	// when another live pod holds it), and resumes its recorded turn.
