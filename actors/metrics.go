@@ -17,4 +17,7 @@ type Metrics struct {
 	// recorded in it).
 	TurnsPaused  atomic.Int64
 	TurnsResumed atomic.Int64
+	// TurnsInterrupted counts the turns recorded interrupted here: their
+	// process died and no other could resume them (the file store).
+	TurnsInterrupted atomic.Int64
 }

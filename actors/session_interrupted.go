@@ -40,6 +40,7 @@ func (s *session) recordInterrupted() {
 	if !store.LastPromptInterrupted(s.entries) {
 		s.append(store.InterruptedEntry(turn, interruptedNote(s.entries, turn)))
 		s.syncStore()
+		s.deps.Metrics.TurnsInterrupted.Add(1)
 	}
 	s.meta.InterruptedTurn = turn
 	if err := s.store.SaveMeta(s.meta); err != nil { // keep the turn for the next holder

@@ -60,6 +60,13 @@ func newMetrics(e *Edge) *metrics {
 	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "iaccode_frames_out_total", Help: "JSON-RPC messages emitted by connection actors.",
 	}, func() float64 { return float64(am.FramesOut.Load()) }))
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "iaccode_turns_paused_total", Help: "Running turns paused at a step boundary for another pod to resume (drain).",
+	}, func() float64 { return float64(am.TurnsPaused.Load()) }))
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "iaccode_turns_interrupted_total",
+		Help: "Turns recorded interrupted: their process stopped while they ran and no pod could resume them (file store).",
+	}, func() float64 { return float64(am.TurnsInterrupted.Load()) }))
 	gauge("iaccode_http_connections", "ACP connections of the HTTP transport.",
 		func() float64 { return float64(len(e.snapshot())) })
 	gauge("iaccode_http_streams", "Open event streams: SSE streams and WebSockets.",
