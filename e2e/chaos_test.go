@@ -145,8 +145,9 @@ var _ = Describe("chaos", Label("e2e", "chaos"), func() {
 				a.result(load)
 				var want []string
 				for i := 1; i < trial; i++ {
+					// each killed turn is recorded interrupted by the next process
 					want = append(want, fmt.Sprintf("user_: question %d", i), fmt.Sprintf("agent: answer %d", i),
-						fmt.Sprintf("user_: run %d", i))
+						fmt.Sprintf("user_: run %d", i), "agent: [Turn interrupted: the agent process stopped before it ended]")
 				}
 				Expect(replayTexts(a, sid, from, load)).To(Equal(want), "trial %d replay", trial)
 			}
