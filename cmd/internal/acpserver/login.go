@@ -71,8 +71,11 @@ func runLogin(name string, args []string, stdin io.Reader, stdout, stderr io.Wri
 		}
 		key = strings.TrimSpace(string(b))
 	case isTTY:
+		fd := int(os.Stdin.Fd())
+		restore := hideTyping(fd)
 		fmt.Fprintf(stdout, "API key for %s (not shown): ", chosen)
-		b, err := term.ReadPassword(int(os.Stdin.Fd()))
+		b, err := term.ReadPassword(fd)
+		restore()
 		fmt.Fprintln(stdout)
 		if err != nil {
 			return fail(err)
