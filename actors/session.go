@@ -502,6 +502,7 @@ func (s *session) answerStart(ctx actor.Context, kind startKind, reqID protocol.
 			ConfigOptions: s.configOptions(),
 			Meta:          s.followMeta(conn, s.withActiveTurn(s.mcpMeta())),
 		}, nil)
+		s.noticeInterrupted(ctx, conn)
 	default:
 		return
 	}

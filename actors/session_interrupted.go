@@ -5,7 +5,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/asynkron/protoactor-go/actor"
+
 	"github.com/iac-code/iac-code/llm"
+	"github.com/iac-code/iac-code/protocol"
 	"github.com/iac-code/iac-code/store"
 )
 
@@ -54,6 +57,26 @@ func (s *session) recordInterrupted() {
 	}
 	s.log.Warn().Time("turn_started", turn.StartedAt).RawJSON("prompt_request", orNull(turn.PromptRequest)).
 		Msg("turn interrupted: its process stopped while it ran; recorded in the history")
+}
+
+// noticeInterrupted tells a client that shows notices, after its load or
+// resume answer, that the session's last turn was interrupted (the answer's
+// _meta.activeTurn says so to every client).
+func (s *session) noticeInterrupted(ctx actor.Context, conn *actor.PID) {
+	t := s.meta.InterruptedTurn
+	if t == nil {
+		return
+	}
+	if c := s.clients.find(conn); c == nil || !c.notices {
+		return
+	}
+	when := ""
+	if !t.StartedAt.IsZero() {
+		when = " (started " + t.StartedAt.UTC().Format(time.RFC3339) + ")"
+	}
+	s.emitTo(ctx, conn, protocol.NoticeUpdate{SessionUpdate: protocol.UpdateNotice, Severity: "warning",
+		Title:       "The last turn was interrupted",
+		Description: "The agent process stopped while the last turn" + when + " ran. Its completed steps are kept; a tool call it cut may have had part of its effects and was not run again. Prompt again to continue."})
 }
 
 // clearInterrupted: a turn starts, so the interrupted one is no longer the

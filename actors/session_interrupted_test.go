@@ -131,6 +131,41 @@ var _ = Describe("a turn whose process died (a stale running-turn mark)", func()
 		Expect(n).To(Equal(1))
 	})
 
+	It("is told as a notice, after the load or resume answer, to a client that shows notices; not to one that does not", func() {
+		killedMidTurn("s1")
+		st, err := store.New(root)
+		Expect(err).NotTo(HaveOccurred())
+		h := newHarnessOn(st, Config{}, &scriptedProvider{})
+		DeferCleanup(h.close)
+		h.result(h.call("initialize", map[string]any{"protocolVersion": 1,
+			"clientCapabilities": map[string]any{"session": map[string]any{"notices": map[string]any{}}}}))
+		notices := func() []map[string]any {
+			var out []map[string]any
+			for _, u := range h.out.updates() {
+				if u["sessionUpdate"] == "notice" {
+					out = append(out, u)
+				}
+			}
+			return out
+		}
+		h.result(h.call("session/load", map[string]any{"sessionId": "s1", "cwd": cwd, "mcpServers": []any{}}))
+		Eventually(notices).Should(HaveLen(1))
+		Expect(notices()[0]).To(And(HaveKeyWithValue("severity", "warning"), HaveKeyWithValue("title", "The last turn was interrupted"),
+			HaveKeyWithValue("description", ContainSubstring("started 2026-12-01T10:00:00Z"))))
+		h.result(h.call("session/resume", map[string]any{"sessionId": "s1", "cwd": cwd}))
+		Eventually(notices).Should(HaveLen(2), "told again at a resume, as activeTurn is")
+
+		By("a client without the capability gets the activeTurn only")
+		plain := newHarnessOn(st, Config{}, &scriptedProvider{})
+		DeferCleanup(plain.close)
+		plain.result(plain.call("initialize", map[string]any{"protocolVersion": 1}))
+		h.result(h.call("session/close", map[string]any{"sessionId": "s1"}))
+		res := plain.result(plain.call("session/load", map[string]any{"sessionId": "s1", "cwd": cwd, "mcpServers": []any{}}))
+		Expect(res["_meta"]).To(HaveKeyWithValue("activeTurn", HaveKeyWithValue("state", "interrupted")))
+		Consistently(func() []map[string]any { return plain.out.updates() }, 200*time.Millisecond).ShouldNot(
+			ContainElement(HaveKeyWithValue("sessionUpdate", "notice")))
+	})
+
 	It("is recorded once when the recording process died before clearing the mark", func() {
 		killedMidTurn("s1")
 		st, err := store.New(root)
