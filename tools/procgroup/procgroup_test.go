@@ -149,7 +149,7 @@ func TestWatchdogIgnoresTheSignalsMeantForTheServer(t *testing.T) {
 	pgid := startGroup(t, false)
 	Register(pgid)
 	defer KillAll(time.Second)
-	time.Sleep(100 * time.Millisecond) // let it install its signal handling
+	waitIgnoring(t, wd.Pid(), 5*time.Second) // a fixed sleep lost the race under -race on a loaded machine
 	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP} {
 		if err := syscall.Kill(wd.Pid(), sig); err != nil {
 			t.Fatal(err)
@@ -162,6 +162,31 @@ func TestWatchdogIgnoresTheSignalsMeantForTheServer(t *testing.T) {
 	}
 	if !Alive(pgid) {
 		t.Fatal("the group was killed while the server lives")
+	}
+}
+
+// waitIgnoring waits until process pid ignores SIGHUP, SIGINT and SIGTERM
+// (its SigIgn mask in /proc), i.e. until RunWatchdog's signal.Ignore ran.
+func waitIgnoring(t *testing.T, pid int, within time.Duration) {
+	t.Helper()
+	const want = 1<<(syscall.SIGHUP-1) | 1<<(syscall.SIGINT-1) | 1<<(syscall.SIGTERM-1)
+	deadline := time.Now().Add(within)
+	for {
+		status, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+		if err != nil {
+			t.Skip("no /proc: ", err)
+		}
+		for _, line := range strings.Split(string(status), "\n") {
+			if hex, ok := strings.CutPrefix(line, "SigIgn:"); ok {
+				if mask, err := strconv.ParseUint(strings.TrimSpace(hex), 16, 64); err == nil && mask&want == want {
+					return
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the watchdog did not ignore SIGHUP, SIGINT and SIGTERM within %v", within)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
 
