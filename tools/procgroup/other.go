@@ -25,6 +25,21 @@ func StartWatchdog(*exec.Cmd, io.Writer, func(error)) (*Watchdog, error) {
 func (*Watchdog) Pid() int            { return 0 }
 func (*Watchdog) Close(time.Duration) {}
 
+// OnDemand: none without process groups.
+type OnDemand struct{ tried bool }
+
+// StartWatchdogOnDemand tells started at once that there is none.
+func StartWatchdogOnDemand(_ func() *exec.Cmd, _ io.Writer, started func(int, error), _ func(error)) *OnDemand {
+	if started != nil {
+		started(0, errors.New("process group watchdog: not supported on this platform"))
+	}
+	return nil
+}
+
+func (*OnDemand) startLocked()        {}
+func (*OnDemand) Started() *Watchdog  { return nil }
+func (*OnDemand) Close(time.Duration) {}
+
 // RunWatchdog returns at once.
 func RunWatchdog(io.Reader, time.Duration, zerolog.Logger) int { return 0 }
 

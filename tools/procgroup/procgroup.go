@@ -3,7 +3,8 @@
 // still runs, and making sure none outlives the server however it dies.
 //
 // Every group is registered while it may run. A watchdog process (the same
-// binary re-executed, see StartWatchdog and RunWatchdog) holds the read end
+// binary re-executed, see StartWatchdog and RunWatchdog; the server starts
+// it at the first registration, StartWatchdogOnDemand) holds the read end
 // of a pipe from the server and learns every registration; when the server
 // dies, even by SIGKILL, the kernel closes the pipe, the watchdog reads EOF
 // and kills the groups still registered. A process that leaves its group
@@ -24,6 +25,8 @@ var reg = struct {
 	pipe io.Writer
 	// broken: a write to the watchdog failed; reported once.
 	broken func(error)
+	// onDemand starts the watchdog at the first registration.
+	onDemand *OnDemand
 }{groups: map[int]struct{}{}}
 
 // Register records process group pgid as started by the server: the
@@ -47,6 +50,9 @@ func record(op byte, pgid int) {
 		delete(reg.groups, pgid)
 	}
 	if reg.pipe == nil {
+		if op == '+' && reg.onDemand != nil && !reg.onDemand.tried {
+			reg.onDemand.startLocked() // it is told every group, this one included
+		}
 		return
 	}
 	if _, err := fmt.Fprintf(reg.pipe, "%c%d\n", op, pgid); err != nil {

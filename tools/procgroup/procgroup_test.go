@@ -59,7 +59,13 @@ func startGroup(t testing.TB, ignoreTERM bool) int {
 }
 
 func runServer() {
-	if _, err := StartWatchdog(watchdogCmd(), os.Stderr, nil); err != nil {
+	if os.Getenv("ON_DEMAND") == "1" { // as iac-code does: the watchdog starts at Register
+		StartWatchdogOnDemand(watchdogCmd, os.Stderr, func(_ int, err error) {
+			if err != nil {
+				panic(err)
+			}
+		}, nil)
+	} else if _, err := StartWatchdog(watchdogCmd(), os.Stderr, nil); err != nil {
 		panic(err)
 	}
 	pgid := startGroup(nil, os.Getenv("IGNORE_TERM") == "1")
@@ -82,10 +88,12 @@ func waitGroupGone(t *testing.T, pgid int, within time.Duration) time.Duration {
 }
 
 func TestWatchdogKillsTheGroupsOfAServerKilledWithSIGKILL(t *testing.T) {
-	for _, ignoreTERM := range []bool{false, true} {
-		t.Run(fmt.Sprintf("ignoreTERM=%v", ignoreTERM), func(t *testing.T) {
+	for _, c := range []struct{ ignoreTERM, onDemand bool }{{false, false}, {true, false}, {false, true}, {true, true}} {
+		ignoreTERM := c.ignoreTERM
+		t.Run(fmt.Sprintf("ignoreTERM=%v,onDemand=%v", ignoreTERM, c.onDemand), func(t *testing.T) {
 			srv := exec.Command(os.Args[0])
-			srv.Env = []string{"PATH=" + os.Getenv("PATH"), "PROCGROUP_TEST_ROLE=server", "IGNORE_TERM=" + map[bool]string{true: "1"}[ignoreTERM]}
+			srv.Env = []string{"PATH=" + os.Getenv("PATH"), "PROCGROUP_TEST_ROLE=server", "IGNORE_TERM=" + map[bool]string{true: "1"}[ignoreTERM],
+				"ON_DEMAND=" + map[bool]string{true: "1"}[c.onDemand]}
 			srv.Stderr = os.Stderr
 			out, err := srv.StdoutPipe()
 			if err != nil {
@@ -137,6 +145,50 @@ func TestOrderlyShutdownKillsWhatIsLeftAndForgetsWhatEnded(t *testing.T) {
 	case <-wd.done:
 	default:
 		t.Fatal("the watchdog did not exit after Close")
+	}
+}
+
+func TestOnDemandWatchdogStartsWithTheFirstGroupOnly(t *testing.T) {
+	var pids []int
+	od := StartWatchdogOnDemand(watchdogCmd, os.Stderr, func(pid int, err error) {
+		if err != nil {
+			t.Error(err)
+		}
+		pids = append(pids, pid)
+	}, nil)
+	defer od.Close(5 * time.Second)
+	Unregister(12345) // an unregistration starts nothing
+	if od.Started() != nil || len(pids) != 0 {
+		t.Fatalf("a watchdog started before any group: %v", pids)
+	}
+	first := startGroup(t, false)
+	Register(first)
+	wd := od.Started()
+	if wd == nil || len(pids) != 1 || pids[0] != wd.Pid() || wd.Pid() <= 0 {
+		t.Fatalf("after the first group: watchdog %v, started told %v", wd, pids)
+	}
+	second := startGroup(t, false)
+	Register(second)
+	if od.Started() != wd || len(pids) != 1 {
+		t.Fatalf("a second group started another watchdog: %v", pids)
+	}
+	// The watchdog knows both: ended without KillAll, it kills them.
+	od.Close(5 * time.Second)
+	select {
+	case <-wd.done:
+	default:
+		t.Fatal("the watchdog did not exit after Close")
+	}
+	if Alive(first) || Alive(second) {
+		t.Fatal("the watchdog left a registered group alive")
+	}
+	Unregister(first)
+	Unregister(second)
+	third := startGroup(t, false)
+	Register(third) // after Close: no watchdog again
+	defer KillAll(time.Second)
+	if len(pids) != 1 {
+		t.Fatalf("a watchdog started after Close: %v", pids)
 	}
 }
 

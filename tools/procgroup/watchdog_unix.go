@@ -33,6 +33,18 @@ type Watchdog struct {
 // stderr for its log line. Registrations made before and after go to it;
 // broken is told once if the watchdog stops reading.
 func StartWatchdog(cmd *exec.Cmd, stderr io.Writer, broken func(error)) (*Watchdog, error) {
+	wd, err := spawnWatchdog(cmd, stderr)
+	if err != nil {
+		return nil, err
+	}
+	reg.Lock()
+	defer reg.Unlock()
+	attachLocked(wd, broken)
+	return wd, nil
+}
+
+// spawnWatchdog starts cmd with the read end of a new registration pipe.
+func spawnWatchdog(cmd *exec.Cmd, stderr io.Writer) (*Watchdog, error) {
 	r, w, err := os.Pipe()
 	if err != nil {
 		return nil, err
@@ -48,16 +60,86 @@ func StartWatchdog(cmd *exec.Cmd, stderr io.Writer, broken func(error)) (*Watchd
 	r.Close() // only the watchdog reads; the write end is ours alone (close-on-exec)
 	wd := &Watchdog{cmd: cmd, pipe: w, done: make(chan struct{})}
 	go func() { _ = cmd.Wait(); close(wd.done) }()
+	return wd, nil
+}
 
-	reg.Lock()
-	defer reg.Unlock()
-	for g := range reg.groups { // anything registered before the watchdog
-		if _, err := io.WriteString(w, "+"+strconv.Itoa(g)+"\n"); err != nil {
+// attachLocked makes wd the registry's watchdog and tells it the groups
+// registered so far. reg is locked.
+func attachLocked(wd *Watchdog, broken func(error)) {
+	for g := range reg.groups {
+		if _, err := io.WriteString(wd.pipe, "+"+strconv.Itoa(g)+"\n"); err != nil {
 			break
 		}
 	}
-	reg.pipe, reg.broken = w, broken
-	return wd, nil
+	reg.pipe, reg.broken = wd.pipe, broken
+}
+
+// OnDemand is a watchdog started at the first Register instead of at boot:
+// it guards tool process groups only, so a server that starts none (an
+// idle one, one that only chats) runs no second process. Nothing is lost
+// by waiting: the group is written to the pipe before Register returns,
+// and the watchdog reads it even if the server is killed the next instant.
+type OnDemand struct {
+	newCmd  func() *exec.Cmd
+	stderr  io.Writer
+	started func(pid int, err error)
+	broken  func(error)
+	wd      *Watchdog // guarded by reg
+	tried   bool      // guarded by reg: one start, as at boot
+}
+
+// StartWatchdogOnDemand arranges for newCmd's process to become the
+// watchdog at the first Register (at once if groups are registered
+// already). started is told the outcome, under the registry's lock (keep
+// it short: a log line); broken as for StartWatchdog.
+func StartWatchdogOnDemand(newCmd func() *exec.Cmd, stderr io.Writer, started func(pid int, err error), broken func(error)) *OnDemand {
+	od := &OnDemand{newCmd: newCmd, stderr: stderr, started: started, broken: broken}
+	reg.Lock()
+	defer reg.Unlock()
+	reg.onDemand = od
+	if len(reg.groups) > 0 {
+		od.startLocked()
+	}
+	return od
+}
+
+// startLocked starts the watchdog, once. reg is locked.
+func (od *OnDemand) startLocked() {
+	od.tried = true
+	wd, err := spawnWatchdog(od.newCmd(), od.stderr)
+	if err == nil {
+		od.wd = wd
+		attachLocked(wd, od.broken)
+	}
+	if od.started != nil {
+		od.started(wd.Pid(), err)
+	}
+}
+
+// Started is the watchdog if it was started (nil before the first group).
+func (od *OnDemand) Started() *Watchdog {
+	if od == nil {
+		return nil
+	}
+	reg.Lock()
+	defer reg.Unlock()
+	return od.wd
+}
+
+// Close is Watchdog.Close for the watchdog if it started; either way no
+// watchdog starts after it. A nil OnDemand is fine.
+func (od *OnDemand) Close(timeout time.Duration) {
+	if od == nil {
+		return
+	}
+	reg.Lock()
+	if reg.onDemand == od {
+		reg.onDemand = nil
+	}
+	od.tried = true
+	wd := od.wd
+	reg.Unlock()
+	wd.Close(timeout)
 }
 
 // Pid is the watchdog's process id (0 for a nil Watchdog).

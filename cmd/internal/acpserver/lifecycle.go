@@ -21,29 +21,35 @@ const watchdogCommand = "internal-watchdog"
 // shutdownKillGrace bounds the last sweep of tool process groups.
 const shutdownKillGrace = 2 * time.Second
 
-// startWatchdog starts the process that kills the tool process groups if
-// this one dies without doing it (kill -9 included). Without it the server
-// still runs; only that guarantee is lost, and the log says so.
-func startWatchdog(log zerolog.Logger) *procgroup.Watchdog {
+// startWatchdog arranges for the process that kills the tool process
+// groups if this one dies without doing it (kill -9 included); it starts
+// with the first group (a bash command, a stdio MCP server), so an idle
+// server or one that starts no tool runs no second process. Without it
+// the server still runs; only that guarantee is lost, and the log says so.
+func startWatchdog(log zerolog.Logger) *procgroup.OnDemand {
 	exe, err := os.Executable()
 	if err != nil {
 		log.Warn().Err(err).Msg("no process-group watchdog: cannot find the executable")
 		return nil
 	}
-	cmd := exec.Command(exe, watchdogCommand)
-	// Nothing of ours (keys, tokens) in its environment: the server's log
-	// level (quiet in stdio mode too), and the race detector's options in a
-	// -race build.
-	cmd.Env = []string{"IAC_CODE_LOG_LEVEL=" + log.GetLevel().String(), "GORACE=" + os.Getenv("GORACE")}
-	wd, err := procgroup.StartWatchdog(cmd, os.Stderr, func(err error) {
+	newCmd := func() *exec.Cmd {
+		cmd := exec.Command(exe, watchdogCommand)
+		// Nothing of ours (keys, tokens) in its environment: the server's log
+		// level (quiet in stdio mode too), and the race detector's options in a
+		// -race build.
+		cmd.Env = []string{"IAC_CODE_LOG_LEVEL=" + log.GetLevel().String(), "GORACE=" + os.Getenv("GORACE")}
+		return cmd
+	}
+	started := func(pid int, err error) {
+		if err != nil {
+			log.Warn().Err(err).Msg("no process-group watchdog")
+			return
+		}
+		log.Debug().Int("pid", pid).Msg("process-group watchdog started")
+	}
+	return procgroup.StartWatchdogOnDemand(newCmd, os.Stderr, started, func(err error) {
 		log.Warn().Err(err).Msg("process-group watchdog gone: tool processes may outlive a crash")
 	})
-	if err != nil {
-		log.Warn().Err(err).Msg("no process-group watchdog")
-		return nil
-	}
-	log.Debug().Int("pid", wd.Pid()).Msg("process-group watchdog started")
-	return wd
 }
 
 // runWatchdog is the watchdog process: registrations arrive on fd 3.
@@ -94,7 +100,7 @@ const shareEndWait = 2 * time.Second
 // the session store closes (the shared store releases this process's
 // leases at once), tool process groups still registered are killed, the
 // watchdog is let go.
-func shutdown(srv *actors.Server, sessions store.Backend, wd *procgroup.Watchdog, log zerolog.Logger) {
+func shutdown(srv *actors.Server, sessions store.Backend, wd *procgroup.OnDemand, log zerolog.Logger) {
 	srv.EndShares(shareEndWait)
 	srv.Shutdown()
 	if sessions != nil {

@@ -163,7 +163,7 @@ func StdioStream(ctx context.Context, o *Options, p StdioStreamParams) (*Result,
 	r.add("server anon RSS peak", mib(sampler.PeakAnon()), "MiB").Note = "RssAnon sampled every 5 ms: the process's own memory, without the binary's pages"
 	r.add("server anon RSS before prompt", mib(u0.AnonRSS), "MiB")
 	if tree0.Procs > 0 {
-		r.add("server tree PSS before prompt", mib(tree0.PSS), "MiB").Note = fmt.Sprintf("PSS summed over the server's process tree (%d processes: the watchdog maps the same binary), shared pages counted once; summed RSS %.1f MiB, anonymous PSS %.1f MiB", tree0.Procs, mib(tree0.RSS), mib(tree0.AnonPSS))
+		r.add("server tree PSS before prompt", mib(tree0.PSS), "MiB").Note = fmt.Sprintf("PSS summed over the server's process tree (%d processes: a watchdog, started with the first tool process, maps the same binary), shared pages counted once; summed RSS %.1f MiB, anonymous PSS %.1f MiB", tree0.Procs, mib(tree0.RSS), mib(tree0.AnonPSS))
 	}
 	if ms0 != nil && ms1 != nil {
 		r.add("server allocs/chunk", float64(ms1.Mallocs-ms0.Mallocs)/float64(max(p.Chunks, 1)), "allocs")
@@ -373,7 +373,7 @@ func Startup(ctx context.Context, o *Options, p StartupParams) (*Result, error) 
 			"the binary's pages in the server's page tables, idle after initialize (median of the runs); depends on the page cache: see docs/performance.md, Idle footprint"
 		r.add("idle RssAnon", median(func(u idleUsage) int64 { return u.self.AnonRSS }), "MiB")
 		r.add("idle tree PSS", median(func(u idleUsage) int64 { return u.tree.PSS }), "MiB").Note =
-			"PSS summed over the server and its watchdog, shared pages counted once"
+			"PSS summed over the server's process tree (a watchdog runs once a tool process started), shared pages counted once"
 		r.add("idle tree RSS", median(func(u idleUsage) int64 { return u.tree.RSS }), "MiB").Note = "summed RSS: the pages both map, twice"
 	}
 	r.finish(nil, errs)
@@ -381,7 +381,7 @@ func Startup(ctx context.Context, o *Options, p StartupParams) (*Result, error) 
 }
 
 // idleSettle is how long after the initialize answer the idle server is
-// read: the watchdog it starts runs its own initialisation meanwhile.
+// read: what it starts in the background settles meanwhile.
 const idleSettle = 300 * time.Millisecond
 
 // idleUsage is the server's memory, and its tree's, once idle after
