@@ -49,7 +49,7 @@ func main() {
 }
 
 // workloads in the order "all" runs them (soak is never part of all).
-var workloads = []string{"stdio-stream", "http-fanout", "idle-streams", "churn", "startup"}
+var workloads = []string{"stdio-stream", "http-fanout", "idle-streams", "churn", "startup", "idle"}
 
 const usage = `usage: acp-bench <workload> [flags]
 
@@ -69,6 +69,9 @@ workloads:
   startup        process start → initialize answered over stdio, --runs (20) times
                  and the idle server's RssFile, RssAnon and tree PSS after it; --cold: the
                  binary dropped from the page cache before each start
+  idle           an idle stdio server, --runs (5) starts: RssAnon, RssFile and PSS of the
+                 server and of the other processes of its tree, the tree's PSS beside its
+                 summed RSS, --settle (1s) after start and again after initialize; --cold
   soak           http-fanout for --duration (10m) with --conns (1000); streams drop at random
                  (mean --drop-every 5s) and resume with Last-Event-ID
   all            every workload above except soak, with the defaults
@@ -90,7 +93,7 @@ type config struct {
 	rounds                                                            int
 	conns                                                             string
 	rate                                                              float64
-	duration, dropEvery, reconnectMax, timeout, hold, ramp            time.Duration
+	duration, dropEvery, reconnectMax, timeout, hold, ramp, settle    time.Duration
 	pods                                                              int
 	ws                                                                bool
 }
@@ -124,8 +127,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&c.clients, "clients", 50, "parallel clients (churn)")
 	fs.IntVar(&c.maxCycles, "max-cycles", 0, "stop churn after this many cycles (0: only --duration)")
 	fs.DurationVar(&c.duration, "duration", 0, "run time (default: churn 10s, soak 10m)")
-	fs.IntVar(&c.runs, "runs", 20, "process starts (startup)")
-	fs.BoolVar(&c.cold, "cold", false, "startup: drop the server binary from the page cache before each start, as after a reboot or an image pull (the idle RssFile then does not depend on how the file was written)")
+	fs.IntVar(&c.runs, "runs", 0, "process starts (startup 20, idle 5)")
+	fs.DurationVar(&c.settle, "settle", time.Second, "idle: how long the server idles before each reading")
+	fs.BoolVar(&c.cold, "cold", false, "startup, idle: drop the server binary from the page cache before each start, as after a reboot or an image pull (the idle RssFile then does not depend on how the file was written)")
 	fs.DurationVar(&c.dropEvery, "drop-every", 5*time.Second, "mean time between stream drops per connection (soak)")
 	fs.DurationVar(&c.reconnectMax, "reconnect-max", 200*time.Millisecond, "longest pause before a dropped stream resumes (soak)")
 	fs.BoolVar(&c.baseline, "baseline", true, "also run the baseline: the plain writer (stdio-stream), the standard-library relay (http-fanout over SSE on one server; not with --compare)")
@@ -152,7 +156,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	switch workload {
 	case "all":
 		names = workloads
-	case "stdio-stream", "http-fanout", "idle-streams", "churn", "startup", "soak":
+	case "stdio-stream", "http-fanout", "idle-streams", "churn", "startup", "idle", "soak":
 		names = []string{workload}
 	default:
 		fmt.Fprintf(stderr, "acp-bench: unknown workload %q\n\n", workload)
@@ -295,7 +299,9 @@ func runWorkload(ctx context.Context, name string, o *bench.Options, c *config) 
 		return one(bench.Churn(ctx, o, bench.ChurnParams{
 			Clients: c.clients, Duration: orDefault(c.duration, 10*time.Second), MaxCycles: c.maxCycles, Chunks: orDefault(c.chunks, 5)}))
 	case "startup":
-		return one(bench.Startup(ctx, o, bench.StartupParams{Runs: c.runs, Cold: c.cold}))
+		return one(bench.Startup(ctx, o, bench.StartupParams{Runs: orDefault(c.runs, 20), Cold: c.cold}))
+	case "idle":
+		return one(bench.IdleFootprint(ctx, o, bench.IdleFootprintParams{Runs: orDefault(c.runs, 5), Cold: c.cold, Settle: c.settle}))
 	case "soak":
 		conns := connList(c.conns, name)
 		return one(bench.Soak(ctx, o, bench.SoakParams{

@@ -170,6 +170,22 @@ func TestSmokeStartupCold(t *testing.T) {
 	}
 }
 
+func TestSmokeIdle(t *testing.T) {
+	doc := smoke(t, "idle", "--runs", "1", "--settle", "200ms")
+	r := doc.Results[0]
+	for _, phase := range []string{"before request", "after initialize"} {
+		file, anon := metric(t, r, phase+": server RssFile"), metric(t, r, phase+": server RssAnon")
+		pss, rss := metric(t, r, phase+": tree PSS"), metric(t, r, phase+": tree RSS (summed)")
+		if file <= 0 || anon <= 0 || pss <= 0 || rss < pss {
+			t.Fatalf("%s: RssFile %v, RssAnon %v, tree PSS %v, tree RSS %v MiB", phase, file, anon, pss, rss)
+		}
+		// No tool ran: no watchdog yet.
+		if n := metric(t, r, phase+": other processes"); n != 0 {
+			t.Fatalf("%s: %v processes below the idle server", phase, n)
+		}
+	}
+}
+
 func TestSmokeSoak(t *testing.T) {
 	doc := smoke(t, "soak", "--conns", "10", "--chunks", "40", "--rate", "100",
 		"--duration", "1s", "--drop-every", "150ms", "--reconnect-max", "20ms")

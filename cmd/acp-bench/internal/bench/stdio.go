@@ -374,7 +374,7 @@ func Startup(ctx context.Context, o *Options, p StartupParams) (*Result, error) 
 		r.add("idle RssAnon", median(func(u idleUsage) int64 { return u.self.AnonRSS }), "MiB")
 		r.add("idle tree PSS", median(func(u idleUsage) int64 { return u.tree.PSS }), "MiB").Note =
 			"PSS summed over the server's process tree (a watchdog runs once a tool process started), shared pages counted once"
-		r.add("idle tree RSS", median(func(u idleUsage) int64 { return u.tree.RSS }), "MiB").Note = "summed RSS: the pages both map, twice"
+		r.add("idle tree RSS", median(func(u idleUsage) int64 { return u.tree.RSS }), "MiB").Note = "summed RSS: pages several processes map count once per process"
 	}
 	r.finish(nil, errs)
 	return r, nil
@@ -396,60 +396,22 @@ type idleUsage struct {
 // before exec to the initialize response and its memory idle after it,
 // and stops it.
 func startOnce(ctx context.Context, o *Options, fakeURL string) (time.Duration, idleUsage, error) {
-	args := []string{"acp", "--transport", "stdio"}
-	cmd := exec.Command(o.Bin, args...)
-	cmd.Env = o.serverEnv(fakeURL)
-	cmd.Dir = o.Workdir
-	in, err := cmd.StdinPipe()
+	s, err := startStdioServer(o, fakeURL)
 	if err != nil {
 		return 0, idleUsage{}, err
 	}
-	rd, wr, err := os.Pipe()
-	if err != nil {
+	defer s.stop()
+	if err := s.initialize(); err != nil {
 		return 0, idleUsage{}, err
 	}
-	defer rd.Close()
-	cmd.Stdout = wr
-	stderr := &tailBuffer{max: 16 << 10}
-	cmd.Stderr = stderr
-	init := append(acpclient.Initialize(1), '\n')
-	t0 := time.Now()
-	if err := cmd.Start(); err != nil {
-		wr.Close()
-		return 0, idleUsage{}, err
-	}
-	wr.Close()
-	defer func() {
-		_ = in.Close()
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-	}()
-	if _, err := in.Write(init); err != nil {
-		return 0, idleUsage{}, err
-	}
-	acpclient.SetReadDeadline(rd, time.Now().Add(10*time.Second))
-	c := acpclient.NewStdio(in, rd)
-	m, err := c.ReadUntil(1, nil)
-	d := time.Since(t0)
-	if err != nil {
-		return 0, idleUsage{}, fmt.Errorf("initialize: %w; stderr: %s", err, stderr)
-	}
-	if m.Err != nil {
-		return 0, idleUsage{}, m.Err
-	}
+	d := time.Since(s.started)
 	var u idleUsage
 	select {
 	case <-ctx.Done():
 	case <-time.After(idleSettle):
 		var err1, err2 error
-		u.self, err1 = proc.Read(cmd.Process.Pid)
-		u.tree, err2 = proc.ReadTree(cmd.Process.Pid)
+		u.self, err1 = proc.Read(s.cmd.Process.Pid)
+		u.tree, err2 = proc.ReadTree(s.cmd.Process.Pid)
 		u.ok = err1 == nil && err2 == nil
 	}
 	return d, u, nil

@@ -372,3 +372,44 @@ func descendants(pid int) []int {
 	}
 	return out
 }
+
+// Mem is one process's memory in bytes: RssAnon, RssFile and RssShmem of
+// /proc/<pid>/status (a binary on tmpfs is RssShmem, not RssFile) and Rss,
+// Pss, Pss_Anon and Pss_File of smaps_rollup.
+type Mem struct {
+	Pid                                  int
+	Cmd                                  string // argv[1] ("acp", "internal-watchdog"), else argv[0]
+	AnonRSS, FileRSS, ShmemRSS           int64
+	RSS, PSS, AnonPSS, FilePSS, ShmemPSS int64
+}
+
+// ReadTreeMem reads Mem for pid and each of its descendants; a child that
+// exits meanwhile is left out.
+func ReadTreeMem(pid int) ([]Mem, error) {
+	var out []Mem
+	for _, p := range descendants(pid) {
+		dir := "/proc/" + strconv.Itoa(p)
+		status, err1 := os.ReadFile(dir + "/status")
+		rollup, err2 := os.ReadFile(dir + "/smaps_rollup")
+		if err1 != nil || err2 != nil {
+			if p == pid {
+				return nil, errors.Join(err1, err2)
+			}
+			continue
+		}
+		m := Mem{Pid: p}
+		if cmd, err := os.ReadFile(dir + "/cmdline"); err == nil {
+			args := bytes.Split(bytes.TrimRight(cmd, "\x00"), []byte{0})
+			m.Cmd = string(args[0])
+			if len(args) > 1 {
+				m.Cmd = string(args[1])
+			}
+		}
+		kib := func(b []byte, name string) int64 { v, _ := statusField(b, name); return v * 1024 }
+		m.AnonRSS, m.FileRSS, m.ShmemRSS = kib(status, "RssAnon:"), kib(status, "RssFile:"), kib(status, "RssShmem:")
+		m.RSS, m.PSS = kib(rollup, "Rss:"), kib(rollup, "Pss:")
+		m.AnonPSS, m.FilePSS, m.ShmemPSS = kib(rollup, "Pss_Anon:"), kib(rollup, "Pss_File:"), kib(rollup, "Pss_Shmem:")
+		out = append(out, m)
+	}
+	return out, nil
+}
