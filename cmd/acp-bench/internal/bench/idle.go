@@ -44,6 +44,7 @@ func IdleFootprint(ctx context.Context, o *Options, p IdleFootprintParams) (*Res
 	defer stopFake()
 	prog := o.progress("idle", int64(p.Runs), "runs")
 	var runs [][2][]proc.Mem
+	var pages [][2][]proc.Section
 	errs := map[string]int64{}
 	for range p.Runs {
 		if p.Cold {
@@ -51,13 +52,14 @@ func IdleFootprint(ctx context.Context, o *Options, p IdleFootprintParams) (*Res
 				return nil, fmt.Errorf("--cold: %w", err)
 			}
 		}
-		m, err := idleOnce(ctx, o, fake.URL(), p.Settle)
+		m, secs, err := idleOnce(ctx, o, fake.URL(), p.Settle)
 		prog.add(1)
 		if err != nil {
 			errs[err.Error()]++
 			continue
 		}
 		runs = append(runs, m)
+		pages = append(pages, secs)
 	}
 	prog.finish()
 	for i, phase := range idlePhases {
@@ -113,41 +115,52 @@ func IdleFootprint(ctx context.Context, o *Options, p IdleFootprintParams) (*Res
 		r.add(phase+": tree PSS", median(tree(pss)), "MiB").Note = "PSS summed over the server's process tree: pages several processes map count once"
 		r.add(phase+": tree anonymous PSS", median(tree(anonPSS)), "MiB")
 		r.add(phase+": tree RSS (summed)", median(tree(rss)), "MiB").Note = "RSS summed over the tree: pages several processes map count once per process"
+		// Which of the binary's sections those pages are in (the first
+		// run's list names them; pagemap unreadable: none).
+		for k, sec := range pages[0][i] {
+			if sec.Size < 64<<10 {
+				continue
+			}
+			v := make([]float64, 0, len(pages))
+			for _, run := range pages {
+				if k < len(run[i]) {
+					v = append(v, mib(run[i][k].Present))
+				}
+			}
+			r.add(phase+": server's "+sec.Name+" pages", stats.Exact(v, 50), "MiB").Note =
+				fmt.Sprintf("of %.2f MiB: present in the server's page tables (pagemap); data pages it wrote are RssAnon", mib(sec.Size))
+		}
 	}
 	r.finish(nil, errs)
 	return r, nil
 }
 
-// idleOnce starts a server over stdio, reads its tree's memory after
-// settle, sends initialize, reads it again after settle, and stops it.
-func idleOnce(ctx context.Context, o *Options, fakeURL string, settle time.Duration) (m [2][]proc.Mem, err error) {
+// idleOnce starts a server over stdio, reads its tree's memory and the
+// binary's pages it maps after settle, sends initialize, reads them again
+// after settle, and stops it.
+func idleOnce(ctx context.Context, o *Options, fakeURL string, settle time.Duration) (m [2][]proc.Mem, secs [2][]proc.Section, err error) {
 	s, err := startStdioServer(o, fakeURL)
 	if err != nil {
-		return m, err
+		return m, secs, err
 	}
 	defer s.stop()
-	wait := func() error {
+	for i := range idlePhases {
+		if i == 1 {
+			if err := s.initialize(); err != nil {
+				return m, secs, err
+			}
+		}
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return m, secs, ctx.Err()
 		case <-time.After(settle):
-			return nil
 		}
+		if m[i], err = proc.ReadTreeMem(s.cmd.Process.Pid); err != nil {
+			return m, secs, err
+		}
+		secs[i], _ = proc.ExecutablePages(s.cmd.Process.Pid)
 	}
-	if err := wait(); err != nil {
-		return m, err
-	}
-	if m[0], err = proc.ReadTreeMem(s.cmd.Process.Pid); err != nil {
-		return m, err
-	}
-	if err := s.initialize(); err != nil {
-		return m, err
-	}
-	if err := wait(); err != nil {
-		return m, err
-	}
-	m[1], err = proc.ReadTreeMem(s.cmd.Process.Pid)
-	return m, err
+	return m, secs, nil
 }
 
 // stdioServer is a server started over stdio for one run of startup or

@@ -88,3 +88,27 @@ func TestReadTreeCountsChildrenAndSharesPages(t *testing.T) {
 		t.Fatalf("pss %d rss %d anon pss %d", with.PSS, with.RSS, with.AnonPSS)
 	}
 }
+
+// The test binary's own text: the code running now is in its page tables,
+// and no section has more pages present than it spans.
+func TestExecutablePagesOfThisProcess(t *testing.T) {
+	if _, err := os.Stat("/proc/self/pagemap"); err != nil {
+		t.Skip("no pagemap")
+	}
+	secs, err := ExecutablePages(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, s := range secs {
+		if s.Present < 0 || s.Present > s.Size+2*4096 {
+			t.Fatalf("%s: %d bytes present of %d", s.Name, s.Present, s.Size)
+		}
+		if s.Name == ".text" {
+			found = s.Present > 0
+		}
+	}
+	if !found {
+		t.Fatalf("no .text pages present: %+v", secs)
+	}
+}
