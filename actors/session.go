@@ -109,6 +109,9 @@ type session struct {
 	start   startKind
 	// startReq is the JSON-RPC id answered once the session is up.
 	startReq protocol.RawMessage
+	// adopter is answered adoptAnswer once an adopted session (startAdopt)
+	// is open, or could not be (session_resume.go).
+	adopter  *actor.PID
 	startCwd string
 	// startDirs are the additionalDirectories of the request that started
 	// the session (the complete list; none when omitted), except a restore,
@@ -418,6 +421,9 @@ func (s *session) openWith(ctx actor.Context, entries []store.Entry, err error) 
 			s.audit(startMethod(s.start), "error").Int("code", failErr.Code).Msg("session not opened")
 		}
 		s.respondError(ctx, s.startReq, failErr)
+		if s.adopter != nil {
+			s.adoptFailed(ctx, nil, err)
+		}
 		if s.conn != nil {
 			ctx.Send(s.conn, &retireRequest{id: s.id, pid: ctx.Self(), force: true})
 		}
@@ -452,6 +458,10 @@ func (s *session) openWith(ctx actor.Context, entries []store.Entry, err error) 
 	s.answerWhenReady(ctx, s.start, s.startReq, s.conn)
 	s.armIdle(ctx, s.deps.Config.SessionIdle)
 	s.armRelease(ctx, s.deps.Config.SessionRelease)
+	if s.adopter != nil {
+		s.answerAdopter(ctx, nil)
+		s.endUnattended(ctx)
+	}
 }
 
 // armIdle sends the session an idleTick after d (no-op when eviction is
@@ -545,6 +555,7 @@ func (s *session) stopped(ctx actor.Context) {
 	}
 	s.releaseTurnCount()
 	s.forgetTurn()
+	s.answerAdopter(ctx, fmt.Errorf("session %s stopped before it was open", s.id))
 	if left := s.phase.left; left != nil {
 		s.deps.leaving.CompareAndDelete(s.id, left)
 		close(left)

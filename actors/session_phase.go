@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"fmt"
 	"slices"
 	"time"
 
@@ -237,8 +238,13 @@ func (s *session) step(ctx actor.Context, e envelope) {
 		s.stepFailed(ctx, e)
 	case phaseEnding:
 		s.stepEnding(ctx, e)
+	case phaseStopped:
+		// Nothing more is served (the actor is stopping); Adopt, which
+		// waits, is told so.
+		if m, ok := e.msg.(*adoptTurn); ok {
+			ctx.Send(m.reply, &adoptAnswer{err: fmt.Errorf("session %s is ending on this process", s.id)})
+		}
 	}
-	// stopped: nothing more is served (the actor is stopping)
 }
 
 // stepOpening: the store entry's Open came back; what else reaches an

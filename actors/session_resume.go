@@ -56,12 +56,18 @@ func (s *Server) Adopt(sessionID string) error {
 	if s.deps.Store == nil {
 		return errors.New("no session store")
 	}
+	// The session spawned here answers f once open, whenever that is: a
+	// message sent after the spawn could find it gone already (its turn
+	// resumed and ended, unattended, meanwhile).
+	f := actor.NewFuture(s.sys, adoptWait)
 	name := sessionActorName(sessionID)
 	props := actor.PropsFromProducer(func() actor.Actor {
-		return newSession(s.deps, sessionID, sessionWho{}, nil, tools.ClientCaps{}, startAdopt, nil, "", "", nil, false)
+		ss := newSession(s.deps, sessionID, sessionWho{}, nil, tools.ClientCaps{}, startAdopt, nil, "", "", nil, false)
+		ss.adopter = f.PID()
+		return ss
 	}, actor.WithSupervisor(reportAndStop{}), actor.WithGuardian(s.deps.sessionGuardian),
 		actor.WithReceiverMiddleware(keepStack))
-	pid, err := s.sys.Root.SpawnNamed(props, name)
+	_, err := s.sys.Root.SpawnNamed(props, name)
 	if left, ok := s.deps.leaving.Load(sessionID); ok && errors.Is(err, actor.ErrNameExists) {
 		// Its actor here is stopping (it paused, closed, ...): once it
 		// has, the session is opened anew.
@@ -69,15 +75,14 @@ func (s *Server) Adopt(sessionID string) error {
 		case <-left.(chan struct{}):
 		case <-time.After(adoptWait):
 		}
-		pid, err = s.sys.Root.SpawnNamed(props, name)
+		_, err = s.sys.Root.SpawnNamed(props, name)
 	}
 	if errors.Is(err, actor.ErrNameExists) {
-		pid = actor.NewPID(s.sys.Address(), name)
+		// A session open here already holds or takes back its lease.
+		s.sys.Root.RequestWithCustomSender(actor.NewPID(s.sys.Address(), name), &adoptTurn{reply: f.PID()}, f.PID())
 	} else if err != nil {
 		return err
 	}
-	f := actor.NewFuture(s.sys, adoptWait)
-	s.sys.Root.RequestWithCustomSender(pid, &adoptTurn{reply: f.PID()}, f.PID())
 	res, err := f.Result()
 	if err != nil {
 		return fmt.Errorf("adopt session %s: %w", sessionID, err)
@@ -107,12 +112,25 @@ func (s *session) adoptFor(ctx actor.Context, m *adoptTurn) {
 	s.endUnattended(ctx)
 }
 
-// adoptFailed answers m with the store's error of the Open or Acquire; a
-// session with no client then stops.
+// adoptFailed answers m (or the adopter, for nil) with the store's error
+// of the Open or Acquire; a session with no client then stops.
 func (s *session) adoptFailed(ctx actor.Context, m *adoptTurn, err error) {
-	ctx.Send(m.reply, &adoptAnswer{err: err})
+	if m != nil {
+		ctx.Send(m.reply, &adoptAnswer{err: err})
+	} else {
+		s.answerAdopter(ctx, err)
+	}
 	if s.clients.len() == 0 && !s.turn.running() {
 		s.stop(ctx)
+	}
+}
+
+// answerAdopter answers Server.Adopt of a session it spawned (startAdopt),
+// once: it is open (its turn resumed), or it could not be.
+func (s *session) answerAdopter(ctx actor.Context, err error) {
+	if s.adopter != nil {
+		ctx.Send(s.adopter, &adoptAnswer{err: err})
+		s.adopter = nil
 	}
 }
 
