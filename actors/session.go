@@ -215,7 +215,7 @@ func (s *session) stepLive(ctx actor.Context, e envelope) {
 	case *releaseTick:
 		s.releaseTicked(ctx)
 	case *followWindowOver:
-		s.endFollowLog(m)
+		s.endFollowLog(ctx, m)
 	case *cancelTurns:
 		if s.turn.of(m.conn) && cancelsID(m.requestID, s.turn.promptID) {
 			s.cancelTurn(ctx)
@@ -512,6 +512,7 @@ func (s *session) answerStart(ctx actor.Context, kind startKind, reqID protocol.
 			ConfigOptions: s.configOptions(),
 			Meta:          s.followMeta(conn, s.withActiveTurn(s.mcpMeta())),
 		}, nil)
+		s.sendOwedAnswers(ctx, conn)
 		s.noticeInterrupted(ctx, conn)
 	default:
 		return
@@ -539,11 +540,15 @@ func (s *session) respondTo(ctx actor.Context, conn *actor.PID, id protocol.RawM
 			return // a session with no client (Server.Adopt)
 		}
 	}
-	data := protocol.EncodeResult(id, result)
+	ctx.Send(conn, &outbound{frame: Frame{Data: answerData(id, result, e), SessionID: s.id}})
+}
+
+// answerData is the JSON-RPC answer to id: result, or e when not nil.
+func answerData(id protocol.RawMessage, result any, e *protocol.Error) []byte {
 	if e != nil {
-		data = protocol.EncodeError(id, e)
+		return protocol.EncodeError(id, e)
 	}
-	ctx.Send(conn, &outbound{frame: Frame{Data: data, SessionID: s.id}})
+	return protocol.EncodeResult(id, result)
 }
 
 // stopped is the actor's end, whatever its phase: what it holds is let go

@@ -120,6 +120,9 @@ type (
 	// followClaim is what a follow says it is owed (its prompts' ids).
 	followClaim struct {
 		Owed []protocol.RawMessage `json:"owed,omitempty"`
+		// answers: the kept answers of owed prompts whose turn ended,
+		// sent after the follow's answer (the holder's side only).
+		answers [][]byte
 	}
 	// followAnswer is what the holder answers it owes.
 	followAnswer struct {

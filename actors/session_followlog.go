@@ -12,7 +12,11 @@ import (
 // a short while after this pod took it, every update it sent all its
 // clients, so that a client following it here from the pod that let it go
 // gets them all, then the rest live — nothing from before (the old holder
-// sent that) and nothing twice.
+// sent that) and nothing twice. So too the answer of a resumed turn whose
+// prompt's connection was not here: a turn may end before the client
+// that sent its prompt follows the session here (its stub finds the new
+// holder within followPoll), and is answered once it does. The session
+// stays while it keeps an answer nobody took (endUnattended).
 
 // followWindow is how long after taking the session it keeps what it sent
 // (a follower finds the new holder within Config.FollowTimeout); past the bounds
@@ -31,6 +35,9 @@ type (
 		on     bool
 		frames [][]byte
 		bytes  int
+		// answers are the answers of resumed turns that went to nobody
+		// (their prompt's connection was not here), by prompt id.
+		answers map[string][]byte
 		// tenure numbers the takes, so that the timer of an earlier one
 		// ends nothing.
 		tenure int
@@ -49,17 +56,42 @@ func (s *session) startFollowLog(ctx actor.Context) {
 	}
 	f := &s.followers
 	f.tenure++
-	f.on, f.frames, f.bytes = true, nil, 0
+	f.on, f.frames, f.bytes, f.answers = true, nil, 0, nil
 	self, root, tenure := ctx.Self(), ctx.ActorSystem().Root, f.tenure
 	time.AfterFunc(followWindow, func() { root.Send(self, &followWindowOver{tenure: tenure}) })
 }
 
-// endFollowLog: the window of tenure is over.
-func (s *session) endFollowLog(m *followWindowOver) {
+// endFollowLog: the window of tenure is over; a session kept for an
+// answer nobody took ends now if nothing else keeps it.
+func (s *session) endFollowLog(ctx actor.Context, m *followWindowOver) {
 	if f := &s.followers; m.tenure == f.tenure && f.on {
-		f.on, f.frames, f.bytes = false, nil, 0
+		f.on, f.frames, f.bytes, f.answers = false, nil, 0, nil
+		s.endUnattended(ctx)
 	}
 }
+
+// keepAnswer keeps the answer data of the prompt id, which went to
+// nobody here, for a client following the session here (claimFollow).
+func (f *followLog) keepAnswer(id protocol.RawMessage, data []byte) {
+	if !f.on || id == nil {
+		return
+	}
+	if f.answers == nil {
+		f.answers = map[string][]byte{}
+	}
+	f.answers[protocol.IDKey(id)] = data
+}
+
+// takeAnswer is the kept answer of the prompt id, once.
+func (f *followLog) takeAnswer(id protocol.RawMessage) ([]byte, bool) {
+	key := protocol.IDKey(id)
+	data, ok := f.answers[key]
+	delete(f.answers, key)
+	return data, ok
+}
+
+// owesAnswers: a kept answer waits for its client.
+func (f *followLog) owesAnswers() bool { return len(f.answers) > 0 }
 
 // keep keeps a frame sent to every client.
 func (f *followLog) keep(data []byte) {
@@ -67,7 +99,7 @@ func (f *followLog) keep(data []byte) {
 		return
 	}
 	if len(f.frames) >= maxFollowFrames || f.bytes+len(data) > maxFollowBytes {
-		f.on, f.frames, f.bytes = false, nil, 0
+		f.on, f.frames, f.bytes, f.answers = false, nil, 0, nil
 		return
 	}
 	f.frames = append(f.frames, data)
@@ -90,17 +122,22 @@ func (s *session) followFrom(ctx actor.Context, m *attach) bool {
 }
 
 // claimFollow notes, for the answer to its follow, which of the prompts
-// the following client c is owed this session answers: the running
-// turn's, when its own connection is gone (a turn resumed here).
+// claim names the session owes client c: its running turn's, when that
+// turn's connection is gone (it answers c instead), or a resumed turn's
+// that ended before c came (its kept answer, sent after the follow's).
 func (s *session) claimFollow(c *client, claim *followClaim) {
 	owes := []protocol.RawMessage{}
+	var kept [][]byte
 	detached := func(p *actor.PID) bool { return p == nil || s.clients.find(p) == nil }
 	for _, id := range claim.Owed {
 		if s.turn.answerTo(id, c.pid, detached) {
 			owes = append(owes, id)
+		} else if data, ok := s.followers.takeAnswer(id); ok {
+			owes = append(owes, id)
+			kept = append(kept, data)
 		}
 	}
-	c.follow = &followClaim{Owed: owes}
+	c.follow = &followClaim{Owed: owes, answers: kept}
 }
 
 // followMeta adds to a resume's answer to conn, when it is a follow, the
@@ -114,8 +151,20 @@ func (s *session) followMeta(conn *actor.PID, meta map[string]any) map[string]an
 		meta = map[string]any{}
 	}
 	meta[followMetaKey] = followAnswer{Owes: c.follow.Owed}
-	c.follow = nil
 	return meta
+}
+
+// sendOwedAnswers sends conn, once its follow is answered, the kept
+// answers it is owed (claimFollow): the follow is done.
+func (s *session) sendOwedAnswers(ctx actor.Context, conn *actor.PID) {
+	c := s.clients.find(conn)
+	if c == nil || c.follow == nil {
+		return
+	}
+	for _, data := range c.follow.answers {
+		ctx.Send(conn, &outbound{frame: Frame{Data: data, SessionID: s.id}})
+	}
+	c.follow = nil
 }
 
 // followOf is the follow a resume relayed by a stub asks for (its

@@ -135,9 +135,11 @@ func (s *session) answerAdopter(ctx actor.Context, err error) {
 }
 
 // endUnattended ends a session that has no client and is idle (adopted,
-// its turn over, or none left): nobody is there to use it.
+// its turn over, or none left): nobody is there to use it. One keeping the
+// answer of its resumed turn for the client following it here waits for
+// that client, or the end of the follow window (session_followlog.go).
 func (s *session) endUnattended(ctx actor.Context) {
-	if s.clients.len() == 0 && s.quiet() {
+	if s.clients.len() == 0 && s.quiet() && !s.followers.owesAnswers() {
 		s.letGo(ctx, phase{kind: phaseEnding, why: endUnattended})
 	}
 }

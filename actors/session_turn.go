@@ -128,17 +128,27 @@ func (s *session) endTurn(ctx actor.Context, m *turnFinished) {
 	// Told before the answer, which stays the turn's last frame.
 	s.finishTurn(ctx)
 	promptID, promptConn := s.turn.end()
+	var (
+		result any
+		e      *protocol.Error
+	)
 	switch {
-	case promptConn == nil:
-		// A resumed turn whose prompt's connection is not on this process:
-		// its end is recorded, whoever loads the session sees it.
 	case s.lease.fenced != nil:
 		// Whatever the turn's end: what it did since the takeover is lost.
-		s.respondTo(ctx, promptConn, promptID, nil, s.lease.fenced)
+		e = s.lease.fenced
 	case m.err != nil:
-		s.respondTo(ctx, promptConn, promptID, nil, m.err)
+		e = m.err
 	default:
-		s.respondTo(ctx, promptConn, promptID, protocol.PromptResponse{StopReason: m.stopReason, Usage: promptUsage(m.usage)}, nil)
+		result = protocol.PromptResponse{StopReason: m.stopReason, Usage: promptUsage(m.usage)}
+	}
+	if promptConn != nil {
+		s.respondTo(ctx, promptConn, promptID, result, e)
+	} else if promptID != nil {
+		// A resumed turn whose prompt's connection is not on this process:
+		// its end is recorded (whoever loads the session sees it), and its
+		// answer kept for that connection, which may be following the
+		// session here (session_followlog.go).
+		s.followers.keepAnswer(promptID, answerData(promptID, result, e))
 	}
 	s.answerDrainers(ctx)
 	if s.phase.lettingGo() {
