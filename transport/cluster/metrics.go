@@ -15,10 +15,10 @@ type metrics struct {
 	podsLost  prometheus.Counter
 	refused   prometheus.Counter
 	takeovers prometheus.Collector
-	// Durable turns (issue 29): handed over by this pod's drain, resumed
-	// here (handed over or recovered), and how long drains took.
+	// Durable turns (issue 29): handed over by this pod's drain, and how
+	// long drains took (the turns resumed here are the actors' count,
+	// exported with the edge's metrics).
 	handedOver prometheus.Counter
-	resumed    prometheus.Counter
 	drain      prometheus.Histogram
 }
 
@@ -57,10 +57,6 @@ func newMetrics(st *store.PGStore) *metrics {
 			Name: "iaccode_turns_handed_over_total",
 			Help: "Running turns this pod paused at SIGTERM and another pod adopted.",
 		}),
-		resumed: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "iaccode_turns_resumed_total",
-			Help: "Running turns of another pod resumed here: handed over by a draining pod, or found orphaned (pod dead, lease lapsed).",
-		}),
 		drain: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "iaccode_drain_seconds",
 			Help:    "Time from SIGTERM to the last turn handed over (pausing the turns and the hand-overs).",
@@ -75,5 +71,5 @@ func newMetrics(st *store.PGStore) *metrics {
 
 func (m *metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.forwarded, m.attaches, m.hop, m.handovers, m.podsLost, m.refused, m.takeovers,
-		m.handedOver, m.resumed, m.drain}
+		m.handedOver, m.drain}
 }

@@ -170,8 +170,7 @@ func (n *Node) adopt(id, why string) error {
 	if err := n.turns.Adopt(id); err != nil {
 		return err
 	}
-	n.met.resumed.Inc()
-	n.log.Info().Str("session", id).Str("why", why).Dur("took", time.Since(start)).Msg("cluster: turn resumed here")
+	n.log.Info().Str("session", id).Str("why", why).Dur("took", time.Since(start)).Msg("cluster: session adopted here")
 	return nil
 }
 

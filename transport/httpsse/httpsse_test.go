@@ -736,7 +736,7 @@ var _ = Describe("metrics", func() {
 		m := string(r.body)
 		for _, want := range []string{
 			"iaccode_connections 1", "iaccode_sessions 1", "iaccode_running_turns 0", "iaccode_http_connections 1",
-			"iaccode_http_streams 1", "iaccode_http_stream_reconnects_total 0", "iaccode_turns_paused_total 0", "iaccode_turns_interrupted_total 0",
+			"iaccode_http_streams 1", "iaccode_http_stream_reconnects_total 0", "iaccode_turns_paused_total 0", "iaccode_turns_resumed_total 0", "iaccode_turns_interrupted_total 0",
 			`iaccode_http_request_duration_seconds_bucket{code="202",route="post_acp",le=`,
 			`iaccode_http_request_duration_seconds_count{code="200",route="get_acp"} 1`,
 			"# TYPE iaccode_http_events_sent_total counter", "go_goroutines",

@@ -64,6 +64,10 @@ func newMetrics(e *Edge) *metrics {
 		Name: "iaccode_turns_paused_total", Help: "Running turns paused at a step boundary for another pod to resume (drain).",
 	}, func() float64 { return float64(am.TurnsPaused.Load()) }))
 	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "iaccode_turns_resumed_total",
+		Help: "Running turns another process left recorded, resumed here: handed over by a draining pod, found orphaned (pod dead, lease lapsed), or found by a load.",
+	}, func() float64 { return float64(am.TurnsResumed.Load()) }))
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "iaccode_turns_interrupted_total",
 		Help: "Turns recorded interrupted: their process stopped while they ran and no pod could resume them (file store).",
 	}, func() float64 { return float64(am.TurnsInterrupted.Load()) }))
