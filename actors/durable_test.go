@@ -348,7 +348,8 @@ func describeDurableTurns(name string, fresh func() sharedStores) bool {
 			By("adopted by the same server, where the prompt's connection is")
 			Expect(a.Adopt(sid)).To(Succeed())
 			Consistently(lines, 200*time.Millisecond).Should(BeEmpty(), "it waits for a client to answer")
-			h.result(h.call("session/load", map[string]any{"sessionId": sid, "cwd": cwd, "mcpServers": []any{}}))
+			loaded := h.result(h.call("session/load", map[string]any{"sessionId": sid, "cwd": cwd, "mcpServers": []any{}}))
+			Expect(loaded["_meta"]).To(HaveKeyWithValue("activeTurn", HaveKeyWithValue("state", "running")), "the load shows the resumed turn running")
 			Eventually(func() int { return len(h.out.requests("session/request_permission")) }, 5*time.Second, 5*time.Millisecond).Should(Equal(2))
 			ask := h.out.requests("session/request_permission")[1]
 			h.answer(ask["id"], map[string]any{"outcome": map[string]any{"outcome": "selected", "optionId": "allow_once"}})

@@ -177,7 +177,7 @@ func (s *session) resumeTurn(ctx actor.Context, prior *store.RunningTurn) {
 	s.deps.turns.acquire(s.owner, 0) // taken on elsewhere: not refused for a limit here
 	s.countTurn()
 	started := prior.StartedAt.UTC()
-	s.turn.soFar = turnSoFar{active: &ActiveTurn{StartedAt: started.Format(time.RFC3339Nano), PromptRequest: prior.PromptRequest,
+	s.turn.soFar = turnSoFar{active: &ActiveTurn{State: turnRunningState, StartedAt: started.Format(time.RFC3339Nano), PromptRequest: prior.PromptRequest,
 		started: started, conn: prior.Conn, firstSeq: first, id: prior.ID}}
 	s.deps.active.m.Store(s.id, s.turn.soFar.active)
 	s.deps.Metrics.TurnsResumed.Add(1)
