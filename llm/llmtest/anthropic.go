@@ -155,7 +155,8 @@ func writeAnthropicError(w http.ResponseWriter, r *Reply) {
 }
 
 func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
-	head, reply, ok := s.take(w, r, FormatAnthropic, writeAnthropicError)
+	head, reply, leave, ok := s.take(w, r, FormatAnthropic, writeAnthropicError)
+	defer leave()
 	if !ok {
 		return
 	}

@@ -88,7 +88,8 @@ type ChatTool struct {
 }
 
 func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
-	head, reply, ok := s.take(w, r, FormatOpenAI, writeError)
+	head, reply, leave, ok := s.take(w, r, FormatOpenAI, writeError)
+	defer leave()
 	if !ok {
 		return
 	}

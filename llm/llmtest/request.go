@@ -19,6 +19,8 @@ type RecordedRequest struct {
 	Format string `json:"format"`
 	// At is when the request arrived.
 	At time.Time `json:"at"`
+	// Key is the conversation the responder named ("" without one).
+	Key string `json:"key,omitempty"`
 	// Chat is Body decoded (zero when Body is not a chat request).
 	Chat ChatRequest `json:"-"`
 	// Anthropic is Body decoded (zero when Body is not a Messages request).
@@ -71,26 +73,42 @@ func (r RecordedRequest) JSON() map[string]any {
 }
 
 // take records request r of format and takes the next scripted reply for
-// it; an error reply, or a request that does not stream, is answered here
-// with writeErr (false).
-func (s *Server) take(w http.ResponseWriter, r *http.Request, format string, writeErr func(http.ResponseWriter, *Reply)) (requestHead, Reply, bool) {
+// it (the responder's, when it answers); an error reply, or a request that
+// does not stream, is answered here with writeErr (false). leave ends the
+// request's count under its key: the caller runs it once answered.
+func (s *Server) take(w http.ResponseWriter, r *http.Request, format string, writeErr func(http.ResponseWriter, *Reply)) (head requestHead, reply Reply, leave func(), ok bool) {
+	leave = func() {}
 	body, err := io.ReadAll(r.Body)
 	if err != nil {
-		return requestHead{}, Reply{}, false
+		return requestHead{}, Reply{}, leave, false
 	}
-	head := decodeHead(body)
+	head = decodeHead(body)
+	rec := RecordedRequest{Method: r.Method, Path: r.URL.Path, Header: r.Header.Clone(), Body: body, Format: format, At: time.Now()}
 	s.mu.Lock()
-	s.requests = append(s.requests, RecordedRequest{Method: r.Method, Path: r.URL.Path, Header: r.Header.Clone(), Body: body, Format: format,
-		At: time.Now()})
+	respond := s.respond
 	s.mu.Unlock()
-	reply := s.next()
+	answered := false
+	if respond != nil {
+		rec.decode()
+		var key string
+		if key, reply, answered = respond(rec); answered {
+			rec.Key = key
+			leave = s.enterKey(key)
+		}
+	}
+	s.mu.Lock()
+	s.requests = append(s.requests, rec)
+	s.mu.Unlock()
+	if !answered {
+		reply = s.next()
+	}
 	if reply.Status >= 400 {
 		writeErr(w, &reply)
-		return head, reply, false
+		return head, reply, leave, false
 	}
 	if !head.Stream {
 		writeErr(w, &Reply{Status: http.StatusBadRequest, ErrorMessage: "llmtest: only stream: true is supported"})
-		return head, reply, false
+		return head, reply, leave, false
 	}
-	return head, reply, true
+	return head, reply, leave, true
 }

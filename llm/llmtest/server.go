@@ -44,6 +44,11 @@ type Server struct {
 	queue    []Reply
 	def      Reply
 	requests []RecordedRequest
+	// respond, when set, answers each model request from the request
+	// itself (SetResponder); keyed counts the requests of each of its keys
+	// in flight and their peak.
+	respond Responder
+	keyed   map[string]*[2]int64
 }
 
 // Request formats.
@@ -124,6 +129,53 @@ func (s *Server) enter() func() {
 	for p := s.peak.Load(); n > p && !s.peak.CompareAndSwap(p, n); p = s.peak.Load() {
 	}
 	return func() { s.inFlight.Add(-1) }
+}
+
+// Responder picks the reply to one model request from the request itself
+// (decoded), so concurrent conversations each get their own script and a
+// request asked again (a reply cut midway) gets the same answer. key names
+// the conversation (MaxConcurrentFor, RecordedRequest.Key); ok false leaves
+// the request to the queue.
+type Responder func(req RecordedRequest) (key string, reply Reply, ok bool)
+
+// SetResponder sets the responder (nil: the queue alone).
+func (s *Server) SetResponder(f Responder) {
+	s.mu.Lock()
+	s.respond = f
+	s.mu.Unlock()
+}
+
+// MaxConcurrentFor is the highest number of model requests of key (named
+// by the responder) the server was answering at once: above 1, two
+// requests of one conversation overlapped.
+func (s *Server) MaxConcurrentFor(key string) int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c := s.keyed[key]; c != nil {
+		return c[1]
+	}
+	return 0
+}
+
+// enterKey counts a request of key in flight until the returned func runs.
+func (s *Server) enterKey(key string) func() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.keyed == nil {
+		s.keyed = map[string]*[2]int64{}
+	}
+	c := s.keyed[key]
+	if c == nil {
+		c = new([2]int64)
+		s.keyed[key] = c
+	}
+	c[0]++
+	c[1] = max(c[1], c[0])
+	return func() {
+		s.mu.Lock()
+		c[0]--
+		s.mu.Unlock()
+	}
 }
 
 // Reset clears the queue and the recorded requests (not the default reply).

@@ -188,3 +188,46 @@ func TestBufferedChunksAreWholeBeforeACut(t *testing.T) {
 		}
 	}
 }
+
+// A responder answers each request from its content and counts the
+// requests of each conversation in flight: two requests of one key at once
+// are seen (MaxConcurrentFor 2), of two keys they are not.
+func TestResponderPerConversation(t *testing.T) {
+	srv := llmtest.Start(t)
+	srv.Script(llmtest.Reply{Text: "from the queue"})
+	srv.SetResponder(func(req llmtest.RecordedRequest) (string, llmtest.Reply, bool) {
+		text := req.Chat.Messages[0].Text()
+		if !strings.HasPrefix(text, "conv-") {
+			return "", llmtest.Reply{}, false
+		}
+		return text, llmtest.Reply{Text: "reply to " + text, Split: 3, Delay: 50 * time.Millisecond}, true
+	})
+	body := func(text string) string {
+		return `{"model":"m","stream":true,"messages":[{"role":"user","content":"` + text + `"}]}`
+	}
+	done := make(chan string, 3)
+	for _, text := range []string{"conv-a", "conv-a", "conv-b"} {
+		go func() {
+			_, b := post(t, srv.URL()+"/chat/completions", body(text))
+			done <- b
+		}()
+	}
+	for range 3 {
+		if b := <-done; !strings.Contains(b, `"content":"reply`) {
+			t.Errorf("a responder's reply: %q", b)
+		}
+	}
+	if _, b := post(t, srv.URL()+"/chat/completions", body("other")); !strings.Contains(b, "queue") {
+		t.Errorf("a request the responder leaves takes the queue: %q", b)
+	}
+	if a, b := srv.MaxConcurrentFor("conv-a"), srv.MaxConcurrentFor("conv-b"); a != 2 || b != 1 {
+		t.Errorf("MaxConcurrentFor conv-a %d (want 2), conv-b %d (want 1)", a, b)
+	}
+	keys := map[string]int{}
+	for _, r := range srv.Requests() {
+		keys[r.Key]++
+	}
+	if keys["conv-a"] != 2 || keys["conv-b"] != 1 || keys[""] != 1 {
+		t.Errorf("recorded keys %v", keys)
+	}
+}
