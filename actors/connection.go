@@ -202,7 +202,17 @@ func (c *connection) Receive(ctx actor.Context) {
 		c.ownerKnown(ctx, m)
 	case *actor.Terminated:
 		if c.stub != nil && m.Who.Equal(c.stub) {
-			ctx.Stop(ctx.Self()) // a proxy whose stub went away (session_remote.go)
+			// A proxy whose stub went away (session_remote.go). When the
+			// stub's pod died (not its client leaving), the turns its
+			// client prompted go on: a crash loses no turn (issue 29).
+			if m.Why == actor.TerminatedReason_AddressTerminated {
+				for _, r := range c.sessions {
+					if r.live != nil {
+						ctx.Send(r.live, &detach{conn: ctx.Self(), keepTurn: true})
+					}
+				}
+			}
+			ctx.Stop(ctx.Self())
 			return
 		}
 		// A session that stopped (closed, evicted, crashed) is forgotten.

@@ -248,6 +248,9 @@ func (s *session) stepLive(ctx actor.Context, e envelope) {
 	case *attach:
 		s.attachFor(ctx, m)
 	case *detach:
+		if m.keepTurn {
+			s.turn.disown(m.conn)
+		}
 		s.detachClient(ctx, m.conn, endLastDetach)
 	case *messageDone:
 		s.record(ctx, m.msg)

@@ -64,8 +64,14 @@ type (
 		follow *followClaim
 	}
 	// detach: the connection is going away; a session it was the last one
-	// attached to stops (it is on disk).
-	detach struct{ conn *actor.PID }
+	// attached to stops (it is on disk). keepTurn: its client did not
+	// leave, its pod died (a proxy whose stub's pod is gone): the turn it
+	// prompted goes on, answered to nobody, as a turn resumed after a
+	// crash does.
+	detach struct {
+		conn     *actor.PID
+		keepTurn bool
+	}
 	// sessionMoved tells a connection that the session it addressed now
 	// belongs to another connection, or that its session/close detached it
 	// from a session other connections keep (see connection.stopping).

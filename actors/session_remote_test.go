@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"context"
 	"strings"
 	"sync"
 	"time"
@@ -9,6 +10,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 
+	"github.com/iac-code/iac-code/llm"
 	"github.com/iac-code/iac-code/protocol"
 	"github.com/iac-code/iac-code/store"
 	"github.com/iac-code/iac-code/transport/cluster/clusterpb"
@@ -26,6 +28,22 @@ type podLink struct {
 	// remote endpoint).
 	mu                 sync.Mutex
 	toStubs, toProxies []*actor.PID
+	// proxies are the holder's proxy connections, each watching its
+	// toStubs forwarder as it would watch the stub across pods.
+	proxies []*actor.PID
+}
+
+// lose is this side's pod dying as the holder sees it: the library ends
+// the remote endpoint and tells every watcher of an actor there it is
+// gone with TerminatedReason_AddressTerminated (remote.endpointWatcher).
+func (l *podLink) lose() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i, proxy := range l.proxies {
+		ref, ok := l.holder.sys.ProcessRegistry.GetLocal(proxy.Id)
+		Expect(ok).To(BeTrue(), "proxy %s", proxy.Id)
+		ref.SendSystemMessage(proxy, &actor.Terminated{Who: l.toStubs[i], Why: actor.TerminatedReason_AddressTerminated})
+	}
 }
 
 // silence stops every frame of the holding pod to this side.
@@ -69,7 +87,7 @@ func (l *podLink) Share(id, _, principal string, stub *actor.PID, init, open []b
 	}
 	toProxy := forwarder(l.here, l.holder, proxy)
 	l.mu.Lock()
-	l.toStubs, l.toProxies = append(l.toStubs, toStub), append(l.toProxies, toProxy)
+	l.toStubs, l.toProxies, l.proxies = append(l.toStubs, toStub), append(l.toProxies, toProxy), append(l.proxies, proxy)
 	l.mu.Unlock()
 	return toProxy, nil
 }
@@ -255,6 +273,39 @@ var _ = Describe("a session loaded through another pod (PostgreSQL)", func() {
 		Expect(answer["result"]).To(HaveKeyWithValue("stopReason", "cancelled"))
 		Expect(h.errorOf(mode)).To(And(HaveKeyWithValue("code", -32010.0),
 			HaveKeyWithValue("data", HaveKeyWithValue("reason", "session_holder_gone"))))
+	})
+
+	It("lets the turn it relayed run on at the holder when this pod dies: the holder's client sees it end, its reply recorded", func() {
+		release := make(chan struct{})
+		provider.then(func(ctx context.Context, emit func(llm.Event)) error {
+			emit(llm.Event{Type: llm.EventTextDelta, Text: "half "})
+			select {
+			case <-release:
+			case <-ctx.Done():
+				return ctx.Err() // cancelled: the turn did not go on
+			}
+			return say("done")(ctx, emit)
+		})
+		owner := holder.conns[0]
+		from := len(owner.out.all())
+		h := connectWith(map[string]any{})
+		h.result(load(h))
+		h.call("session/prompt", textPrompt(sid, "long"))
+		Eventually(func() string { return chatOf(owner, from, "agent_message_chunk") }, 5*time.Second).Should(Equal("half "))
+
+		link.lose()
+		Eventually(func() int {
+			n := 0
+			holder.srv.deps.shares.proxies.Range(func(any, any) bool { n++; return true })
+			return n
+		}, 5*time.Second).Should(BeZero(), "the proxy is gone")
+		close(release)
+		Eventually(func() string { return chatOf(owner, from, "agent_message_chunk") }, 5*time.Second).Should(Equal("half done"),
+			"the turn went on (cancelled before: the proxy's leaving cancelled its client's turn)")
+		provider.then(say("next"))
+		Expect(owner.result(owner.call("session/prompt", textPrompt(sid, "after")))["stopReason"]).To(Equal("end_turn"))
+		last := provider.requests()[len(provider.requests())-1].Messages
+		Expect(last[len(last)-2].TextOf()).To(Equal("half done"), "the relayed turn's reply is in the history")
 	})
 
 	It("answers at once when the holding pod ends its shares (its shutdown), which refuses new ones", func() {

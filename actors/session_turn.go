@@ -73,6 +73,15 @@ func (t *turnSlot) answerTo(id protocol.RawMessage, conn *actor.PID, detached fu
 
 func (t *turnSlot) run(pid *actor.PID) { t.state, t.pid = turnRunning, pid }
 
+// disown: the running turn, when conn's, is nobody's prompt any more (its
+// connection is gone with its pod): it runs on and its end is answered to
+// no one.
+func (t *turnSlot) disown(conn *actor.PID) {
+	if t.of(conn) {
+		t.promptConn = nil
+	}
+}
+
 // end frees the slot, and returns the prompt to answer.
 func (t *turnSlot) end() (promptID protocol.RawMessage, promptConn *actor.PID) {
 	promptID, promptConn = t.promptID, t.promptConn
