@@ -26,28 +26,46 @@ import (
 const moveTimeout = 8 * time.Second
 
 // movedCache maps connection ids to the incarnation serving them now ("":
-// the store knows of no move), bounded.
+// the store knew of no move), bounded. A "no move" is kept only
+// movedMissTTL: the draining pod may record the move just after a client's
+// first try (its reconnect comes back within a second), and a cached miss
+// would answer that connection 400 for good.
 type movedCache struct {
 	mu sync.RWMutex
-	m  map[string]string
+	m  map[string]movedEntry
 }
 
-const movedCacheMax = 1 << 16
+type movedEntry struct {
+	to string
+	at time.Time // of a miss
+}
+
+const (
+	movedCacheMax = 1 << 16
+	movedMissTTL  = time.Second
+)
 
 func (mc *movedCache) get(id string) (string, bool) {
 	mc.mu.RLock()
 	defer mc.mu.RUnlock()
-	to, ok := mc.m[id]
-	return to, ok
+	e, ok := mc.m[id]
+	if ok && e.to == "" && time.Since(e.at) >= movedMissTTL {
+		return "", false
+	}
+	return e.to, ok
 }
 
 func (mc *movedCache) put(id, to string) {
 	mc.mu.Lock()
 	defer mc.mu.Unlock()
 	if mc.m == nil || len(mc.m) >= movedCacheMax {
-		mc.m = map[string]string{}
+		mc.m = map[string]movedEntry{}
 	}
-	mc.m[id] = to
+	e := movedEntry{to: to}
+	if to == "" {
+		e.at = time.Now()
+	}
+	mc.m[id] = e
 }
 
 func (mc *movedCache) drop(id string) {
