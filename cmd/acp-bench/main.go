@@ -74,7 +74,11 @@ workloads:
                  summed RSS, --settle (1s) after start and again after initialize; --cold
   soak           http-fanout for --duration (10m) with --conns (1000); streams drop at random
                  (mean --drop-every 5s) and resume with Last-Event-ID
-  all            every workload above except soak, with the defaults
+  survive        --turns (100) running turns of 30 bash steps (0.3 s each) on one pod of --pods (3),
+                 prompted through the others; SIGTERM of that pod (--kill: kill -9): the time from
+                 the signal to each turn's next model request from another pod (p50, p99), and
+                 every prompt must still end end_turn
+  all            every workload above except soak and survive, with the defaults
 
 compare with a previous build: add --compare REF (a git ref: main, HEAD~1, a commit);
 the ref is built into bin/compare/<commit>/ and the workload runs --rounds times
@@ -90,7 +94,8 @@ type config struct {
 	selfProfile, compareRef, beforeServer                             string
 	noProgress, debug, baseline, modelFlush, valgrind, cold           bool
 	chunks, streams, clients, runs, maxCycles, setupWidth             int
-	rounds                                                            int
+	rounds, turns                                                     int
+	kill                                                              bool
 	conns                                                             string
 	rate                                                              float64
 	duration, dropEvery, reconnectMax, timeout, hold, ramp, settle    time.Duration
@@ -136,6 +141,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&c.modelFlush, "model-flush", false, "the fake model flushes every chunk, a socket write each (stdio-stream; default: full buffers, as a model that outruns the network)")
 	fs.IntVar(&c.setupWidth, "setup-width", 64, "connections set up at once")
 	fs.DurationVar(&c.ramp, "ramp", 0, "http-fanout: start the prompts evenly over this time instead of all at once")
+	fs.IntVar(&c.turns, "turns", 100, "survive: running turns on the pod that goes")
+	fs.BoolVar(&c.kill, "kill", false, "survive: kill -9 the pod instead of SIGTERM")
 	fs.BoolVar(&c.ws, "ws", false, "http-fanout: every connection is a WebSocket on /acp instead of POSTs and an SSE stream")
 	fs.IntVar(&c.pods, "pods", 0, "http-fanout: run that many cluster pods (throwaway PostgreSQL) behind a round-robin proxy; 0: one plain server")
 	fs.DurationVar(&c.timeout, "timeout", 0, "bound of one run (default: derived from the sizes)")
@@ -156,7 +163,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	switch workload {
 	case "all":
 		names = workloads
-	case "stdio-stream", "http-fanout", "idle-streams", "churn", "startup", "idle", "soak":
+	case "stdio-stream", "http-fanout", "idle-streams", "churn", "startup", "idle", "soak", "survive":
 		names = []string{workload}
 	default:
 		fmt.Fprintf(stderr, "acp-bench: unknown workload %q\n\n", workload)
@@ -302,6 +309,8 @@ func runWorkload(ctx context.Context, name string, o *bench.Options, c *config) 
 		return one(bench.Startup(ctx, o, bench.StartupParams{Runs: orDefault(c.runs, 20), Cold: c.cold}))
 	case "idle":
 		return one(bench.IdleFootprint(ctx, o, bench.IdleFootprintParams{Runs: orDefault(c.runs, 5), Cold: c.cold, Settle: c.settle}))
+	case "survive":
+		return one(bench.Survive(ctx, o, bench.SurviveParams{Turns: c.turns, Pods: c.pods, Kill: c.kill, Timeout: c.timeout}))
 	case "soak":
 		conns := connList(c.conns, name)
 		return one(bench.Soak(ctx, o, bench.SoakParams{

@@ -45,7 +45,8 @@ func startCluster(ctx context.Context, o *Options, fakeURL string, n int) (*benc
 			return nil, err
 		}
 		s, err := startServer(ctx, o, "http", fakeURL, []string{"IAC_CODE_STORE_URL=" + dbURL,
-			"IAC_CODE_CLUSTER_SECRET=acp-bench", "IAC_CODE_CLUSTER_LISTEN=127.0.0.1:" + strconv.Itoa(port)})
+			"IAC_CODE_CLUSTER_SECRET=acp-bench", "IAC_CODE_CLUSTER_LISTEN=127.0.0.1:" + strconv.Itoa(port),
+			"IAC_CODE_API_KEY=" + podAPIKey(i)})
 		if err != nil {
 			c.stop()
 			return nil, fmt.Errorf("pod %d: %w", i, err)
@@ -84,6 +85,10 @@ func startCluster(ctx context.Context, o *Options, fakeURL string, n int) (*benc
 	c.addr = ln.Addr().String()
 	return c, nil
 }
+
+// podAPIKey is pod i's API key: the fake model tells the pods' requests
+// apart by it (survive).
+func podAPIKey(i int) string { return "acp-bench-pod-" + strconv.Itoa(i) }
 
 func (c *benchCluster) stop() {
 	if c.proxy != nil {
