@@ -28,7 +28,9 @@ type anBlock struct {
 
 // anStream is the state of one streamed answer.
 type anStream struct {
-	emit   func(Event)
+	out func(Event)
+	// more is the Buffered of the events of the SSE event being decoded.
+	more   bool
 	blocks []anBlock
 	nCalls int
 	stop   string
@@ -42,13 +44,12 @@ type anStream struct {
 // decodeAnthropicStream reads Messages API SSE events and emits Events. It
 // returns nil only after message_stop.
 func decodeAnthropicStream(body io.Reader, emit func(Event)) error {
-	more := false
-	s := &anStream{emit: func(ev Event) { ev.Buffered = more; emit(ev) }}
+	s := &anStream{out: emit}
 	err := readSSE(body, func(event, data []byte, buffered bool) (bool, error) {
 		if len(data) == 0 {
 			return false, nil
 		}
-		more = buffered
+		s.more = buffered
 		return s.event(data)
 	})
 	if err != nil && err != io.EOF {
@@ -72,6 +73,12 @@ func decodeAnthropicStream(body io.Reader, emit func(Event)) error {
 	}
 	emit(Event{Type: EventStop, StopReason: s.stopReason()})
 	return nil
+}
+
+// emit passes ev on with the Buffered of the event being decoded.
+func (s *anStream) emit(ev Event) {
+	ev.Buffered = s.more
+	s.out(ev)
 }
 
 func (s *anStream) event(data []byte) (done bool, err error) {

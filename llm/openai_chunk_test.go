@@ -1,6 +1,7 @@
 package llm
 
 import (
+	"bytes"
 	"encoding/json"
 	"reflect"
 	"testing"
@@ -17,7 +18,7 @@ type chunkRun struct {
 
 func runChunk(data []byte, fast bool) (chunkRun, bool) {
 	var r chunkRun
-	s := &oaStream{emit: func(e Event) { r.events = append(r.events, e) }}
+	s := &oaStream{out: func(e Event) { r.events = append(r.events, e) }}
 	if fast {
 		if !s.fastChunk(data) {
 			return r, false
@@ -107,7 +108,7 @@ func TestOpenAIFastChunk(t *testing.T) {
 			}
 			// And through event, as the decoder calls it.
 			var text, think string
-			s := &oaStream{emit: func(e Event) {
+			s := &oaStream{out: func(e Event) {
 				switch e.Type {
 				case EventTextDelta:
 					text += e.Text
@@ -155,7 +156,7 @@ func FuzzOpenAIFastChunkText(f *testing.F) {
 func checkShapeChunk(t *testing.T, learn, data []byte) bool {
 	t.Helper()
 	var got []Event
-	s := &oaStream{emit: func(e Event) { got = append(got, e) }}
+	s := &oaStream{out: func(e Event) { got = append(got, e) }}
 	s.fastChunk(learn)
 	got = nil
 	if !s.shapeChunk(data) {
@@ -175,7 +176,7 @@ func checkShapeChunk(t *testing.T, learn, data []byte) bool {
 
 // shapeOf is the head and tail learned from data ("" when none).
 func shapeOf(data []byte) (head, tail string) {
-	s := &oaStream{emit: func(Event) {}}
+	s := &oaStream{out: func(Event) {}}
 	s.fastChunk(data)
 	for _, sh := range s.shapes {
 		if sh.head != nil {
@@ -215,7 +216,7 @@ func TestOpenAIShapeChunk(t *testing.T) {
 	// A stream's chunks after the first take the shape path, and emit what
 	// they carry.
 	var text string
-	s := &oaStream{emit: func(e Event) { text += e.Text }}
+	s := &oaStream{out: func(e Event) { text += e.Text }}
 	for _, tok := range []string{"a", "b", `\"c\"`} {
 		if _, err := s.event([]byte(chunkHead + `{"content":"` + tok + `"},"logprobs":null,"finish_reason":null}],"usage":null}`)); err != nil {
 			t.Fatal(err)
@@ -241,5 +242,26 @@ func FuzzOpenAIShapeChunk(f *testing.F) {
 			checkShapeChunk(t, learn, []byte(head+string(mid)+tail))
 		}
 		checkShapeChunk(t, learn, other)
+	})
+}
+
+// FuzzShapeToken: shapeToken's word test takes a token as the byte scan
+// of jscan.str does.
+func FuzzShapeToken(f *testing.F) {
+	for _, s := range []string{`"x"`, `"abcdefgh"`, `"abcdefg\"`, `"ab\"cdefghijk"`, `"a\\"`, `"a\\\"bcdefghij"`, `"1234567"x"`, `""`, `"`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		tok, esc, ok := shapeToken(b)
+		sc := jscan{d: b}
+		var wtok []byte
+		var wesc, wok bool
+		if len(b) > 0 && b[0] == '"' {
+			wtok, wesc, wok = sc.str()
+			wok = wok && sc.i == len(b)
+		}
+		if ok != wok || ok && (esc != wesc || !bytes.Equal(tok, wtok)) {
+			t.Fatalf("%q: shapeToken %q %v %v, str %q %v %v", b, tok, esc, ok, wtok, wesc, wok)
+		}
 	})
 }

@@ -13,7 +13,9 @@ import (
 
 // oaStream is the state of one streamed answer.
 type oaStream struct {
-	emit     func(Event)
+	out func(Event)
+	// more is the Buffered of the events of the SSE event being decoded.
+	more     bool
 	calls    []int // OpenAI tool call index -> our index+1 (0 = not started)
 	nCalls   int
 	finish   string
@@ -30,16 +32,15 @@ type oaStream struct {
 // decodeOpenAIStream reads SSE events from body and emits Events. It returns
 // nil only when the stream carried a finish_reason.
 func decodeOpenAIStream(body io.Reader, emit func(Event)) error {
-	more := false
-	s := &oaStream{emit: func(ev Event) { ev.Buffered = more; emit(ev) }}
+	s := &oaStream{out: emit}
 	err := readSSE(body, func(_, data []byte, buffered bool) (bool, error) {
 		if len(data) == 0 {
 			return false, nil
 		}
-		more = buffered
+		s.more = buffered
 		return s.event(data)
 	})
-	more = false
+	s.more = false
 	if err == io.EOF {
 		err = nil
 	}
@@ -48,11 +49,18 @@ func decodeOpenAIStream(body io.Reader, emit func(Event)) error {
 
 var doneMarker = []byte("[DONE]")
 
-// event handles one SSE data payload; done reports [DONE]. The common chunk
+// emit passes ev on with the Buffered of the event being decoded (a
+// method, not a wrapping closure: one call less per delta).
+func (s *oaStream) emit(ev Event) {
+	ev.Buffered = s.more
+	s.out(ev)
+}
+
+// event handles one non-empty SSE data payload; done reports [DONE]. The common chunk
 // (text or reasoning of choice 0, nothing else acted on) takes fastChunk, a
 // single strict scan; anything else takes the full gjson path (fullChunk).
 func (s *oaStream) event(data []byte) (done bool, err error) {
-	if bytes.Equal(bytes.TrimSpace(data), doneMarker) {
+	if data[0] != '{' && bytes.Equal(bytes.TrimSpace(data), doneMarker) {
 		return true, nil
 	}
 	if s.shapeChunk(data) || s.fastChunk(data) {

@@ -56,20 +56,17 @@ func readSSEWith(body io.Reader, size, grow int, whole bool, fn func(event, data
 		}
 		if whole && len(data) == 0 && len(event) == 0 && r.Buffered() > 0 {
 			b, _ := r.Peek(r.Buffered())
-			if ev, d, n, ok := wholeEvent(b, nl); ok {
-				// No read happens before the next look: what follows
-				// this event is the start of the next one.
-				var more bool
-				nl, more = eventEnd(b[n:])
-				done, ferr := fn(ev, d, more)
-				_, _ = r.Discard(n)
-				if ferr != nil {
-					return ferr
-				}
-				if done {
-					return nil
-				}
-				continue
+			n, next, done, ferr := wholeEvents(b, nl, fn)
+			_, _ = r.Discard(n)
+			if ferr != nil {
+				return ferr
+			}
+			if done {
+				return nil
+			}
+			if n > 0 {
+				nl = next
+				continue // to the check for a larger buffer, as after each event
 			}
 		}
 		nl = -2 // a read may move the buffer
@@ -148,6 +145,27 @@ func (w *fillWatch) Read(b []byte) (int, error) {
 	return n, err
 }
 
+// wholeEvents passes fn the events wholeEvent takes from the start of b,
+// one after another, and returns how many bytes they took: the buffer is
+// looked at once per read, not once per event. firstNL is wholeEvent's,
+// next the same for b[n:].
+func wholeEvents(b []byte, firstNL int, fn func(event, data []byte, more bool) (bool, error)) (n, next int, done bool, err error) {
+	for {
+		ev, d, k, ok := wholeEvent(b[n:], firstNL)
+		if !ok {
+			return n, firstNL, false, nil
+		}
+		n += k
+		// No read happens before the next look: what follows this
+		// event is the start of the next one.
+		var more bool
+		firstNL, more = eventEnd(b[n:])
+		if done, err = fn(ev, d, more); done || err != nil {
+			return n, firstNL, done, err
+		}
+	}
+}
+
 // eventBuffered reports whether r holds a whole event (up to its blank
 // line): reading it will not wait for the network.
 func eventBuffered(r *bufio.Reader) bool {
@@ -193,7 +211,7 @@ func wholeEvent(b []byte, firstNL int) (event, data []byte, n int, ok bool) {
 		firstNL = bytes.IndexByte(b, '\n')
 	}
 	rest := b
-	if bytes.HasPrefix(rest, []byte("event:")) {
+	if len(rest) >= 6 && string(rest[:6]) == "event:" {
 		nl := firstNL
 		if nl < 0 || rest[nl-1] == '\r' {
 			return nil, nil, 0, false
@@ -202,7 +220,8 @@ func wholeEvent(b []byte, firstNL int) (event, data []byte, n int, ok bool) {
 		rest = rest[nl+1:]
 		firstNL = -2
 	}
-	if !bytes.HasPrefix(rest, []byte("data:")) {
+	// The prefix compared as one word: bytes.HasPrefix is a call.
+	if len(rest) < 5 || string(rest[:5]) != "data:" {
 		return nil, nil, 0, false
 	}
 	nl := firstNL

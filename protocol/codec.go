@@ -290,7 +290,9 @@ func appendJSONStringBody(b []byte, s string) []byte {
 		for i+8 <= len(s) && plainASCII8(word8(s, i)) {
 			i += 8
 		}
-		if i == len(s) {
+		// The last bytes as the last 8, overlapping what was looked at:
+		// a short tail costs one word test instead of a test per byte.
+		if i == len(s) || i > len(s)-8 && len(s) >= 8 && plainASCII8(word8(s, len(s)-8)) {
 			break
 		}
 		c := s[i]
