@@ -22,7 +22,9 @@ import (
 // says that every earlier one has reached the old connection, whose outbox
 // then moves whole. A session held by the moving pod itself is not moved
 // here (the turn hand-over does that); the moved connection knows it and
-// opens it again at its next request, as an evicted one.
+// opens it again at its next request, as an evicted one. A session this
+// pod held and paused for the drain is a stub by then, its clients here
+// its legs (session_pause_stub.go): their connections move with them.
 
 // MovedConn is a connection actor's state as it moves to another process.
 type MovedConn struct {
@@ -90,12 +92,10 @@ type (
 	movedOut struct {
 		state MovedConn
 		stubs map[string]*actor.PID
-		// busy: a session this process holds runs a prompt of the
-		// connection (see moveOut).
-		busy string
 	}
 	// legOut asks a session whether conn reaches it through a stub leg;
-	// answered *legInfo.
+	// answered *legInfo, once the leg is attached when it follows the
+	// session (legOut).
 	legOut  struct{ conn *actor.PID }
 	legInfo struct {
 		stub   bool
@@ -159,9 +159,6 @@ func (c *Conn) StartMove(timeout time.Duration) (*Move, error) {
 	out, ok := res.(*movedOut)
 	if !ok {
 		return nil, errors.New("connection state: unexpected answer")
-	}
-	if out.busy != "" {
-		return nil, fmt.Errorf("a prompt of the connection runs on session %s, which this process holds: its answer would have no connection to go to", out.busy)
 	}
 	m := &Move{c: c, State: out.state, stubs: map[string]*actor.PID{}}
 	for i := range m.State.Sessions {
@@ -317,7 +314,6 @@ func (c *connection) moveOut(ctx actor.Context) {
 		Notices: c.notices, Compaction: c.compaction, BooleanOptions: c.booleanOptions,
 		TerminalTyped: c.terminalLogin.typed, TerminalMeta: c.terminalLogin.meta, NextID: c.nextID}
 	stubs := map[string]*actor.PID{}
-	busy := ""
 	for id, r := range c.sessions {
 		if !r.known && r.live == nil {
 			continue
@@ -326,15 +322,8 @@ func (c *connection) moveOut(ctx actor.Context) {
 		if r.live != nil {
 			stubs[id] = r.live
 		}
-		// A turn of this process answers its prompt to the connection
-		// actor that sent it; until turns move with their sessions, a
-		// connection whose prompt runs here stays, and closes with the
-		// pod (its prompt answered cancelled). Stubs run no turn here.
-		if t, _ := c.deps.active.m.Load(id); t != nil && t.(*ActiveTurn).conn == c.id {
-			busy = id
-		}
 	}
-	ctx.Respond(&movedOut{state: st, stubs: stubs, busy: busy})
+	ctx.Respond(&movedOut{state: st, stubs: stubs})
 }
 
 // moveFlush: every frame before it has gone out; the requests asked for a
@@ -397,18 +386,43 @@ func (c *connection) repoint(ctx actor.Context, m *clusterpb.Repoint) {
 
 // Session (stub) side.
 
-// legOut answers whether conn reaches this session through a leg of its stub.
+// legOut answers whether conn reaches this session through a leg of its
+// stub. A leg following the session to its next holder (the session left
+// its pod: a drain paused it) is answered once it rejoined there, so that
+// the connection moves with a leg served by a proxy (answerLegOut); the
+// move waits for that within its step's timeout.
 func (s *session) legOut(ctx actor.Context, e envelope, m *legOut) {
+	if e.sender == nil {
+		return
+	}
+	if s.phase.kind == phaseStub {
+		if l := s.stub.legOf(m.conn); l != nil && l.state != legAttached && s.stub.ending == "" {
+			l.outAsked = append(l.outAsked, e.sender)
+			return
+		}
+	}
+	ctx.Send(e.sender, s.legInfoOf(ctx, m.conn))
+}
+
+// legInfoOf is what a move learns of conn's leg.
+func (s *session) legInfoOf(ctx actor.Context, conn *actor.PID) *legInfo {
 	info := &legInfo{}
 	if s.phase.kind == phaseStub {
-		if l := s.stub.legOf(m.conn); l != nil && l.proxy != nil {
+		if l := s.stub.legOf(conn); l != nil && l.proxy != nil && l.state == legAttached {
 			info.stub, info.holder, info.proxy = true, s.stub.holder, l.proxy
 			info.cwd, info.dirs = l.share.cwd, l.share.dirs
 		}
 	}
-	if e.sender != nil {
-		ctx.Send(e.sender, info)
+	return info
+}
+
+// answerLegOut answers the moves that waited for l to rejoin (or to go:
+// then it has no leg to move).
+func (s *session) answerLegOut(ctx actor.Context, l *stubLeg) {
+	for _, to := range l.outAsked {
+		ctx.Send(to, s.legInfoOf(ctx, l.conn))
 	}
+	l.outAsked = nil
 }
 
 // moveLeg repoints the proxy of conn's leg to m.to; answered once the

@@ -561,6 +561,13 @@ func (s *session) stopped(ctx actor.Context) {
 	if s.phase.kind != phaseStopped {
 		s.become(phase{kind: phaseStopped})
 	}
+	s.release(ctx)
+}
+
+// release lets go of what the session holds (timers, turn slot, store
+// handle, jail) and answers what waits: as it stops, or as it becomes the
+// stub its clients follow it through (session_pause_stub.go).
+func (s *session) release(ctx actor.Context) {
 	s.releaseTurnCount()
 	s.forgetTurn()
 	s.answerAdopter(ctx, fmt.Errorf("session %s stopped before it was open", s.id))

@@ -304,6 +304,7 @@ func (s *session) followAnswered(ctx actor.Context, l *stubLeg, msg *protocol.Me
 	for _, r := range again {
 		s.sendRelayed(ctx, l, r.msg)
 	}
+	s.answerLegOut(ctx, l)
 }
 
 // fromFormerProxy: a frame of a proxy l followed the session away from.

@@ -202,7 +202,7 @@ var _ = Describe("clients following a session to its next pod (PostgreSQL)", fun
 		By("a pauses the turn (cut mid-reply); c adopts it while b's follow cannot reach c yet")
 		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 		defer cancel()
-		Expect(a.srv.pauseTurns(ctx, true)).To(Equal([]string{sid}))
+		Expect(a.srv.PauseTurns(ctx, nil)).To(Equal([]string{sid}))
 		release := holdShares(incC)
 		DeferCleanup(release)
 		pc.then(say("the whole answer"))

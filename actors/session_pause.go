@@ -17,17 +17,16 @@ import (
 // (store.TurnKeeper.Pause) and stops, without answering the prompt or
 // telling its clients the turn was cancelled: another process adopts the
 // session and resumes the turn from its history (Server.Adopt,
-// session_resume.go). Its clients are told the session left, as after a
-// hand-off.
+// session_resume.go). Its clients follow it there: those of other pods
+// through their stubs (session_follow.go), those of this pod through the
+// stub the session becomes (session_pause_stub.go).
 
 type (
 	// pauseRequest asks the session to pause its running turn (ending
 	// pause); cut: the deadline passed, the turn still mid-step stops now.
 	// Answered pauseAnswer once the session let go (or at once when no turn
 	// runs); a cut is not answered (the pause it cuts is).
-	// all: every running turn pauses, even one whose prompt nobody would
-	// answer after (promptedHere).
-	pauseRequest struct{ cut, all bool }
+	pauseRequest struct{ cut bool }
 	pauseAnswer  struct{ paused bool }
 )
 
@@ -38,27 +37,25 @@ func (*pauseAnswer) IgnoreDeadLetterLogging()  {}
 // its deadline: their tools stop (toolStopGrace) and the lease is let go.
 const pauseCutGrace = toolStopGrace + 5*time.Second
 
-// PauseTurns pauses the running turns of this process whose prompt is
-// answered after the hand-over (not promptedHere: the prompt came from
-// another pod's stub, whose leg follows the session to the adopter) at
-// their next step boundary, concurrently, each session letting go of its lease keeping its
+// PauseTurns pauses every running turn of this process at its next step
+// boundary, concurrently, each session letting go of its lease keeping its
 // turn recorded (see Adopt); when ctx is done first, the turns still
 // mid-step are cut there and paused. It returns the ids of the sessions
-// paused. A turn that ends meanwhile (its last answer, a cancel, an error)
-// ends as usual and is not listed. Sub-agents' turns are steps of their
-// parent's: its agent tool call runs to its end, or is cut with it. A
-// turn prompted by a connection of this process runs on, and ends
-// cancelled when the process shuts down, its prompt answered.
-func (s *Server) PauseTurns(ctx context.Context) []string { return s.pauseTurns(ctx, false) }
-
-// pauseTurns is PauseTurns; all: every running turn pauses.
-func (s *Server) pauseTurns(ctx context.Context, all bool) []string {
-	var ids []string
+// paused, and tells each to paused (when not nil) as soon as it is, so
+// that it can be handed over without waiting for the slowest turn. A turn
+// that ends meanwhile (its last answer, a cancel, an error) ends as usual
+// and is not listed. Sub-agents' turns are steps of their parent's: its
+// agent tool call runs to its end, or is cut with it. The prompt is
+// answered by the process that resumes the turn, to the connection that
+// sent it, wherever that connection follows the session from (a stub's
+// leg: session_follow.go, session_pause_stub.go).
+func (s *Server) PauseTurns(ctx context.Context, paused func(sessionID string)) []string {
+	var running []string
 	s.deps.active.m.Range(func(k, _ any) bool {
-		ids = append(ids, k.(string))
+		running = append(running, k.(string))
 		return true
 	})
-	if len(ids) == 0 {
+	if len(running) == 0 {
 		return nil
 	}
 	wait := time.Hour
@@ -69,10 +66,10 @@ func (s *Server) pauseTurns(ctx context.Context, all bool) []string {
 		id     string
 		paused bool
 	}
-	answers := make(chan answer, len(ids))
+	answers := make(chan answer, len(running))
 	var wg sync.WaitGroup
-	for _, id := range ids {
-		f := s.sys.Root.RequestFuture(actor.NewPID(s.sys.Address(), sessionActorName(id)), &pauseRequest{all: all}, wait)
+	for _, id := range running {
+		f := s.sys.Root.RequestFuture(actor.NewPID(s.sys.Address(), sessionActorName(id)), &pauseRequest{}, wait)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -85,20 +82,23 @@ func (s *Server) pauseTurns(ctx context.Context, all bool) []string {
 		wg.Wait()
 		close(answers)
 	}()
-	var paused []string
+	var ids []string
 	cut := ctx.Done()
 	for {
 		select {
 		case a, ok := <-answers:
 			if !ok {
-				return paused
+				return ids
 			}
 			if a.paused {
-				paused = append(paused, a.id)
+				ids = append(ids, a.id)
+				if paused != nil {
+					paused(a.id)
+				}
 			}
 		case <-cut:
 			cut = nil
-			for _, id := range ids {
+			for _, id := range running {
 				s.sys.Root.Send(actor.NewPID(s.sys.Address(), sessionActorName(id)), &pauseRequest{cut: true})
 			}
 		}
@@ -116,7 +116,7 @@ func (s *session) pauseFor(ctx actor.Context, m *pauseRequest, from *actor.PID) 
 		return
 	}
 	if !s.turn.running() || s.turn.cancelling() || s.turn.pausing() || s.lease.fenced != nil ||
-		(!m.all && s.promptedHere(ctx)) || !s.become(phase{kind: phaseEnding, why: endPause, pauser: from}) {
+		!s.become(phase{kind: phaseEnding, why: endPause, pauser: from}) {
 		if from != nil {
 			ctx.Send(from, &pauseAnswer{})
 		}
@@ -135,7 +135,9 @@ func (s *session) pauseFor(ctx actor.Context, m *pauseRequest, from *actor.PID) 
 
 // pausedTurn: the turn paused at a step boundary (or was cut). Its prompt
 // is not answered and its mark stays recorded: the session lets go of its
-// lease keeping it (store.TurnKeeper.Pause), and ends.
+// lease keeping it (store.TurnKeeper.Pause), and ends, or stays as the
+// stub its clients of this pod follow the session through
+// (session_pause_stub.go).
 func (s *session) pausedTurn(ctx actor.Context, m *turnPaused) {
 	if !s.turn.running() {
 		return
@@ -146,7 +148,7 @@ func (s *session) pausedTurn(ctx actor.Context, m *turnPaused) {
 		s.endTurn(ctx, &turnFinished{stopReason: protocol.StopCancelled, usage: m.usage})
 		return
 	}
-	s.turn.end()
+	promptID, promptConn := s.turn.end()
 	s.releaseTurnCount()
 	s.withdrawAsked(ctx) // asked again by the next holder
 	s.dropPermissionAsks(ctx)
@@ -157,6 +159,9 @@ func (s *session) pausedTurn(ctx actor.Context, m *turnPaused) {
 	s.turn.soFar = turnSoFar{}
 	s.answerDrainers(ctx)
 	s.pauseLease()
+	if s.stayForClients(ctx, promptID, promptConn) {
+		return
+	}
 	s.finishEnding(ctx)
 }
 
@@ -176,19 +181,4 @@ func (s *session) pauseLease() {
 	s.phase.paused = true
 	s.deps.Metrics.TurnsPaused.Add(1)
 	s.log.Info().Msg("turn paused: the session let go of its lease keeping the turn, for another process to resume it")
-}
-
-// promptedHere reports whether the running turn's prompt came from a
-// connection of this process that is not the proxy of another pod's stub.
-// PauseTurns does not pause such a turn: once the session let go, nobody would answer
-// that prompt (its connection does not follow the session to the adopter;
-// only a stub's legs do, session_follow.go). It runs on until the process
-// shuts down, which cancels it and answers the prompt.
-func (s *session) promptedHere(ctx actor.Context) bool {
-	c := s.turn.promptConn
-	if c == nil || c.Address != ctx.Self().Address {
-		return false
-	}
-	_, proxy := s.deps.shares.proxies.Load(c.Id)
-	return !proxy
 }

@@ -16,9 +16,9 @@ import (
 // work every phase shares is done by Receive around it. What a phase cannot
 // serve yet waits in one stash and runs again once it can (session_stash.go).
 //
-//	opening ──▶ live ──▶ ending{close | last detach | deleted elsewhere | hand-off | retire} ──▶ stopped
-//	   │ ╲                 ▲  │ retire refused: back to live
-//	   │  ╲──▶ failed ─────┘  │
+//	opening ──▶ live ──▶ ending{close | last detach | deleted elsewhere | hand-off | retire | pause} ──▶ stopped
+//	   │ ╲                 ▲  │ retire refused: back to live       │ pause: its clients here follow it
+//	   │  ╲──▶ failed ─────┘  │                                    ▼
 //	   ╰──▶ stub (another pod holds the session, session_remote.go) ──▶ stopped
 //
 // docs/architecture.md draws it with what triggers each transition.
@@ -131,7 +131,7 @@ var legalPhases = [...][]phaseKind{
 	phaseLive:    {phaseEnding, phaseStopped},
 	phaseStub:    {phaseStopped},
 	phaseFailed:  {phaseEnding, phaseStopped},
-	phaseEnding:  {phaseEnding, phaseLive, phaseStopped},
+	phaseEnding:  {phaseEnding, phaseLive, phaseStub, phaseStopped},
 	phaseStopped: nil,
 }
 
@@ -139,7 +139,8 @@ var legalPhases = [...][]phaseKind{
 // ending to retire may become live again (the connection refused) or any
 // other ending; a hand-off or a pause may become a close (the close is
 // answered, the askers too; a pausing turn is cancelled by the close); no
-// other ending changes its reason.
+// other ending changes its reason. A pause may become the stub its
+// clients of this pod follow the session through (session_pause_stub.go).
 func legal(from, to phase) bool {
 	if !slices.Contains(legalPhases[from.kind], to.kind) {
 		return false
@@ -153,6 +154,8 @@ func legal(from, to phase) bool {
 	switch to.kind {
 	case phaseLive:
 		return from.why == endRetire
+	case phaseStub:
+		return from.why == endPause
 	case phaseEnding:
 		return from.why == endRetire || (from.why == endHandOff || from.why == endPause) && to.why == endClose
 	}

@@ -114,7 +114,16 @@ var _ = Describe("the session's phase transitions", func() {
 		Entry("ending(close) → ending(hand-off)", []phase{{kind: phaseLive}, ending(endClose)}, ending(endHandOff)),
 		Entry("ending(last detach) → ending(close)", []phase{{kind: phaseLive}, ending(endLastDetach)}, ending(endClose)),
 		Entry("live → ending without a reason", []phase{{kind: phaseLive}}, phase{kind: phaseEnding}),
+		Entry("live → stub", []phase{{kind: phaseLive}}, phase{kind: phaseStub}),
+		Entry("ending(hand-off) → stub", []phase{{kind: phaseLive}, ending(endHandOff)}, phase{kind: phaseStub}),
 	)
+
+	It("becomes the stub its clients follow it through once paused", func() {
+		Expect(s.become(phase{kind: phaseLive})).To(BeTrue())
+		Expect(s.become(ending(endPause))).To(BeTrue())
+		Expect(s.become(phase{kind: phaseStub})).To(BeTrue())
+		Expect(log.String()).To(BeEmpty())
+	})
 
 	It("keeps the askers of a hand-off when the ending becomes a close, and left when it stops", func() {
 		asker, left := actor.NewPID("test", "asker"), make(chan struct{})

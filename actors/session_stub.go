@@ -60,6 +60,9 @@ type (
 		// until its restore, the answers it passed on.
 		moving   *actor.PID
 		answered map[string]bool
+		// outAsked are the moves of the leg's connection waiting for it
+		// to rejoin the session's next holder (legOut).
+		outAsked []*actor.PID
 		// seq numbers the messages relayed, in order; share is what asks a
 		// holder for a proxy: the proxy's initialize and the leg's open.
 		seq   uint64
@@ -246,6 +249,7 @@ func (s *session) legShared(ctx actor.Context, m *legShared) {
 	}
 	l.become(legAttached)
 	s.flushWaiting(ctx, l)
+	s.answerLegOut(ctx, l)
 }
 
 // flushWaiting sends l's proxy what waited for it, in order.
@@ -270,6 +274,7 @@ func (s *session) dropLeg(ctx actor.Context, l *stubLeg) {
 	}
 	ctx.Stop(l.pid)
 	l.stopFormer(ctx)
+	s.answerLegOut(ctx, l)
 	if len(s.stub.legs) == 0 {
 		ctx.Stop(ctx.Self())
 	}
@@ -413,6 +418,11 @@ func (s *session) stepStub(ctx actor.Context, e envelope) {
 	case *actor.Stopped:
 		s.deps.Metrics.Sessions.Add(-1)
 		s.answerUnanswered(ctx)
+		for _, l := range st.legs {
+			for _, to := range l.outAsked {
+				ctx.Send(to, &legInfo{}) // no leg to move with
+			}
+		}
 	}
 }
 

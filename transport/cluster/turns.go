@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,12 +17,11 @@ import (
 // Turns is what moving running turns between pods needs of the actor tree
 // (*actors.Server, issue 29).
 type Turns interface {
-	// PauseTurns pauses the running turns of this process whose prompts
-	// are answered after the hand-over at their next step boundary
-	// (bounded by ctx), lets go of their sessions keeping the turns
-	// recorded, and returns the ids of those sessions. (A turn prompted by
-	// a connection of this process runs on: see actors.Server.PauseTurns.)
-	PauseTurns(ctx context.Context) []string
+	// PauseTurns pauses the running turns of this process at their next
+	// step boundary (bounded by ctx), lets go of their sessions keeping
+	// the turns recorded, tells paused each session as soon as it paused,
+	// and returns their ids.
+	PauseTurns(ctx context.Context, paused func(sessionID string)) []string
 	// Adopt opens the session here, taking its lease (an *store.InUseError
 	// when another live pod holds it), and resumes its recorded turn.
 	Adopt(sessionID string) error
@@ -49,7 +50,8 @@ const (
 
 // Drain implements httpsse.Cluster: the running turns of this pod pause at
 // their next step boundary (within ctx: IAC_CODE_DRAIN_TIMEOUT) and each
-// paused session is adopted by a live pod, spread over them; a session no
+// paused session is adopted by a live pod, spread over them, as soon as it
+// paused: its clients, following it, wait for no slower turn. A session no
 // pod adopts is left to the others' recovery scan. This pod adopts nothing
 // from now on.
 func (n *Node) Drain(ctx context.Context) {
@@ -58,11 +60,16 @@ func (n *Node) Drain(ctx context.Context) {
 		return
 	}
 	start := time.Now()
-	ids := n.turns.PauseTurns(ctx)
-	paused := time.Since(start)
-	hctx, cancel := context.WithTimeout(context.Background(), max(time.Until(deadlineOf(ctx, start)), handOverGrace))
+	// The hand-overs get the drain's budget, and at least handOverGrace
+	// after the last pause.
+	hctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	moved := n.handOver(hctx, ids)
+	h := n.startHandOver(hctx)
+	ids := n.turns.PauseTurns(ctx, h.add)
+	paused := time.Since(start)
+	stop := time.AfterFunc(max(time.Until(deadlineOf(ctx, start)), handOverGrace), cancel)
+	defer stop.Stop()
+	moved := h.wait()
 	took := time.Since(start)
 	n.met.drain.Observe(took.Seconds())
 	n.log.Info().Int("paused", len(ids)).Int("handed_over", moved).Dur("pause_took", paused).Dur("took", took).
@@ -77,57 +84,84 @@ func deadlineOf(ctx context.Context, from time.Time) time.Time {
 	return from
 }
 
-// handOver asks live pods to adopt the sessions ids, round robin from a
-// random pod, the next pod when one fails; it returns how many were adopted.
-func (n *Node) handOver(ctx context.Context, ids []string) int {
-	if len(ids) == 0 {
-		return 0
-	}
+// handOver asks live pods to adopt paused sessions as they come (add),
+// round robin from a random pod, the next pod when one fails.
+type handOver struct {
+	n     *Node
+	ctx   context.Context
+	wg    sync.WaitGroup
+	slots chan struct{}
+	mu    sync.Mutex
+	next  int
+	moved int
+}
+
+func (n *Node) startHandOver(ctx context.Context) *handOver {
+	return &handOver{n: n, ctx: ctx, slots: make(chan struct{}, handOverParallel), next: rand.IntN(1 << 16)}
+}
+
+// add hands session id over (off the caller: PauseTurns tells each pause).
+func (h *handOver) add(id string) {
+	h.mu.Lock()
+	i := h.next
+	h.next++
+	h.mu.Unlock()
+	h.wg.Add(1)
+	go func() {
+		defer h.wg.Done()
+		select {
+		case h.slots <- struct{}{}:
+		case <-h.ctx.Done():
+			h.n.log.Warn().Str("session", id).Msg("cluster: paused turn not handed over; another pod's recovery scan adopts it")
+			return
+		}
+		defer func() { <-h.slots }()
+		if h.n.handOverOne(h.ctx, id, i) {
+			h.mu.Lock()
+			h.moved++
+			h.mu.Unlock()
+		}
+	}()
+}
+
+// wait returns how many sessions were adopted, once every hand-over ended.
+func (h *handOver) wait() int {
+	h.wg.Wait()
+	return h.moved
+}
+
+// handOverOne asks the live pods, from the i-th on, to adopt session id,
+// and reports whether one did.
+func (n *Node) handOverOne(ctx context.Context, id string, i int) bool {
 	live := n.peers.live()
 	if len(live) == 0 {
-		n.log.Warn().Int("sessions", len(ids)).Msg("cluster: no live pod to hand the paused turns to; the next pod to start adopts them")
-		return 0
+		n.log.Warn().Str("session", id).Msg("cluster: no live pod to hand a paused turn to; the next pod to start adopts it")
+		return false
 	}
-	first := rand.IntN(len(live))
-	var (
-		wg    sync.WaitGroup
-		mu    sync.Mutex
-		moved int
-		slots = make(chan struct{}, handOverParallel)
-	)
-	for i, id := range ids {
-		wg.Add(1)
-		slots <- struct{}{}
-		go func() {
-			defer func() { <-slots; wg.Done() }()
-			for k := range live {
-				p := live[(first+i+k)%len(live)]
-				err := n.askAdopt(ctx, p, id)
-				if err == nil {
-					n.met.handedOver.Inc()
-					n.log.Info().Str("session", id).Str("to", p.inc).Msg("cluster: turn handed over")
-					mu.Lock()
-					moved++
-					mu.Unlock()
-					return
-				}
-				var inUse *store.InUseError
-				if errors.As(err, &inUse) {
-					// Someone holds it already (a recovery scan was
-					// faster): it goes on there.
-					n.log.Info().Str("session", id).Str("holder", inUse.Owner).Msg("cluster: paused turn adopted by another pod already")
-					return
-				}
-				n.log.Warn().Err(err).Str("session", id).Str("pod", p.inc).Msg("cluster: a pod did not adopt a paused turn; trying the next")
-				if ctx.Err() != nil {
-					break
-				}
-			}
-			n.log.Warn().Str("session", id).Msg("cluster: paused turn not handed over; another pod's recovery scan adopts it")
-		}()
+	// In one order for every session, so that i spreads them.
+	slices.SortFunc(live, func(a, b *peer) int { return strings.Compare(a.inc, b.inc) })
+	for k := range live {
+		p := live[(i+k)%len(live)]
+		err := n.askAdopt(ctx, p, id)
+		if err == nil {
+			n.met.handedOver.Inc()
+			n.log.Info().Str("session", id).Str("to", p.inc).Msg("cluster: turn handed over")
+			return true
+		}
+		var inUse *store.InUseError
+		if errors.As(err, &inUse) {
+			// Someone holds it already (a recovery scan was faster): it
+			// goes on there.
+			n.log.Info().Str("session", id).Str("holder", inUse.Owner).Msg("cluster: paused turn adopted by another pod already")
+			return false
+		}
+		n.log.Warn().Err(err).Str("session", id).Str("pod", p.inc).Msg("cluster: a pod did not adopt a paused turn; trying the next")
+		if ctx.Err() != nil {
+			break
+		}
 	}
-	wg.Wait()
-	return moved
+	n.log.Warn().Str("session", id).Msg("cluster: paused turn not handed over; another pod's recovery scan adopts it")
+	return false
 }
 
 // askAdopt asks pod p to adopt session id. An *store.InUseError when p
