@@ -114,8 +114,10 @@ type connection struct {
 	compaction     bool
 	booleanOptions bool
 	// stub: this connection is the proxy of a session actor of another pod
-	// (session_remote.go).
-	stub *actor.PID
+	// (session_remote.go); stubDrains: that pod drains, and its client may
+	// go with it: the proxy's turns then go on (session_pause_stub.go).
+	stub       *actor.PID
+	stubDrains bool
 	// movedLegs: a connection moved here, until its restore: the legs of
 	// its sessions' stubs (connection_move.go).
 	movedLegs map[string]*actor.PID
@@ -261,7 +263,7 @@ func (c *connection) Receive(ctx actor.Context) {
 	case *actor.Stopping:
 		for _, r := range c.sessions {
 			if r.live != nil {
-				ctx.Send(r.live, &detach{conn: ctx.Self()})
+				ctx.Send(r.live, &detach{conn: ctx.Self(), keepTurn: c.stubDrains})
 			}
 		}
 	}

@@ -378,7 +378,7 @@ func (c *connection) repoint(ctx actor.Context, m *clusterpb.Repoint) {
 	to := actor.NewPID(m.LegAddress, m.LegId)
 	ctx.Unwatch(c.stub)
 	c.out.Send(Frame{Data: protocol.EncodeNotification(legMovedMethod, nil)})
-	c.stub = to
+	c.stub, c.stubDrains = to, false // its client is back on a live pod
 	c.out = relayOutlet{root: ctx.ActorSystem().Root, stub: to}
 	ctx.Watch(to)
 	c.log.Info().Str("leg", to.Address).Msg("share: the client's connection moved; frames follow it")

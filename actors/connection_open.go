@@ -237,7 +237,11 @@ func (c *connection) reopenOwned(ctx actor.Context, m *protocol.Message, method 
 	case protocol.MethodSessionLoad:
 		c.openSession(ctx, ref.SessionID, startLoad, m.ID, ref.Cwd, "", servers, dirs, nil)
 	default:
-		c.openSession(ctx, ref.SessionID, startResume, m.ID, ref.Cwd, "", servers, dirs, c.followOf(m))
+		follow := c.followOf(m)
+		if follow != nil && follow.Drains {
+			c.stubDrains = true
+		}
+		c.openSession(ctx, ref.SessionID, startResume, m.ID, ref.Cwd, "", servers, dirs, follow)
 	}
 }
 

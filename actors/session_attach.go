@@ -65,7 +65,8 @@ type (
 	}
 	// detach: the connection is going away; a session it was the last one
 	// attached to stops (it is on disk). keepTurn: its client did not
-	// leave, its pod died (a proxy whose stub's pod is gone): the turn it
+	// leave, its pod died (a proxy whose stub's pod is gone) or drains and
+	// its client went with it (session_pause_stub.go): the turn it
 	// prompted goes on, answered to nobody, as a turn resumed after a
 	// crash does.
 	detach struct {

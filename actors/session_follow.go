@@ -120,6 +120,9 @@ type (
 	// followClaim is what a follow says it is owed (its prompts' ids).
 	followClaim struct {
 		Owed []protocol.RawMessage `json:"owed,omitempty"`
+		// Drains: the stub's pod drains, its clients may go with it
+		// (session_pause_stub.go).
+		Drains bool `json:"drains,omitempty"`
 		// answers: the kept answers of owed prompts whose turn ended,
 		// sent after the follow's answer (the holder's side only).
 		answers [][]byte
@@ -242,7 +245,7 @@ func (s *session) incarnation() string {
 // session/resume (no replay) naming the prompts l is owed.
 func (s *session) rejoin(ctx actor.Context, l *stubLeg) {
 	l.become(legRejoining)
-	var claim followClaim
+	claim := followClaim{Drains: s.deps.shares.draining.Load()}
 	for _, r := range l.pending {
 		if r.sent && !r.bounced && r.method == protocol.MethodSessionPrompt {
 			claim.Owed = append(claim.Owed, r.id)

@@ -17,11 +17,13 @@ import (
 // one PostgreSQL: a pod's Share or TakeOver reaches the pod named by the
 // store's lease (its incarnation), and the frames between a stub and its
 // proxy cross the two actor systems through forwarders (podLink's). gate,
-// when set, holds every Share made to a pod until it is closed.
+// when set, holds every Share made to a pod until it is closed; proxies
+// are the proxies made, on their pods.
 type podNet struct {
-	mu   sync.Mutex
-	pods map[string]*Server
-	gate map[string]chan struct{}
+	mu      sync.Mutex
+	pods    map[string]*Server
+	gate    map[string]chan struct{}
+	proxies []*actor.PID
 }
 
 // podOf is the Handover of pod here.
@@ -44,6 +46,9 @@ func (p podOf) Share(id, owner, principal string, stub *actor.PID, init, open []
 	if err != nil {
 		return nil, err
 	}
+	p.net.mu.Lock()
+	p.net.proxies = append(p.net.proxies, proxy)
+	p.net.mu.Unlock()
 	return forwarder(p.here, holder, proxy), nil
 }
 

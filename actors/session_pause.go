@@ -50,6 +50,7 @@ const pauseCutGrace = toolStopGrace + 5*time.Second
 // sent it, wherever that connection follows the session from (a stub's
 // leg: session_follow.go, session_pause_stub.go).
 func (s *Server) PauseTurns(ctx context.Context, paused func(sessionID string)) []string {
+	s.deps.shares.draining.Store(true)
 	var running []string
 	s.deps.active.m.Range(func(k, _ any) bool {
 		running = append(running, k.(string))

@@ -20,7 +20,12 @@ import (
 // their legs, as any connection with a stub leg (connection_move.go); a
 // move asked while a leg still follows waits for it to rejoin (legOut). A
 // connection that cannot move (a WebSocket) goes at shutdown; the turn
-// goes on without it (session_keep.go).
+// goes on without it: the leg's follow said its pod drains
+// (followClaim.Drains), the proxy noted it (connection.stubDrains) and
+// its detach keeps the turn (detach.keepTurn: answered to nobody, its end
+// recorded, as a turn resumed after a crash). A repoint (the connection
+// moved: a live client again) clears it, so a moved client that leaves
+// later cancels its turn as any client does.
 
 // stayForClients makes the paused session the stub its clients of this
 // pod follow it through, and reports whether it did: in cluster mode, with

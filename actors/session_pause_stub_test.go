@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/asynkron/protoactor-go/actor"
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 
@@ -23,6 +24,7 @@ import (
 var _ = Describe("a turn prompted on the draining pod (PostgreSQL)", func() {
 	var (
 		stores [3]*store.PGStore
+		net    *podNet
 		model  *llmtest.Server
 		a, b   *Server
 		h      *harness
@@ -34,7 +36,7 @@ var _ = Describe("a turn prompted on the draining pod (PostgreSQL)", func() {
 		model = llmtest.NewServer()
 		DeferCleanup(model.Close)
 		a, b = durableServer(stores[0], model), durableServer(stores[1], model)
-		net := &podNet{pods: map[string]*Server{stores[0].Incarnation(): a, stores[1].Incarnation(): b}, gate: map[string]chan struct{}{}}
+		net = &podNet{pods: map[string]*Server{stores[0].Incarnation(): a, stores[1].Incarnation(): b}, gate: map[string]chan struct{}{}}
 		a.SetHandover(podOf{net: net, here: a})
 		b.SetHandover(podOf{net: net, here: b})
 		h = connectTo(a)
@@ -144,5 +146,29 @@ var _ = Describe("a turn prompted on the draining pod (PostgreSQL)", func() {
 		Expect(ms.ProxyID).NotTo(BeEmpty())
 		Expect(h.result(prompt)["stopReason"]).To(Equal("end_turn"))
 		Expect(lines()).To(Equal([]string{"one", "two"}))
+	})
+
+	It("goes on when the client goes with the draining pod (a WebSocket cannot move): a load at the adopter shows it running", func() {
+		model.Script(llmtest.Reply{ToolCalls: []llmtest.ToolCall{step("c1", "one", 0.3)}},
+			llmtest.Reply{ToolCalls: []llmtest.ToolCall{step("c2", "two", 1)}},
+			llmtest.Reply{ToolCalls: []llmtest.ToolCall{step("c3", "three", 0)}},
+			llmtest.Reply{Text: "done"})
+		h.call("session/prompt", textPrompt(sid, "run the steps"))
+		Eventually(running("c1"), 5*time.Second, 5*time.Millisecond).Should(BeTrue())
+		Expect(drain(func(id string) { go func() { _ = b.Adopt(id) }() })).To(Equal([]string{sid}))
+		Eventually(running("c2"), 5*time.Second, 5*time.Millisecond).Should(BeTrue(), "the leg rejoined the adopter")
+
+		By("the leg goes, and its proxy at the adopter with it (as when its stub's pod shuts down)")
+		net.mu.Lock()
+		proxies := append([]*actor.PID(nil), net.proxies...)
+		net.mu.Unlock()
+		Expect(proxies).To(HaveLen(1))
+		Expect(b.sys.Root.StopFuture(proxies[0]).Wait()).To(Succeed())
+		g := connectTo(b)
+		DeferCleanup(func() { g.conn.Close(2 * time.Second) })
+		res := g.result(g.call("session/load", map[string]any{"sessionId": sid, "cwd": GinkgoT().TempDir(), "mcpServers": []any{}}))
+		Expect(res).To(HaveKeyWithValue("_meta", HaveKey("activeTurn")), "running still")
+		Eventually(func() string { return chatOf(g, 0, "agent_message_chunk") }, 10*time.Second).Should(HaveSuffix("done"))
+		Expect(lines()).To(Equal([]string{"one", "two", "three"}), "not cancelled with its client")
 	})
 })

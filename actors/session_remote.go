@@ -118,10 +118,12 @@ func (s *Server) EndShares(timeout time.Duration) {
 }
 
 // shareRegistry is what EndShares needs: the proxy connections of this
-// pod by actor id, and whether the sharing ended.
+// pod by actor id, and whether the sharing ended; draining: PauseTurns
+// ran, this pod's clients may go with it (session_pause_stub.go).
 type shareRegistry struct {
-	proxies sync.Map
-	ended   atomic.Bool
+	proxies  sync.Map
+	ended    atomic.Bool
+	draining atomic.Bool
 }
 
 // endShare (connection side): the proxy tells its stub, then stops (its
