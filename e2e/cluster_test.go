@@ -310,27 +310,81 @@ var _ = Describe("cluster mode: pods behind a round-robin load balancer", Label(
 			"B resumed the cut turn (its reply asked again) before the prompt queued behind it")
 	})
 
-	It("SIGTERM of a pod: its prompts end cancelled, its sessions load elsewhere at once", func() {
-		fake.Script(llmtest.Reply{Text: "Noted: 42."}, llmtest.Reply{Text: "a b c d e f", Hang: true, AfterChunks: 3},
-			llmtest.Reply{Text: "Here."})
-		cl := newCluster(fake, 2, "IAC_CODE_LEASE_TTL=30s")
-		a := openConn(cl.pods[0], cl.pods[1]) // its stream is served by pod B
-		sid := a.newSession(cwd)
-		Expect(a.wait(a.prompt(sid, "Remember 42"))["result"]).To(HaveKeyWithValue("stopReason", "end_turn"))
-		turn := a.prompt(sid, "count slowly")
-		a.s.until("first chunk", isAgentChunk)
-		Expect(cl.pods[0].cmd.Process.Signal(syscall.SIGTERM)).To(Succeed())
-		Expect(a.wait(turn)["result"]).To(HaveKeyWithValue("stopReason", "cancelled"))
-		a.s.waitEOF()
-		Eventually(cl.pods[0].exited, 10*time.Second).Should(Receive(BeNil()))
+	DescribeTable("SIGTERM of the pod a prompt was sent to: its turn goes on at another pod, and the answer reaches the connection that sent it, moved",
+		func(pods int) {
+			steps := filepath.Join(cwd, "steps")
+			script := []llmtest.Reply{{Text: "Noted."}}
+			var want []string
+			for i := 1; i <= 6; i++ {
+				line := "s" + strconv.Itoa(i)
+				want = append(want, line)
+				script = append(script, toolCallReply(line, "bash", map[string]any{"command": "echo " + line + " >> " + steps + "; sleep 0.4"}))
+			}
+			fake.Script(append(script, llmtest.Reply{Text: "All six steps done."}, llmtest.Reply{Text: "Here."})...)
+			cl := newCluster(fake, pods, "IAC_CODE_DRAIN_TIMEOUT=5s")
+			rr := newRoundRobin(cl.pods)
+			c := openConn(cl.pods[0]) // its id, its session and its prompt: all pod 0's
+			sid := c.newSession(cwd)
+			Expect(c.wait(c.prompt(sid, "Remember 42"))["result"]).To(HaveKeyWithValue("stopReason", "end_turn"))
+			c.result("session/set_mode", map[string]any{"sessionId": sid, "modeId": "bypass"})
+			from := len(c.events)
+			turn := c.prompt(sid, "run the six steps")
+			c.until("the second step running", func(m map[string]any) bool {
+				u, _ := m["params"].(map[string]any)["update"].(map[string]any)
+				return m["method"] == "session/update" && u["toolCallId"] == "s2" && u["status"] == "in_progress"
+			})
 
-		c := openConn(cl.pods[1])
-		Expect(c.result("session/load", loadParams(sid, cwd))).To(HaveKey("modes"), "no wait for a 30 s lease")
-		Expect(c.wait(c.prompt(sid, "there?"))["result"]).To(HaveKeyWithValue("stopReason", "end_turn"))
-		r := cl.pods[1].post(a.id, jrpc(9, "session/list", map[string]any{}))
-		Expect(r.status).To(Equal(http.StatusBadRequest))
-		Expect(string(r.body)).To(ContainSubstring("Connection not found"))
-	})
+			Expect(cl.pods[0].cmd.Process.Signal(syscall.SIGTERM)).To(Succeed())
+			c.events = append(c.events, c.s.rest()...) // the stream ends: the connection moved
+			last := c.events[len(c.events)-1].id
+			Expect(last).NotTo(BeEmpty())
+
+			By("the client reconnects through the load balancer with Last-Event-ID")
+			c.s = reconnect(rr.httpAgent, c.id, last)
+			c.via = rr.httpAgent
+			Expect(c.wait(turn)["result"]).To(HaveKeyWithValue("stopReason", "end_turn"), "answered by the adopter's resumed turn")
+			data, err := os.ReadFile(steps)
+			Expect(err).NotTo(HaveOccurred())
+			Expect(strings.Fields(string(data))).To(Equal(want), "every step once, in order")
+			ups := c.updatesOf(sid, from)
+			for _, id := range want {
+				var kinds []string
+				for _, u := range toolUpdates(ups, id) {
+					k, _ := u["sessionUpdate"].(string)
+					if st, ok := u["status"].(string); ok {
+						k += ":" + st
+					}
+					kinds = append(kinds, k)
+				}
+				Expect(kinds).To(Equal([]string{"tool_call:pending", "tool_call_update:in_progress", "tool_call_update:completed"}),
+					"step %s: each of its updates once, in order", id)
+			}
+			Expect(chatText(ups, "agent_message_chunk")).To(Equal("All six steps done."))
+			prev := 0
+			for _, ev := range c.events {
+				if ev.id == "" {
+					continue
+				}
+				n, err := strconv.Atoi(ev.id)
+				Expect(err).NotTo(HaveOccurred())
+				Expect(n).To(BeNumerically(">", prev), "event ids increase over both streams: none repeated")
+				prev = n
+			}
+			Expect(cl.pods[0].stderr.String()).To(ContainSubstring("the session's clients on this pod follow it to its next holder"))
+			Eventually(cl.pods[0].exited, 15*time.Second).Should(Receive())
+
+			By("the connection goes on without initialize, through any pod")
+			for range 3 {
+				Expect(c.call("session/list", map[string]any{})).To(HaveKey("result"))
+			}
+			Expect(c.wait(c.prompt(sid, "there?"))).To(HaveKey("result"))
+			for _, p := range cl.pods[1:] {
+				Expect(p.check.Violations()).To(BeEmpty())
+			}
+		},
+		Entry("three pods", 3),
+		Entry("two pods: the connection moves to the pod that adopted its session", 2),
+	)
 
 	It("SIGTERM of a pod serving another pod's stream: the stream ends at once, a reconnect elsewhere resumes it", func() {
 		fake.Script(llmtest.Reply{Text: "First."}, llmtest.Reply{Text: "Second."})
