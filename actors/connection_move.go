@@ -98,6 +98,8 @@ type (
 	// session (legOut).
 	legOut  struct{ conn *actor.PID }
 	legInfo struct {
+		// legged: conn has a leg of this stub (stub: one that moves).
+		legged bool
 		stub   bool
 		holder string
 		proxy  *actor.PID
@@ -146,6 +148,11 @@ type Move struct {
 	c     *Conn
 	State MovedConn
 	stubs map[string]*actor.PID
+	// Legless are the sessions the connection reached through a stub
+	// whose leg does not move with it (no answer in time, or it follows
+	// no holder): the moved connection opens them again at its next
+	// request, and a prompt owed there is not answered.
+	Legless []string
 }
 
 // StartMove reads the connection's state and finds the sessions it reaches
@@ -170,6 +177,9 @@ func (c *Conn) StartMove(timeout time.Duration) (*Move, error) {
 		res, err := c.root.RequestFuture(pid, &legOut{conn: c.pid}, timeout).Result()
 		info, ok := res.(*legInfo)
 		if err != nil || !ok || !info.stub || info.proxy == nil {
+			if err != nil || ok && info.legged {
+				m.Legless = append(m.Legless, ms.ID)
+			}
 			continue
 		}
 		ms.Holder, ms.ProxyAddress, ms.ProxyID = info.holder, info.proxy.Address, info.proxy.Id
@@ -408,7 +418,9 @@ func (s *session) legOut(ctx actor.Context, e envelope, m *legOut) {
 func (s *session) legInfoOf(ctx actor.Context, conn *actor.PID) *legInfo {
 	info := &legInfo{}
 	if s.phase.kind == phaseStub {
-		if l := s.stub.legOf(conn); l != nil && l.proxy != nil && l.state == legAttached {
+		l := s.stub.legOf(conn)
+		info.legged = l != nil
+		if l != nil && l.proxy != nil && l.state == legAttached {
 			info.stub, info.holder, info.proxy = true, s.stub.holder, l.proxy
 			info.cwd, info.dirs = l.share.cwd, l.share.dirs
 		}

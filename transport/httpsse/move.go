@@ -126,6 +126,9 @@ func (e *Edge) moveConn(c *conn) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	if len(mv.Legless) > 0 {
+		c.log.Warn().Strs("sessions", mv.Legless).Msg("connection moves without its leg of these sessions: it opens them again at its next request, a prompt owed there unanswered")
+	}
 	var avoid []string
 	for _, s := range mv.State.Sessions {
 		if s.Holder != "" {
