@@ -421,7 +421,8 @@ func (t *turn) stream(ctx actor.Context, req *llm.Request) {
 				root.Send(self, &goroutinePanic{p: recovered(r)})
 			}
 		}()
-		err := provider.Stream(runCtx, req, call.add)
+		// call.add copies what it keeps of a delta's text.
+		err := provider.Stream(llm.BorrowText(runCtx), req, call.add)
 		call.end()
 		root.Send(self, &streamEnd{gen: gen, err: err})
 	}()

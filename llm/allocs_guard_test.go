@@ -46,15 +46,7 @@ func TestAllocsPerDeltaDecoded(t *testing.T) {
 func decodeAllocs(t *testing.T, path, body string, chunks int, decode func(io.Reader, func(Event)) error) float64 {
 	srv := llmtest.Start(t)
 	srv.SetDefault(llmtest.Reply{Chunks: chunks, ChunkText: "token "})
-	res, err := http.Post(srv.URL()+path, "application/json", strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	data, err := io.ReadAll(res.Body)
-	res.Body.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
+	data := recordStream(t, srv, path, body)
 	r := bytes.NewReader(data)
 	seen := 0
 	emit := func(e Event) {
@@ -84,4 +76,19 @@ func checkPin(t *testing.T, what string, per float64, pin int) {
 		t.Errorf("%s: %.2f allocations, pinned at %d: a change moved the cost per event; if it is meant to, set the pin to %d (a rise wants its profile, docs/performance.md)", what, per, pin, got)
 	}
 	t.Logf("%s: %.2f allocations (pinned at %d)", what, per, pin)
+}
+
+// recordStream is the body of srv's answer to a streaming request.
+func recordStream(t *testing.T, srv *llmtest.Server, path, body string) []byte {
+	t.Helper()
+	res, err := http.Post(srv.URL()+path, "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := io.ReadAll(res.Body)
+	res.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
 }

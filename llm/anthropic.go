@@ -109,6 +109,6 @@ func (p *anthropicProvider) Stream(ctx context.Context, req *Request, emit func(
 			return p.svc.NewStreaming(rctx, params, option.WithResponseInto(resp))
 		},
 		p.requestError,
-		func(body io.Reader) error { return decodeAnthropicStream(body, emit) },
+		func(body io.Reader) error { return decodeAnthropicStreamText(body, emit, borrowsText(ctx)) },
 		func(err error) error { return redactErr(err, p.cfg.APIKey) })
 }

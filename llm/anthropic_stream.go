@@ -44,7 +44,14 @@ type anStream struct {
 // decodeAnthropicStream reads Messages API SSE events and emits Events. It
 // returns nil only after message_stop.
 func decodeAnthropicStream(body io.Reader, emit func(Event)) error {
+	return decodeAnthropicStreamText(body, emit, false)
+}
+
+// decodeAnthropicStreamText is decodeAnthropicStream passing delta text
+// that aliases the read buffer when borrow is set (BorrowText).
+func decodeAnthropicStreamText(body io.Reader, emit func(Event), borrow bool) error {
 	s := &anStream{out: emit}
+	s.slab.borrow = borrow
 	err := readSSE(body, func(event, data []byte, buffered bool) (bool, error) {
 		if len(data) == 0 {
 			return false, nil

@@ -165,7 +165,7 @@ func (p *openAIProvider) Stream(ctx context.Context, req *Request, emit func(Eve
 				option.WithRequestBody("application/json", body), option.WithResponseInto(resp))
 		},
 		p.requestError,
-		func(body io.Reader) error { return decodeOpenAIStream(body, emit) },
+		func(body io.Reader) error { return decodeOpenAIStreamText(body, emit, borrowsText(ctx)) },
 		p.redact)
 }
 

@@ -32,7 +32,14 @@ type oaStream struct {
 // decodeOpenAIStream reads SSE events from body and emits Events. It returns
 // nil only when the stream carried a finish_reason.
 func decodeOpenAIStream(body io.Reader, emit func(Event)) error {
+	return decodeOpenAIStreamText(body, emit, false)
+}
+
+// decodeOpenAIStreamText is decodeOpenAIStream passing delta text that
+// aliases the read buffer when borrow is set (BorrowText).
+func decodeOpenAIStreamText(body io.Reader, emit func(Event), borrow bool) error {
 	s := &oaStream{out: emit}
+	s.slab.borrow = borrow
 	err := readSSE(body, func(_, data []byte, buffered bool) (bool, error) {
 		if len(data) == 0 {
 			return false, nil

@@ -31,6 +31,23 @@ type Provider interface {
 	Stream(ctx context.Context, req *Request, emit func(Event)) error
 }
 
+// BorrowText marks ctx for Stream: its emit copies whatever it keeps of the
+// Text of text and thinking deltas before it returns, so the decoders pass
+// that text aliasing their read buffer, valid only during the call, instead
+// of copying each delta for it (a model call's assembler and notification
+// copy it anyway). Wrapping providers pass such deltas on at once (retry
+// holds only events the client is not shown).
+func BorrowText(ctx context.Context) context.Context {
+	return context.WithValue(ctx, borrowTextKey{}, true)
+}
+
+type borrowTextKey struct{}
+
+func borrowsText(ctx context.Context) bool {
+	b, _ := ctx.Value(borrowTextKey{}).(bool)
+	return b
+}
+
 // Role of a conversation message.
 type Role string
 
@@ -191,6 +208,7 @@ type Event struct {
 	Type EventType
 	// Text is the delta for text/thinking events, the signature for
 	// EventThinkingSignature and the payload for EventRedactedThinking.
+	// Under BorrowText a delta's Text is valid only during the emit call.
 	Text string
 	// Tool call events: Index orders calls within the answer; ID and Name are
 	// set on EventToolCallStart, ArgsDelta on EventToolCallArgs.

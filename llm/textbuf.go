@@ -26,8 +26,19 @@ type textBuf struct {
 	n    int
 }
 
-// WriteString appends s.
+// WriteString appends s: to the block being filled while it has room
+// (nearly every delta), else across new blocks (writeMore).
 func (t *textBuf) WriteString(s string) {
+	if len(s) <= cap(t.cur)-len(t.cur) {
+		t.cur = append(t.cur, s...)
+		t.n += len(s)
+		return
+	}
+	t.writeMore(s)
+}
+
+// writeMore appends s across new blocks.
+func (t *textBuf) writeMore(s string) {
 	t.n += len(s)
 	for len(s) > 0 {
 		if len(t.cur) == cap(t.cur) {
@@ -78,12 +89,21 @@ const (
 // bytes instead of one per delta. A block is only ever appended to, so
 // the bytes under a string never change; a string kept after the stream
 // keeps its block alive (at most slabSize).
-type textSlab struct{ buf []byte }
+type textSlab struct {
+	buf []byte
+	// borrow: the stream's emit copies delta text itself (BorrowText), so
+	// string returns b's own bytes.
+	borrow bool
+}
 
-// string returns b as a string that does not alias b.
+// string returns b as a string that does not alias b, or that does when
+// borrowing.
 func (t *textSlab) string(b []byte) string {
 	if len(b) == 0 {
 		return ""
+	}
+	if t.borrow {
+		return unsafe.String(&b[0], len(b))
 	}
 	if len(b) > maxSlabPiece {
 		return string(b)
