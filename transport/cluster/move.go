@@ -153,17 +153,10 @@ func (n *Node) PrepareMove(connID string, data []byte, avoid []string) (string, 
 	return "", nil, lastErr
 }
 
-// moveTargets are the live pods, other than this one, starting after the
-// one the last move used (moves spread over the pods).
+// moveTargets are the live pods (peers.live), other than this one,
+// starting after the one the last move used (moves spread over the pods).
 func (n *Node) moveTargets() []*peer {
-	n.peers.mu.Lock()
-	var live []*peer
-	for _, p := range n.peers.m {
-		if p.inc != n.self && p.state == alive {
-			live = append(live, p)
-		}
-	}
-	n.peers.mu.Unlock()
+	live := n.peers.live()
 	sort.Slice(live, func(i, j int) bool { return live[i].inc < live[j].inc })
 	if len(live) == 0 {
 		return nil

@@ -300,13 +300,25 @@ func (ps *peers) refresh(incs []store.Incarnation) {
 	}
 }
 
-// live are the pods believed alive now (not this one).
+// live are the pods to hand work to (a drain's turns and connections):
+// those believed alive, and those being checked (a watch that fired on a
+// loaded machine; asking them costs a timeout at worst), not this one.
+// With none, the pods table is read first: a pod started a moment ago (a
+// rolling update's replacement) may not be watched yet.
 func (ps *peers) live() []*peer {
+	if out := ps.liveNow(); len(out) > 0 {
+		return out
+	}
+	ps.n.refresh()
+	return ps.liveNow()
+}
+
+func (ps *peers) liveNow() []*peer {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	var out []*peer
 	for _, p := range ps.m {
-		if p.state == alive {
+		if p.state == alive || p.state == checking {
 			out = append(out, p)
 		}
 	}
