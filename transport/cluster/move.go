@@ -98,14 +98,20 @@ func (n *Node) movedInStore(connID string) string {
 }
 
 // route finds the pod serving a connection whose id names owner: the pod
-// it moved to when this pod knows of a move, or when owner is gone or
-// unknown and the store knows of one.
+// it moved to when this pod knows of a move, or when owner (or the pod of
+// the move it knew) is gone or unknown and the store knows of one.
 func (n *Node) route(owner, connID string) (*peer, *httpsse.Reply) {
 	if to := n.MovedTo(connID); to != "" {
 		owner = to
 	}
 	p, bad := n.ownerPeer(owner)
 	if bad != nil && bad.Status == fasthttp.StatusBadRequest {
+		// The pod it names is gone: so may be the pod a cached move
+		// names, when the connection moved again since (a rolling
+		// restart moves it once per pod); the store has its last move.
+		if to, _ := n.moved.get(connID); to != "" {
+			n.moved.drop(connID)
+		}
 		if to := n.movedInStore(connID); to != "" && to != owner && to != n.self {
 			return n.ownerPeer(to)
 		}
