@@ -63,6 +63,10 @@ type (
 		// outAsked are the moves of the leg's connection waiting for it
 		// to rejoin the session's next holder (legOut).
 		outAsked []*actor.PID
+		// rejoined: the answer to its follow, come before its Share
+		// returned the proxy (the proxy answers as soon as it is made):
+		// taken once it has (legShared).
+		rejoined *protocol.Message
 		// seq numbers the messages relayed, in order; share is what asks a
 		// holder for a proxy: the proxy's initialize and the leg's open.
 		seq   uint64
@@ -245,6 +249,10 @@ func (s *session) legShared(ctx actor.Context, m *legShared) {
 	l.proxy = m.proxy
 	ctx.Watch(m.proxy)
 	if l.state == legRejoining {
+		if r := l.rejoined; r != nil {
+			l.rejoined = nil
+			s.followAnswered(ctx, l, r)
+		}
 		return // attached once the follow is answered (followAnswered)
 	}
 	l.become(legAttached)
@@ -440,6 +448,10 @@ func (s *session) fromProxy(ctx actor.Context, l *stubLeg, body []byte) {
 			return
 		}
 		if id == protocol.IDKey(followID) {
+			if l.proxy == nil {
+				l.rejoined = msg // the Share's answer is on its way
+				return
+			}
 			s.followAnswered(ctx, l, msg)
 			return
 		}
