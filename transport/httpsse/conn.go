@@ -458,7 +458,10 @@ func (c *conn) attachStream(sessionID string, last *uint64, nc net.Conn, notify 
 				"Last-Event-ID is too old: events after it are no longer buffered and cannot be replayed",
 				map[string]any{"reason": "stale_last_event_id", "lastEventId": *last, "oldestReplayableAfter": sl.evicted})), false, nil
 		}
-		sl.written = min(sl.written, *last)
+		// The client has every event up to last, and none after: also
+		// when this pod counts fewer written (a moved connection's outbox
+		// left its first pod while that pod's writer still wrote).
+		sl.written = *last
 	}
 	if old := sl.stream; old != nil {
 		old.end(nil, false)

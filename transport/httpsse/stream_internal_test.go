@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"net"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -289,5 +290,40 @@ func TestAppendData(t *testing.T) {
 		if got := string(appendData(nil, []byte(in))); got != want {
 			t.Errorf("appendData(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// A connection moved off a draining pod carries its outbox with the count
+// of events written as the export saw it; that pod's writer may write a
+// few more before the stream ends. The client's Last-Event-ID says what it
+// has: the new pod writes from after it, never those again.
+func TestLastEventIDDecidesWhatIsWrittenAgain(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		written, last uint64
+		want          []uint64
+	}{
+		{"the client has more than the moved outbox counts", 3, 5, []uint64{6, 7}},
+		{"the client missed written events (a dropped stream)", 5, 2, []uint64{3, 4, 5, 6, 7}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := &conn{main: &slot{}, state: stateOpen}
+			out := &movedOutbox{LastID: 7, Slots: []movedSlot{{Written: tc.written}}}
+			for id := uint64(1); id <= 7; id++ {
+				out.Slots[0].Events = append(out.Slots[0].Events, movedEvent{ID: id, Data: []byte(`{}`)})
+			}
+			c.importLocked(out)
+			last := tc.last
+			if _, reject, _, err := c.attachStream("", &last, nil, nil); err != nil || reject != nil {
+				t.Fatalf("attach: %v %s", err, reject)
+			}
+			var got []uint64
+			for _, ev := range c.main.after(c.main.written) {
+				got = append(got, ev.id)
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Fatalf("events to write after Last-Event-ID %d: %v, want %v", tc.last, got, tc.want)
+			}
+		})
 	}
 }
