@@ -35,7 +35,12 @@ func reconnect(via *httpAgent, conn, last string) *sseStream {
 		// 503: a draining pod; 502: the balancer reached the pod that left
 		if status == http.StatusOK || status == http.StatusServiceUnavailable || status == http.StatusBadGateway || err != nil {
 			if status == http.StatusOK {
-				return via.stream(conn, "Last-Event-ID", last)
+				// The stream is another request: the balancer may send it
+				// to a pod still draining (503); then try again.
+				var s *sseStream
+				if InterceptGomegaFailure(func() { s = via.stream(conn, "Last-Event-ID", last) }) == nil {
+					return s
+				}
 			}
 		} else {
 			Fail("reconnect answered " + http.StatusText(status))
