@@ -59,9 +59,17 @@ var _ = Describe("a partitioned pod coming back", Label("e2e", "cluster", "postg
 		Expect(late["error"]).To(HaveKeyWithValue("code", -32010.0), "the old holder's prompt: %v", late)
 		Expect(late["error"]).To(HaveKeyWithValue("data", HaveKeyWithValue("reason", "session_taken_over")))
 		Expect(len(stepLines(cwd, key))).To(BeNumerically("<", steps), "the new holder was still running the turn")
-		_, ended := b.waitFor(time.Now().Add(30*time.Second), turnEndOf(sid))
-		Expect(ended).To(BeTrue(), "the turn ends at the new holder")
-		Expect(chatText(b.updatesOf(sid, 0), "agent_message_chunk")).To(HaveSuffix(key + " done."))
+		// Read from the new holder's history by a fresh load: b may have
+		// lost the session meanwhile to the woken pod's client, which
+		// follows the session here (attach moves a session).
+		c := openConn(next)
+		Eventually(func(g Gomega) {
+			from := len(c.events)
+			res := c.call("session/load", loadParams(sid, cwd))
+			g.Expect(res).To(HaveKey("result"))
+			g.Expect(activeTurnOf(res["result"].(map[string]any))).To(BeNil(), "the turn ended")
+			g.Expect(chatText(c.updatesOf(sid, from), "agent_message_chunk")).To(HaveSuffix(key+" done."), "its last reply")
+		}, 30*time.Second, 500*time.Millisecond).Should(Succeed(), "the turn ends once at the new holder")
 
 		By("each step once, the cut one reported so and only by the new holder: the old one's result was refused")
 		cut := expectStepsOnce(fake, cwd, key, steps)
