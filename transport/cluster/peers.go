@@ -49,6 +49,8 @@ type peers struct {
 	// unknown remembers ids no pod has (until when), so that requests with
 	// made-up connection ids do not each cost a database query.
 	unknown map[string]time.Time
+	// reread is when live last read the pods table for want of a live pod.
+	reread time.Time
 }
 
 // unknownFor is how long an id found in no row is taken as unknown; a pod
@@ -304,14 +306,27 @@ func (ps *peers) refresh(incs []store.Incarnation) {
 // those believed alive, and those being checked (a watch that fired on a
 // loaded machine; asking them costs a timeout at worst), not this one.
 // With none, the pods table is read first: a pod started a moment ago (a
-// rolling update's replacement) may not be watched yet.
+// rolling update's replacement) may not be watched yet; at most once per
+// liveReread, as a drain asks for each of its sessions and connections.
 func (ps *peers) live() []*peer {
 	if out := ps.liveNow(); len(out) > 0 {
 		return out
 	}
+	ps.mu.Lock()
+	due := time.Since(ps.reread) >= liveReread
+	if due {
+		ps.reread = time.Now()
+	}
+	ps.mu.Unlock()
+	if !due {
+		return nil
+	}
 	ps.n.refresh()
 	return ps.liveNow()
 }
+
+// liveReread bounds live's reads of the pods table.
+const liveReread = time.Second
 
 func (ps *peers) liveNow() []*peer {
 	ps.mu.Lock()
