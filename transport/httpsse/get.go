@@ -50,6 +50,15 @@ func (e *Edge) get(ctx *fasthttp.RequestCtx, who string) (stream func()) {
 		jsonError(ctx, fasthttp.StatusBadRequest, "Invalid Last-Event-ID header")
 		return nil
 	}
+	// A stream this pod would serve for a connection held elsewhere (one
+	// of another pod, or one of its own that moved during the drain) ends
+	// when a draining pod exits, and its client reconnects once more: it
+	// is refused at once instead, and the client resumes on another pod
+	// with the same Last-Event-ID, nothing taken here. The pod's own
+	// connections are served until they move.
+	if owner != "" && e.refuseNew(ctx) {
+		return nil
+	}
 	if e.closing() {
 		jsonError(ctx, fasthttp.StatusServiceUnavailable, msgShuttingDown)
 		return nil

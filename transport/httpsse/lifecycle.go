@@ -70,7 +70,8 @@ func (e *Edge) Drain(timeout time.Duration) {
 }
 
 // refuseNew answers a request that would open a new connection on a pod
-// that is draining or closing, and reports whether it did. The 503 says
+// that is draining or closing (or a stream of a connection held by another
+// pod, see get), and reports whether it did. The 503 says
 // nothing was done: a load balancer or client may send it elsewhere
 // (Retry-After), and the TCP connection is closed so that a pooling proxy
 // picks another pod for the next one.

@@ -3,6 +3,7 @@ package httpsse_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"sync"
@@ -23,6 +24,8 @@ type loopPods struct {
 	mu    sync.Mutex
 	edges map[string]*httpsse.Edge
 	moved map[string]string
+	// attaches counts the remote GETs asked for (Attach).
+	attaches int
 }
 
 type loopPod struct {
@@ -58,6 +61,9 @@ func (l *loopPod) Delete(owner, connID, who string) httpsse.Reply {
 	return l.edge(owner).ServeDelete(connID, who)
 }
 func (l *loopPod) Attach(string, string, string, string, *uint64) (httpsse.RemoteSource, httpsse.Reply, []byte, bool) {
+	l.p.mu.Lock()
+	l.p.attaches++
+	l.p.mu.Unlock()
 	return nil, httpsse.Reply{Status: http.StatusServiceUnavailable, Error: "no remote streams here"}, nil, false
 }
 func (l *loopPod) MovedTo(connID string) string {
@@ -89,8 +95,9 @@ var _ = Describe("moving a connection to another pod (drain)", func() {
 		a, b       *env
 		tokA, tokB = "alice-token-0123456789", "bob-token-0123456789"
 	)
+	var pods *loopPods
 	BeforeEach(func() {
-		pods := &loopPods{edges: map[string]*httpsse.Edge{}, moved: map[string]string{}}
+		pods = &loopPods{edges: map[string]*httpsse.Edge{}, moved: map[string]string{}}
 		chain := usersChain("alice", tokA, "bob", tokB)
 		a = startEnv(httpsse.Config{Auth: chain, Cluster: &loopPod{p: pods, self: "aaaa"}})
 		b = startEnv(httpsse.Config{Auth: chain, Cluster: &loopPod{p: pods, self: "bbbb"}})
@@ -158,12 +165,26 @@ var _ = Describe("moving a connection to another pod (drain)", func() {
 		Expect(r.until(isResponse(10))).To(HaveLen(1))
 		r.quiet(200 * time.Millisecond)
 
+		By("a stream asked of the draining pod is refused at once: it would end when the pod exits")
+		attaches := func() int { pods.mu.Lock(); defer pods.mu.Unlock(); return pods.attaches }
+		before := attaches()
+		resp, cancelGet := a.getStream(conn, append(bearer(tokA), "Last-Event-ID", ev[0].id)...)
+		Expect(resp.StatusCode).To(Equal(http.StatusServiceUnavailable))
+		Expect(resp.Header.Get("Retry-After")).To(Equal("1"), "the client tries again, through the balancer")
+		Expect(resp.Close).To(BeTrue(), "a pooling proxy picks another pod for the next request")
+		body, _ := io.ReadAll(resp.Body)
+		Expect(string(body)).To(ContainSubstring("draining"))
+		cancelGet()
+		Expect(attaches()).To(Equal(before), "nothing attached on the connection's pod")
+		list(b, 11) // the refused GET took nothing: the stream on b still gets every event
+		Expect(r.until(isResponse(11))).To(HaveLen(1))
+
 		By("the connection stays its owner's: another credential is refused on both pods")
 		for _, e := range []*env{a, b} {
-			res := e.post(rpc(11, "session/list", map[string]any{}), append(bearer(tokB), "Acp-Connection-Id", conn)...)
+			res := e.post(rpc(12, "session/list", map[string]any{}), append(bearer(tokB), "Acp-Connection-Id", conn)...)
 			Expect(res.status).To(Equal(http.StatusForbidden), string(res.body))
 		}
-		resp, cancelGet := b.getStream(conn, bearer(tokB)...)
+		resp, cancelGet = b.getStream(conn, bearer(tokB)...)
 		defer cancelGet()
 		Expect(resp.StatusCode).To(Equal(http.StatusForbidden))
 		_ = resp.Body.Close()
