@@ -935,7 +935,7 @@ func describeStoreContract(name string, fresh func() backend) bool {
 				return k
 			}
 			full := &store.RunningTurn{StartedAt: started, PromptRequest: []byte(`"p 1"`), Conn: "inc-1.c0ffee",
-				FirstSeq: 7, ID: "turn-1"}
+				FirstSeq: 7, ID: "turn-1", MCPServers: []string{"docs", "the \"other\" one"}}
 
 			It("is left to the next holder by a holder that died mid-turn: all of it, not listed; cleared, the one after finds none", func() {
 				s := newSession("s1")
@@ -969,6 +969,7 @@ func describeStoreContract(name string, fresh func() backend) bool {
 				Expect(keeper(s2).PriorTurn()).NotTo(BeNil())
 				Expect(keeper(s2).PriorTurn().ID).To(Equal("turn-1"))
 				Expect(keeper(s2).PriorTurn().FirstSeq).To(BeEquivalentTo(7))
+				Expect(keeper(s2).PriorTurn().MCPServers).To(Equal(full.MCPServers), "the servers' names are kept")
 				resumed := *full
 				resumed.Conn = ""
 				Expect(recorder(s2).RecordTurn(&resumed)).To(Succeed())

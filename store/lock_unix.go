@@ -11,6 +11,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/iac-code/iac-code/protocol"
 )
 
 // lockFile is the name of a session's lock file. It is never replaced
@@ -132,7 +134,10 @@ func readHolder(fd int) (pid int, turn bool) {
 // than maxTurnLine, or that has a line break, is not written: the lock then
 // says only that a turn runs, and session lists show none. The third line
 // (durable turns) is "<first seq> <turn id> <connection id>", "-" for an
-// empty id; older versions read the second line only.
+// empty id; older versions read the second line only. The fourth, when the
+// turn names MCP servers, is their names as a JSON array (left out when
+// they would make the lines too long: the next holder does not wait for
+// them then).
 const maxTurnLine = 4096
 
 func turnLine(turn *RunningTurn) []byte {
@@ -152,6 +157,11 @@ func turnLine(turn *RunningTurn) []byte {
 	if len(b) > maxTurnLine {
 		return nil
 	}
+	if len(turn.MCPServers) > 0 {
+		if names, err := protocol.Marshal(turn.MCPServers); err == nil && len(b)+len(names)+1 <= maxTurnLine {
+			b = append(append(b, names...), '\n')
+		}
+	}
 	return b
 }
 
@@ -167,7 +177,7 @@ func readTurnLines(fd int) *RunningTurn {
 		return nil
 	}
 	t := &RunningTurn{StartedAt: at, PromptRequest: bytes.Clone(prompt)}
-	if third, _, ok := bytes.Cut(rest, []byte{'\n'}); ok {
+	if third, rest, ok := bytes.Cut(rest, []byte{'\n'}); ok {
 		if f := strings.Fields(string(third)); len(f) == 3 {
 			t.FirstSeq, _ = strconv.ParseInt(f[0], 10, 64)
 			if f[1] != "-" {
@@ -175,6 +185,12 @@ func readTurnLines(fd int) *RunningTurn {
 			}
 			if f[2] != "-" {
 				t.Conn = f[2]
+			}
+		}
+		if fourth, _, ok := bytes.Cut(rest, []byte{'\n'}); ok {
+			var names []string
+			if protocol.Unmarshal(fourth, &names) == nil && len(names) > 0 {
+				t.MCPServers = names
 			}
 		}
 	}

@@ -180,6 +180,7 @@ func (h *pgSession) RecordTurn(turn *RunningTurn) error {
 		prompt       []byte
 		conn, turnID *string
 		first, epoch *int64
+		mcpServers   []string
 	)
 	if turn != nil {
 		t := turn.StartedAt.UTC()
@@ -187,14 +188,14 @@ func (h *pgSession) RecordTurn(turn *RunningTurn) error {
 		if prompt == nil {
 			prompt = []byte("null")
 		}
-		conn, turnID, first = &turn.Conn, &turn.ID, &turn.FirstSeq
+		conn, turnID, first, mcpServers = &turn.Conn, &turn.ID, &turn.FirstSeq, turn.MCPServers
 	}
 	ctx, cancel := opCtx()
 	defer cancel()
 	tag, err := h.st.pool.Exec(ctx, `UPDATE iac_sessions SET turn_started_at = $4, turn_prompt_request = $5,
-		turn_conn = $6, turn_first_seq = $7, turn_id = $8, turn_epoch = $9
+		turn_conn = $6, turn_first_seq = $7, turn_id = $8, turn_epoch = $9, turn_mcp_servers = $10
 		WHERE id = $1 AND lease_owner = $2 AND lease_epoch = $3`, h.id, h.st.self, h.epoch, started, prompt,
-		conn, first, turnID, epoch)
+		conn, first, turnID, epoch, mcpServers)
 	if err != nil {
 		return h.st.dbErr("record the turn of "+h.id, err)
 	}

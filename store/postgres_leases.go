@@ -19,7 +19,7 @@ const ownerDead = `EXISTS (SELECT 1 FROM iac_incarnations i WHERE i.id = s.lease
 // and the release of every lease of a process (ReleaseLeases) keep it for
 // the next holder (TurnKeeper).
 const noTurn = `turn_started_at = NULL, turn_prompt_request = NULL, turn_conn = NULL, turn_first_seq = NULL,
-	turn_id = NULL, turn_epoch = NULL`
+	turn_id = NULL, turn_epoch = NULL, turn_mcp_servers = NULL`
 
 // renewing adds h to (or removes it from) the handles whose leases the
 // renewal loop extends.

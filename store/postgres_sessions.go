@@ -22,7 +22,8 @@ const listedTurn = `s.turn_started_at IS NOT NULL AND COALESCE(s.turn_epoch, s.l
 	AND NOT ` + leaseFree + `, ` + turnColumns
 
 // turnColumns are the recorded turn of a session row (scanTurn).
-const turnColumns = `s.turn_started_at, s.turn_prompt_request, s.turn_conn, s.turn_first_seq, s.turn_id`
+const turnColumns = `s.turn_started_at, s.turn_prompt_request, s.turn_conn, s.turn_first_seq, s.turn_id,
+	s.turn_mcp_servers`
 
 // recordedTurn scans turnColumns.
 type recordedTurn struct {
@@ -30,10 +31,11 @@ type recordedTurn struct {
 	prompt   []byte
 	conn, id *string
 	firstSeq *int64
+	mcp      []string
 }
 
 func (r *recordedTurn) dest() []any {
-	return []any{&r.started, &r.prompt, &r.conn, &r.firstSeq, &r.id}
+	return []any{&r.started, &r.prompt, &r.conn, &r.firstSeq, &r.id, &r.mcp}
 }
 
 // turn is the recorded turn, nil when none.
@@ -50,6 +52,9 @@ func (r *recordedTurn) turn() *RunningTurn {
 	}
 	if r.firstSeq != nil {
 		t.FirstSeq = *r.firstSeq
+	}
+	if len(r.mcp) > 0 {
+		t.MCPServers = r.mcp
 	}
 	return t
 }

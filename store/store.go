@@ -130,6 +130,11 @@ type RunningTurn struct {
 	FirstSeq int64
 	// ID names the turn; a resumed turn keeps it ("" when unknown).
 	ID string
+	// MCPServers are the names of the session's MCP servers as the turn
+	// was recorded (none: it had none, or unknown): a holder resuming it
+	// without them waits a moment for a client to bring them. Names only:
+	// their configurations carry the client's secrets and are never stored.
+	MCPServers []string
 }
 
 // TurnRecorder is a Session that records the turn running in it with its
