@@ -28,16 +28,23 @@ import (
 // bash tool, whose side effects (a line appended to a file per step) are
 // counted.
 
-var _ = describeDurableTurns("FileStore", func() sharedStores {
+var _ = describeDurableTurns("FileStore", durableFileStores)
+
+var _ = describeDurableTurns("PGStore", durablePGStores)
+
+// durableFileStores are file stores on one root (dir).
+func durableFileStores() sharedStores {
 	root := GinkgoT().TempDir()
-	return sharedStores{open: func() store.Store {
+	return sharedStores{dir: root, open: func() store.Store {
 		st, err := store.New(root)
 		Expect(err).NotTo(HaveOccurred())
 		return st
 	}}
-})
+}
 
-var _ = describeDurableTurns("PGStore", func() sharedStores {
+// durablePGStores are stores on one PostgreSQL schema, whose leases last
+// unless a spec expires them.
+func durablePGStores() sharedStores {
 	srv := requirePG()
 	schema, dbURL, err := srv.NewSchema()
 	Expect(err).NotTo(HaveOccurred())
@@ -54,7 +61,7 @@ var _ = describeDurableTurns("PGStore", func() sharedStores {
 				"UPDATE %s.iac_sessions SET lease_expires = now() - interval '1 second' WHERE id = $1", schema), id)).To(Succeed())
 		},
 	}
-})
+}
 
 // durableServer is a server over st whose model is the scripted server m
 // and whose one tool is bash.

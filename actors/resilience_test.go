@@ -32,6 +32,8 @@ type sharedStores struct {
 	holder       func(st store.Store) map[string]any
 	expire       func(id string)
 	betweenTurns bool
+	// dir is the file store's root ("" for another store).
+	dir string
 }
 
 var _ = describeSharedSessions("FileStore", func() sharedStores {

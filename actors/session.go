@@ -216,6 +216,8 @@ func (s *session) stepLive(ctx actor.Context, e envelope) {
 		s.releaseTicked(ctx)
 	case *followWindowOver:
 		s.endFollowLog(ctx, m)
+	case *mcpAwaitOver:
+		s.mcpAwaited(ctx, m)
 	case *cancelTurns:
 		if s.turn.of(m.conn) && cancelsID(m.requestID, s.turn.promptID) {
 			s.cancelTurn(ctx)

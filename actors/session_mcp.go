@@ -52,6 +52,8 @@ type sessionMCP struct {
 	// already told as notices.
 	reported []mcpServerStatus
 	noticed  map[string]bool
+	// resume: a resumed turn's wait for the servers (session_adopt_mcp.go).
+	resume mcpResume
 }
 
 type pendingStart struct {
@@ -120,6 +122,7 @@ func (s *session) answerWhenReady(ctx actor.Context, kind startKind, reqID proto
 // starting, answers what waited for them: pending start requests (with the
 // state as it is), then a held prompt.
 func (s *session) flushMCPWaits(ctx actor.Context) {
+	s.releaseResume(ctx)
 	if s.mcpStarting() {
 		s.reportMCP(ctx, false)
 		return

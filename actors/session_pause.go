@@ -42,14 +42,16 @@ const pauseCutGrace = toolStopGrace + 5*time.Second
 // turn recorded (see Adopt); when ctx is done first, the turns still
 // mid-step are cut there and paused. It returns the ids of the sessions
 // paused, and tells each to paused (when not nil) as soon as it is, so
-// that it can be handed over without waiting for the slowest turn. A turn
+// that it can be handed over without waiting for the slowest turn, with
+// its MCP servers' configuration (mcpServers, nil when none: for
+// AdoptHanded, in memory only: it holds the client's secrets). A turn
 // that ends meanwhile (its last answer, a cancel, an error) ends as usual
 // and is not listed. Sub-agents' turns are steps of their parent's: its
 // agent tool call runs to its end, or is cut with it. The prompt is
 // answered by the process that resumes the turn, to the connection that
 // sent it, wherever that connection follows the session from (a stub's
 // leg: session_follow.go, session_pause_stub.go).
-func (s *Server) PauseTurns(ctx context.Context, paused func(sessionID string)) []string {
+func (s *Server) PauseTurns(ctx context.Context, paused func(sessionID string, mcpServers []byte)) []string {
 	s.deps.shares.draining.Store(true)
 	var running []string
 	s.deps.active.m.Range(func(k, _ any) bool {
@@ -91,10 +93,11 @@ func (s *Server) PauseTurns(ctx context.Context, paused func(sessionID string)) 
 			if !ok {
 				return ids
 			}
+			parcel := s.deps.parcels.take(a.id)
 			if a.paused {
 				ids = append(ids, a.id)
 				if paused != nil {
-					paused(a.id)
+					paused(a.id, parcel)
 				}
 			}
 		case <-cut:
@@ -160,6 +163,9 @@ func (s *session) pausedTurn(ctx actor.Context, m *turnPaused) {
 	s.turn.soFar = turnSoFar{}
 	s.answerDrainers(ctx)
 	s.pauseLease()
+	if s.phase.paused {
+		s.leaveMCPParcel() // handed over with the session (PauseTurns)
+	}
 	if s.stayForClients(ctx, promptID, promptConn) {
 		return
 	}

@@ -86,7 +86,7 @@ var _ = Describe("a turn prompted on the draining pod (PostgreSQL)", func() {
 			return false
 		}
 	}
-	drain := func(adopt func(id string)) []string {
+	drain := func(adopt func(id string, mcpServers []byte)) []string {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		return a.PauseTurns(ctx, adopt)
@@ -100,7 +100,7 @@ var _ = Describe("a turn prompted on the draining pod (PostgreSQL)", func() {
 		Eventually(running("c1"), 5*time.Second, 5*time.Millisecond).Should(BeTrue())
 
 		adopted := make(chan error, 1)
-		Expect(drain(func(id string) { go func() { adopted <- b.Adopt(id) }() })).To(Equal([]string{sid}))
+		Expect(drain(func(id string, servers []byte) { go func() { adopted <- b.AdoptHanded(id, servers) }() })).To(Equal([]string{sid}))
 		Expect(<-adopted).To(Succeed())
 		Eventually(func() map[string]any { return h.out.response(prompt) }, 15*time.Second, 10*time.Millisecond).Should(
 			HaveKeyWithValue("result", HaveKeyWithValue("stopReason", "end_turn")), "answered by the adopter's resumed turn")
@@ -155,7 +155,7 @@ var _ = Describe("a turn prompted on the draining pod (PostgreSQL)", func() {
 			llmtest.Reply{Text: "done"})
 		h.call("session/prompt", textPrompt(sid, "run the steps"))
 		Eventually(running("c1"), 5*time.Second, 5*time.Millisecond).Should(BeTrue())
-		Expect(drain(func(id string) { go func() { _ = b.Adopt(id) }() })).To(Equal([]string{sid}))
+		Expect(drain(func(id string, servers []byte) { go func() { _ = b.AdoptHanded(id, servers) }() })).To(Equal([]string{sid}))
 		Eventually(running("c2"), 5*time.Second, 5*time.Millisecond).Should(BeTrue(), "the leg rejoined the adopter")
 
 		By("the leg goes, and its proxy at the adopter with it (as when its stub's pod shuts down)")

@@ -36,8 +36,12 @@ import (
 type (
 	// adoptTurn asks the session to hold its lease (Server.Adopt), taking
 	// it back if released: answered adoptAnswer once it does (a turn left
-	// recorded resumed), or with why not.
-	adoptTurn   struct{ reply *actor.PID }
+	// recorded resumed), or with why not; servers are the MCP servers
+	// handed over with the session (AdoptHanded).
+	adoptTurn struct {
+		reply   *actor.PID
+		servers []protocol.McpServerConfig
+	}
 	adoptAnswer struct{ err error }
 )
 
@@ -52,7 +56,13 @@ const adoptWait = 30 * time.Second
 // error that is an *store.InUseError, errors.Is store.ErrInUse, while a
 // live holder has it), and resumes the turn left recorded in it, if any
 // (see above). A session with no such turn is let go of again at once.
-func (s *Server) Adopt(sessionID string) error {
+func (s *Server) Adopt(sessionID string) error { return s.AdoptHanded(sessionID, nil) }
+
+// AdoptHanded is Adopt of a session handed over by the pod that paused it,
+// with its MCP servers' configuration as PauseTurns gave it (nil: none):
+// they are the session's servers here unless it has its own, started
+// before the resumed turn's next step (session_adopt_mcp.go).
+func (s *Server) AdoptHanded(sessionID string, mcpServers []byte) error {
 	if s.deps.Store == nil {
 		return errors.New("no session store")
 	}
@@ -61,8 +71,9 @@ func (s *Server) Adopt(sessionID string) error {
 	// resumed and ended, unattended, meanwhile).
 	f := actor.NewFuture(s.sys, adoptWait)
 	name := sessionActorName(sessionID)
+	servers := parcelServers(mcpServers)
 	props := actor.PropsFromProducer(func() actor.Actor {
-		ss := newSession(s.deps, sessionID, sessionWho{}, nil, tools.ClientCaps{}, startAdopt, nil, "", "", nil, false)
+		ss := newSession(s.deps, sessionID, sessionWho{}, nil, tools.ClientCaps{}, startAdopt, nil, "", "", servers, false)
 		ss.adopter = f.PID()
 		return ss
 	}, actor.WithSupervisor(reportAndStop{}), actor.WithGuardian(s.deps.sessionGuardian),
@@ -79,7 +90,7 @@ func (s *Server) Adopt(sessionID string) error {
 	}
 	if errors.Is(err, actor.ErrNameExists) {
 		// A session open here already holds or takes back its lease.
-		s.sys.Root.RequestWithCustomSender(actor.NewPID(s.sys.Address(), name), &adoptTurn{reply: f.PID()}, f.PID())
+		s.sys.Root.RequestWithCustomSender(actor.NewPID(s.sys.Address(), name), &adoptTurn{reply: f.PID(), servers: servers}, f.PID())
 	} else if err != nil {
 		return err
 	}
@@ -105,6 +116,7 @@ func (s *session) adoptFor(ctx actor.Context, m *adoptTurn) {
 		ctx.Send(m.reply, &adoptAnswer{err: fmt.Errorf("session %s is ending on this process", s.id)})
 		return
 	}
+	s.handedServers(ctx, m.servers)
 	if !s.acquire(ctx, m, nil, nil, false) {
 		return // stepped again with the handle back, or answered its error (adoptFailed)
 	}
@@ -199,7 +211,9 @@ func (s *session) resumeTurn(ctx actor.Context, prior *store.RunningTurn) {
 	}
 	opts := s.turnOptions(turnID)
 	opts.resume = &step
+	opts.mcpHold = s.holdResume(ctx, prior)
 	s.spawnTurn(ctx, opts)
+	s.resumed(s.turn.pid)
 	s.markTurn(true)
 }
 

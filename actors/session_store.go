@@ -88,6 +88,7 @@ func (s *session) markTurn(running bool) {
 	var turn *store.RunningTurn
 	if running && s.turn.soFar.active != nil {
 		turn = s.turn.soFar.active.record()
+		turn.MCPServers = s.mcpServerNames()
 	}
 	if err := m.RecordTurn(turn); err != nil {
 		s.writeFailed(err, "record the running turn")

@@ -134,6 +134,9 @@ type Deps struct {
 	turns *userTurns
 	// conns are the connection actors by connection id (session_resume.go).
 	conns *connections
+	// parcels are the MCP servers of the sessions paused here, until
+	// handed over (session_adopt_mcp.go).
+	parcels *mcpParcels
 	// projects are the AGENTS.md files by working directory (turn_context.go).
 	projects *sysprompt.Projects
 }
@@ -212,6 +215,7 @@ func NewServer(deps Deps) *Server {
 	deps.active = &activeTurns{}
 	deps.turns = &userTurns{}
 	deps.conns = &connections{}
+	deps.parcels = &mcpParcels{}
 	deps.projects = sysprompt.NewProjects(deps.Config.Home)
 	if deps.Tools == nil {
 		deps.Tools = tools.Default()

@@ -87,8 +87,10 @@ type turnOptions struct {
 	trace  context.Context
 	prompt string
 	// resume: the turn goes on from where another process left it
-	// (turn_resume.go); history is the session's.
-	resume *store.Step
+	// (turn_resume.go); history is the session's. mcpHold: it waits for
+	// the session's MCP servers first (resumeGo, session_adopt_mcp.go).
+	resume  *store.Step
+	mcpHold bool
 }
 
 func (*streamEnd) IgnoreDeadLetterLogging()      {}
@@ -185,8 +187,11 @@ type turn struct {
 	// boundary (turn_pause.go).
 	pausing bool
 	// resume: the turn goes on from a step recorded by another process
-	// (turn_resume.go); nil once under way.
-	resume *store.Step
+	// (turn_resume.go); nil once under way. mcpHold: it waits for the
+	// session's resumeGo; gathered: its context is (contextReady).
+	resume   *store.Step
+	mcpHold  bool
+	gathered bool
 
 	// tools are those of the model request being made: base plus the MCP
 	// tools of that moment (see currentTools).
@@ -244,6 +249,7 @@ func newTurn(deps *Deps, o turnOptions) *turn {
 		mode:              o.mode,
 		opts:              turnOptions{trace: o.trace, prompt: o.prompt},
 		resume:            o.resume,
+		mcpHold:           o.mcpHold,
 	}
 }
 
@@ -263,9 +269,9 @@ func (t *turn) Receive(ctx actor.Context) {
 		t.gatherContext(ctx)
 	case *contextReady:
 		if !t.ended {
-			t.system, t.systemTurn = m.stable, m.turn
+			t.system, t.systemTurn, t.gathered = m.stable, m.turn, true
 			if t.resume != nil {
-				t.resumeStep(ctx)
+				t.resumeWhenReady(ctx)
 				return
 			}
 			t.callModel(ctx)
@@ -280,6 +286,9 @@ func (t *turn) Receive(ctx actor.Context) {
 		}
 	case *goroutinePanic:
 		panic(m.p)
+	case *resumeGo:
+		t.mcpHold = false
+		t.resumeWhenReady(ctx)
 	case *cancelTurn:
 		t.finish(ctx, protocol.StopCancelled, nil)
 	case *pauseTurn:

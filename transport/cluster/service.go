@@ -85,7 +85,7 @@ func (s *service) Receive(ctx actor.Context) {
 			return &clusterpb.HandOverReply{Ok: true}
 		})
 	case *clusterpb.Adopt:
-		s.async(ctx, func() any { return adoptReply(s.n.adopt(m.SessionId, "handed over")) })
+		s.async(ctx, func() any { return adoptReply(s.n.adopt(m.SessionId, m.McpServers, "handed over")) })
 	case *clusterpb.Share:
 		s.serveShare(ctx, m)
 	case *clusterpb.MoveConn:

@@ -10,6 +10,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/iac-code/iac-code/actors"
 	"github.com/iac-code/iac-code/store"
 	"github.com/iac-code/iac-code/transport/cluster/clusterpb"
 )
@@ -19,13 +22,21 @@ import (
 type Turns interface {
 	// PauseTurns pauses the running turns of this process at their next
 	// step boundary (bounded by ctx), lets go of their sessions keeping
-	// the turns recorded, tells paused each session as soon as it paused,
-	// and returns their ids.
-	PauseTurns(ctx context.Context, paused func(sessionID string)) []string
-	// Adopt opens the session here, taking its lease (an *store.InUseError
-	// when another live pod holds it), and resumes its recorded turn.
-	Adopt(sessionID string) error
+	// the turns recorded, tells paused each session as soon as it paused
+	// with its MCP servers' configuration (opaque; nil when none), and
+	// returns their ids.
+	PauseTurns(ctx context.Context, paused func(sessionID string, mcpServers []byte)) []string
+	// AdoptHanded opens the session here, taking its lease (an
+	// *store.InUseError when another live pod holds it), and resumes its
+	// recorded turn, with the MCP servers' configuration PauseTurns gave
+	// the draining pod that hands it over (nil: none, as after a crash).
+	AdoptHanded(sessionID string, mcpServers []byte) error
 }
+
+var (
+	_ Turns                         = (*actors.Server)(nil)
+	_ actor.IgnoreDeadLetterLogging = (*clusterpb.Adopt)(nil) // its MCP servers are secrets
+)
 
 // Hand-over and recovery tuning.
 const (
@@ -100,8 +111,10 @@ func (n *Node) startHandOver(ctx context.Context) *handOver {
 	return &handOver{n: n, ctx: ctx, slots: make(chan struct{}, handOverParallel), next: rand.IntN(1 << 16)}
 }
 
-// add hands session id over (off the caller: PauseTurns tells each pause).
-func (h *handOver) add(id string) {
+// add hands session id over with its MCP servers (off the caller:
+// PauseTurns tells each pause). The servers' configuration holds the
+// client's secrets: it goes to the adopter only, never to a log.
+func (h *handOver) add(id string, mcpServers []byte) {
 	h.mu.Lock()
 	i := h.next
 	h.next++
@@ -116,7 +129,7 @@ func (h *handOver) add(id string) {
 			return
 		}
 		defer func() { <-h.slots }()
-		if h.n.handOverOne(h.ctx, id, i) {
+		if h.n.handOverOne(h.ctx, id, mcpServers, i) {
 			h.mu.Lock()
 			h.moved++
 			h.mu.Unlock()
@@ -130,9 +143,9 @@ func (h *handOver) wait() int {
 	return h.moved
 }
 
-// handOverOne asks the live pods, from the i-th on, to adopt session id,
-// and reports whether one did.
-func (n *Node) handOverOne(ctx context.Context, id string, i int) bool {
+// handOverOne asks the live pods, from the i-th on, to adopt session id
+// (with its MCP servers), and reports whether one did.
+func (n *Node) handOverOne(ctx context.Context, id string, mcpServers []byte, i int) bool {
 	live := n.peers.live()
 	if len(live) == 0 {
 		n.log.Warn().Str("session", id).Msg("cluster: no live pod to hand a paused turn to; the next pod to start adopts it")
@@ -142,7 +155,7 @@ func (n *Node) handOverOne(ctx context.Context, id string, i int) bool {
 	slices.SortFunc(live, func(a, b *peer) int { return strings.Compare(a.inc, b.inc) })
 	for k := range live {
 		p := live[(i+k)%len(live)]
-		err := n.askAdopt(ctx, p, id)
+		err := n.askAdopt(ctx, p, id, mcpServers)
 		if err == nil {
 			n.met.handedOver.Inc()
 			n.log.Info().Str("session", id).Str("to", p.inc).Msg("cluster: turn handed over")
@@ -164,9 +177,9 @@ func (n *Node) handOverOne(ctx context.Context, id string, i int) bool {
 	return false
 }
 
-// askAdopt asks pod p to adopt session id. An *store.InUseError when p
-// found the session held by another pod.
-func (n *Node) askAdopt(ctx context.Context, p *peer, id string) error {
+// askAdopt asks pod p to adopt session id, handing it its MCP servers. An
+// *store.InUseError when p found the session held by another pod.
+func (n *Node) askAdopt(ctx context.Context, p *peer, id string, mcpServers []byte) error {
 	timeout := adoptTimeout
 	if dl, ok := ctx.Deadline(); ok {
 		timeout = min(timeout, time.Until(dl))
@@ -175,7 +188,7 @@ func (n *Node) askAdopt(ctx context.Context, p *peer, id string) error {
 		return context.DeadlineExceeded
 	}
 	start := time.Now()
-	res, err := n.request(p, &clusterpb.Adopt{SessionId: id}, timeout)
+	res, err := n.request(p, &clusterpb.Adopt{SessionId: id, McpServers: mcpServers}, timeout)
 	n.met.hop.WithLabelValues("adopt").Observe(time.Since(start).Seconds())
 	if err != nil {
 		return err
@@ -192,9 +205,10 @@ func (n *Node) askAdopt(ctx context.Context, p *peer, id string) error {
 	return nil
 }
 
-// adopt serves an Adopt request of another pod, or one of this pod's
-// recovery scan: the session opens here and its turn resumes.
-func (n *Node) adopt(id, why string) error {
+// adopt serves an Adopt request of another pod (with the session's MCP
+// servers), or one of this pod's recovery scan (none): the session opens
+// here and its turn resumes.
+func (n *Node) adopt(id string, mcpServers []byte, why string) error {
 	if n.turns == nil {
 		return errors.New("this pod cannot resume turns")
 	}
@@ -202,7 +216,7 @@ func (n *Node) adopt(id, why string) error {
 		return errors.New("this pod is draining")
 	}
 	start := time.Now()
-	if err := n.turns.Adopt(id); err != nil {
+	if err := n.turns.AdoptHanded(id, mcpServers); err != nil {
 		return err
 	}
 	n.log.Info().Str("session", id).Str("why", why).Dur("took", time.Since(start)).Msg("cluster: session adopted here")
@@ -289,7 +303,7 @@ func (n *Node) scanOrphans() (listed, adopted int) {
 		slots <- struct{}{}
 		go func() {
 			defer func() { <-slots; wg.Done() }()
-			err := n.adopt(id, "recovery")
+			err := n.adopt(id, nil, "recovery")
 			var inUse *store.InUseError
 			switch {
 			case err == nil:

@@ -1222,8 +1222,13 @@ func (x *Repoint) GetLegId() string {
 // it opens the session, taking its lease, and resumes the turn from the
 // history.
 type Adopt struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// mcp_servers: the session's MCP server configurations as the draining
+	// pod had them (JSON, opaque here; empty after a crash): the adopter
+	// starts them before the turn's next step. They carry the client's
+	// secrets (env, headers): never logged, never stored.
+	McpServers    []byte `protobuf:"bytes,2,opt,name=mcp_servers,json=mcpServers,proto3" json:"mcp_servers,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1263,6 +1268,13 @@ func (x *Adopt) GetSessionId() string {
 		return x.SessionId
 	}
 	return ""
+}
+
+func (x *Adopt) GetMcpServers() []byte {
+	if x != nil {
+		return x.McpServers
+	}
+	return nil
 }
 
 type AdoptReply struct {
@@ -1409,10 +1421,12 @@ const file_cluster_proto_rawDesc = "" +
 	"\aRepoint\x12\x1f\n" +
 	"\vleg_address\x18\x01 \x01(\tR\n" +
 	"legAddress\x12\x15\n" +
-	"\x06leg_id\x18\x02 \x01(\tR\x05legId\"&\n" +
+	"\x06leg_id\x18\x02 \x01(\tR\x05legId\"G\n" +
 	"\x05Adopt\x12\x1d\n" +
 	"\n" +
-	"session_id\x18\x01 \x01(\tR\tsessionId\"I\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1f\n" +
+	"\vmcp_servers\x18\x02 \x01(\fR\n" +
+	"mcpServers\"I\n" +
 	"\n" +
 	"AdoptReply\x12\x0e\n" +
 	"\x02ok\x18\x01 \x01(\bR\x02ok\x12\x14\n" +
