@@ -68,6 +68,16 @@ func readPid(path string) int {
 	return pid
 }
 
+// pidIn is the pid written in path, 0 when there is none (yet).
+func pidIn(path string) int {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return 0
+	}
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(data)))
+	return pid
+}
+
 func rawPid(res tools.Result) int {
 	m, ok := res.Raw.(map[string]any)
 	Expect(ok).To(BeTrue())
@@ -122,20 +132,42 @@ var _ = Describe("bash", func() {
 	})
 
 	It("kills the whole process group on timeout", func() {
-		start := time.Now()
-		res := run(fast, env, map[string]any{
-			"command": `sleep 60 & echo $! > bg.pid; bash -c 'sleep 60 & echo $! > gc.pid; wait' & sleep 60`,
-			"timeout": 0.5,
-		})
-		Expect(time.Since(start)).To(BeNumerically("<", 5*time.Second))
-		Expect(res.IsError).To(BeTrue())
-		Expect(res.Output).To(ContainSubstring("timed out after 500ms"))
-		Expect(res.Raw).To(HaveKeyWithValue("timedOut", true))
-		pid := rawPid(res)
-		Expect(groupMembers(pid)).To(BeEmpty())
-		Expect(pidAlive(pid)).To(BeFalse())
-		Expect(pidAlive(readPid(filepath.Join(env.Cwd, "bg.pid")))).To(BeFalse())
-		Expect(pidAlive(readPid(filepath.Join(env.Cwd, "gc.pid")))).To(BeFalse())
+		// The timeout must fire after the command has built its tree (a
+		// background job, and a grandchild under a second bash), and how
+		// long that takes depends on the machine's load, not on the tool: a
+		// run killed before the grandchild wrote its pid proves less (under
+		// three busy loops and a build, 1 run in 30 at 0.5 s), so it is run
+		// again with twice the timeout. Every run checks the group is gone.
+		for timeout := 0.5; ; timeout *= 2 {
+			for _, f := range []string{"bg.pid", "gc.pid"} {
+				Expect(os.RemoveAll(filepath.Join(env.Cwd, f))).To(Succeed())
+			}
+			budget := time.Duration(timeout * float64(time.Second))
+			start := time.Now()
+			res := run(fast, env, map[string]any{
+				"command": `sleep 60 & echo $! > bg.pid; bash -c 'sleep 60 & echo $! > gc.pid; wait' & sleep 60`,
+				"timeout": timeout,
+			})
+			Expect(time.Since(start)).To(BeNumerically("<", budget+4500*time.Millisecond))
+			Expect(res.IsError).To(BeTrue())
+			Expect(res.Output).To(ContainSubstring("timed out after " + budget.String()))
+			Expect(res.Raw).To(HaveKeyWithValue("timedOut", true))
+			pid := rawPid(res)
+			Expect(groupMembers(pid)).To(BeEmpty())
+			Expect(pidAlive(pid)).To(BeFalse())
+			// Nothing of the group is left to write a pid file now.
+			bg, gc := pidIn(filepath.Join(env.Cwd, "bg.pid")), pidIn(filepath.Join(env.Cwd, "gc.pid"))
+			for _, p := range []int{bg, gc} {
+				if p != 0 {
+					Expect(pidAlive(p)).To(BeFalse())
+				}
+			}
+			if bg != 0 && gc != 0 {
+				return
+			}
+			Expect(timeout).To(BeNumerically("<", 8), "the command's tree was not built within %v", budget)
+			GinkgoWriter.Printf("the grandchild had not started within %v: again with twice the timeout\n", budget)
+		}
 	})
 
 	It("escalates to SIGKILL when SIGTERM is ignored", func() {
