@@ -85,7 +85,11 @@ func (c *modelCall) add(ev llm.Event) {
 			c.kind = kind
 			c.chunk = protocol.StartMessageChunkIn(c.scratch, c.sessionID, kind, c.messageID)
 		}
-		c.chunk.Append(ev.Text)
+		if ev.PlainText {
+			c.chunk.AppendPlain(ev.Text)
+		} else {
+			c.chunk.Append(ev.Text)
+		}
 		c.joining += len(ev.Text)
 	}
 	if !ev.Buffered {

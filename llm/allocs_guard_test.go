@@ -48,10 +48,10 @@ func decodeAllocs(t *testing.T, path, body string, chunks int, decode func(io.Re
 	srv.SetDefault(llmtest.Reply{Chunks: chunks, ChunkText: "token "})
 	data := recordStream(t, srv, path, body)
 	r := bytes.NewReader(data)
-	seen := 0
+	seen := 0 // bytes of text: the decoder may join deltas
 	emit := func(e Event) {
 		if e.Type == EventTextDelta {
-			seen++
+			seen += len(e.Text)
 		}
 	}
 	allocs := testing.AllocsPerRun(5, func() {
@@ -61,8 +61,8 @@ func decodeAllocs(t *testing.T, path, body string, chunks int, decode func(io.Re
 			t.Fatal(err)
 		}
 	})
-	if seen != chunks {
-		t.Fatalf("decoded %d deltas of %d", seen, chunks)
+	if seen != chunks*len("token ") {
+		t.Fatalf("decoded %d bytes of text of %d", seen, chunks*len("token "))
 	}
 	return allocs
 }

@@ -81,6 +81,11 @@ func (s *oaStream) fastChunk(data []byte) bool {
 type chunkShape struct {
 	head, tail []byte
 	kind       EventType
+	// eventHead and eventTail are head and tail as the SSE event holds
+	// them, with the token's quotes: "data: " + head + `"`, `"` + tail +
+	// "\n\n"; between is eventTail + eventHead, what lies between two
+	// tokens of a run (takeRun).
+	eventHead, eventTail, between []byte
 }
 
 // learnShape keeps data's shape when fastChunk took it and it carries one
@@ -108,6 +113,13 @@ func (s *oaStream) learnShape(data []byte, d *fastDelta) {
 	sh.head = append(sh.head[:0], data[:at]...)
 	sh.tail = append(sh.tail[:0], data[at+len(tok):]...)
 	sh.kind = kind
+	sh.eventHead = append(append(append(sh.eventHead[:0], "data: "...), sh.head...), '"')
+	sh.eventTail = append(append(append(sh.eventTail[:0], '"'), sh.tail...), "\n\n"...)
+	sh.between = append(append(sh.between[:0], sh.eventTail...), sh.eventHead...)
+	// An event can match both shapes only if one's head starts the
+	// other's.
+	h0, h1 := s.shapes[0].eventHead, s.shapes[1].eventHead
+	s.shapesOverlap = len(h0) > 0 && len(h1) > 0 && (bytes.HasPrefix(h0, h1) || bytes.HasPrefix(h1, h0))
 }
 
 // shapeChunk takes a chunk of a learned shape: it checks the head and tail

@@ -26,7 +26,11 @@ type oaStream struct {
 	// chunks fastChunk took (see shapeChunk): one for text, one for
 	// reasoning.
 	shapes [2]chunkShape
-	slab   textSlab
+	// shapesOverlap: an event may match both shapes (takeRun).
+	shapesOverlap bool
+	// join is where takeRun joins a run's text.
+	join []byte
+	slab textSlab
 }
 
 // decodeOpenAIStream reads SSE events from body and emits Events. It returns
@@ -38,9 +42,20 @@ func decodeOpenAIStream(body io.Reader, emit func(Event)) error {
 // decodeOpenAIStreamText is decodeOpenAIStream passing delta text that
 // aliases the read buffer when borrow is set (BorrowText).
 func decodeOpenAIStreamText(body io.Reader, emit func(Event), borrow bool) error {
+	return decodeOpenAIStreamWith(body, emit, borrow, true)
+}
+
+// decodeOpenAIStreamWith is decodeOpenAIStreamText taking runs of the
+// common chunk straight from the read buffer (takeRun) when runs is set;
+// it is false only in the tests that compare both ways.
+func decodeOpenAIStreamWith(body io.Reader, emit func(Event), borrow, runs bool) error {
 	s := &oaStream{out: emit}
 	s.slab.borrow = borrow
-	err := readSSE(body, func(_, data []byte, buffered bool) (bool, error) {
+	var fast sseFastPath
+	if runs {
+		fast = s.takeRun
+	}
+	err := readSSEWith(body, sseBuffer, sseBehindBuffer, true, fast, func(_, data []byte, buffered bool) (bool, error) {
 		if len(data) == 0 {
 			return false, nil
 		}

@@ -107,8 +107,9 @@ func TestOpenAIText(t *testing.T) {
 	if s.text != text {
 		t.Errorf("text = %q, want %q", s.text, text)
 	}
-	if n := strings.Count(text, " ") + 1; len(evs) != n+2 {
-		t.Errorf("got %d events, want %d text deltas + usage + stop", len(evs), n)
+	// Deltas that came in one read may be joined into one event.
+	if n := strings.Count(text, " ") + 1; len(evs) < 3 || len(evs) > n+2 {
+		t.Errorf("got %d events, want 1 to %d text deltas + usage + stop", len(evs), n)
 	}
 	want := []llm.EventType{llm.EventTextDelta, llm.EventUsage, llm.EventStop}
 	if !kindsEqual(s.kinds, want) {

@@ -209,6 +209,8 @@ type Event struct {
 	// Text is the delta for text/thinking events, the signature for
 	// EventThinkingSignature and the payload for EventRedactedThinking.
 	// Under BorrowText a delta's Text is valid only during the emit call.
+	// A provider may join deltas of one kind that came in one read into
+	// one event (the OpenAI decoder does, see oaStream.takeRun).
 	Text string
 	// Tool call events: Index orders calls within the answer; ID and Name are
 	// set on EventToolCallStart, ArgsDelta on EventToolCallArgs.
@@ -227,6 +229,9 @@ type Event struct {
 	// event has to come from the network, and from providers that cannot
 	// tell.
 	Buffered bool
+	// PlainText: Text is printable ASCII without '"' or '\\', so it needs
+	// no escaping inside a JSON string. False when not known.
+	PlainText bool
 }
 
 // Usage counts tokens of one model call. InputTokens counts every prompt

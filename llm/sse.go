@@ -20,8 +20,18 @@ import (
 // lenient server. readSSE returns fn's error, nil when fn reports done,
 // io.EOF at the end of the body, or the read error.
 func readSSE(body io.Reader, fn func(event, data []byte, more bool) (done bool, err error)) error {
-	return readSSEWith(body, sseBuffer, sseBehindBuffer, true, fn)
+	return readSSEWith(body, sseBuffer, sseBehindBuffer, true, nil, fn)
 }
+
+// sseFastPath takes events of a stream's common kind straight from the
+// read buffer, before readSSE looks for their line ends: b is the whole
+// bytes buffered, from an event's start. It returns how many bytes of b it
+// took, whole events only (0: the event at b is not its kind, or not whole
+// in b, and is read the common way), and where the first line of b[n:]
+// ends as eventEnd tells it (-2: not known). It must take only events the
+// common reading would pass to fn whole, and do what fn would do with
+// them (see oaStream.takeRun).
+type sseFastPath func(b []byte) (n, firstNL int)
 
 // Read buffer sizes of readSSE: a stream starts with sseBuffer; one whose
 // reads fill it (the model sends faster than the events are handled) gets
@@ -35,8 +45,9 @@ const (
 // readSSEWith is readSSE with a read buffer of size bytes, grown to grow
 // bytes (0: never) when a read fills it; whole takes the common event that
 // is whole in the buffer without copying it (wholeEvent), and is false
-// only in the test that compares both ways.
-func readSSEWith(body io.Reader, size, grow int, whole bool, fn func(event, data []byte, more bool) (done bool, err error)) error {
+// only in the test that compares both ways; fast, if not nil, is tried
+// first on every event whole in the buffer (whole set).
+func readSSEWith(body io.Reader, size, grow int, whole bool, fast sseFastPath, fn func(event, data []byte, more bool) (done bool, err error)) error {
 	watch := &fillWatch{r: body}
 	r := newSSEReader(watch, size)
 	defer func() { putSSEReader(r, size) }() // r may have been replaced: the one in use then
@@ -45,28 +56,46 @@ func readSSEWith(body io.Reader, size, grow int, whole bool, fn func(event, data
 	// last event's look at what follows it found that (-1: no line end
 	// yet, -2: not known).
 	nl := -2
+	partial := false // the buffer ends in an event not whole yet
 	for {
 		if grow > size && watch.filled && len(data) == 0 && len(event) == 0 {
 			// Behind: a read filled the buffer. Go on with a larger one,
 			// which takes what this one holds first.
 			held, _ := r.Peek(r.Buffered())
-			r = bufio.NewReaderSize(io.MultiReader(bytes.NewReader(bytes.Clone(held)), body), grow)
+			r = bufio.NewReaderSize(io.MultiReader(bytes.NewReader(bytes.Clone(held)), watch), grow)
 			grow = 0
 			nl = -2
 		}
-		if whole && len(data) == 0 && len(event) == 0 && r.Buffered() > 0 {
-			b, _ := r.Peek(r.Buffered())
-			n, next, done, ferr := wholeEvents(b, nl, fn)
-			_, _ = r.Discard(n)
-			if ferr != nil {
-				return ferr
+		if whole && len(data) == 0 && len(event) == 0 {
+			got := true
+			if k := r.Buffered(); (k == 0 || partial) && k < r.Size() {
+				// One read, so that its events are taken whole below (the
+				// first and a cut one too). If nothing came, the line
+				// reading below returns the error (watch repeats it).
+				_, _ = r.Peek(k + 1)
+				nl = -2
+				got = r.Buffered() > k
 			}
-			if done {
-				return nil
-			}
-			if n > 0 {
+			partial = false
+			if b, _ := r.Peek(r.Buffered()); got && len(b) > 0 {
+				n, next, done, ferr := wholeEvents(b, nl, fast, fn)
+				_, _ = r.Discard(n)
+				if ferr != nil {
+					return ferr
+				}
+				if done {
+					return nil
+				}
 				nl = next
-				continue // to the check for a larger buffer, as after each event
+				// What is left is the start of an event's first line:
+				// read on (unless the buffer is full: a long line). With
+				// a whole line left, the line reading takes it first, and
+				// its reads are what they always were: the reads decide
+				// what the events' more says (FuzzReadSSEWhole).
+				partial = bytes.IndexByte(b[n:], '\n') < 0 && r.Buffered() < r.Size()
+				if n > 0 || partial {
+					continue // to the check for a larger buffer, as after each event
+				}
 			}
 		}
 		nl = -2 // a read may move the buffer
@@ -134,23 +163,39 @@ func putSSEReader(br *bufio.Reader, size int) {
 }
 
 // fillWatch reports whether a read filled all the space it was given.
+// Once r returned an error it returns that error again without reading:
+// readSSEWith's look ahead (bufio's Peek) may take an error the line
+// reading then has to see.
 type fillWatch struct {
 	r      io.Reader
 	filled bool
+	err    error
 }
 
 func (w *fillWatch) Read(b []byte) (int, error) {
+	if w.err != nil {
+		return 0, w.err
+	}
 	n, err := w.r.Read(b)
 	w.filled = n == len(b) && n > 0
+	w.err = err
 	return n, err
 }
 
 // wholeEvents passes fn the events wholeEvent takes from the start of b,
 // one after another, and returns how many bytes they took: the buffer is
-// looked at once per read, not once per event. firstNL is wholeEvent's,
-// next the same for b[n:].
-func wholeEvents(b []byte, firstNL int, fn func(event, data []byte, more bool) (bool, error)) (n, next int, done bool, err error) {
+// looked at once per read, not once per event. Events fast takes (when
+// not nil) are not passed to fn. firstNL is wholeEvent's, next the same
+// for b[n:].
+func wholeEvents(b []byte, firstNL int, fast sseFastPath, fn func(event, data []byte, more bool) (bool, error)) (n, next int, done bool, err error) {
 	for {
+		if fast != nil {
+			if k, nl := fast(b[n:]); k > 0 {
+				n += k
+				firstNL = nl
+				continue
+			}
+		}
 		ev, d, k, ok := wholeEvent(b[n:], firstNL)
 		if !ok {
 			return n, firstNL, false, nil

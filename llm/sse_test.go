@@ -102,7 +102,7 @@ func runSSE(input string, cuts []byte, size, grow int, whole bool) sseRun {
 		body = append(body, rest)
 	}
 	var r sseRun
-	r.err = readSSEWith(&body, size, grow, whole, func(event, data []byte, more bool) (bool, error) {
+	r.err = readSSEWith(&body, size, grow, whole, nil, func(event, data []byte, more bool) (bool, error) {
 		r.events = append(r.events, fmt.Sprintf("%q %q %v", event, data, more))
 		r.texts = append(r.texts, fmt.Sprintf("%q %q", event, data))
 		return bytes.Equal(data, []byte("[DONE]")), nil
@@ -148,7 +148,7 @@ func TestReadSSEGrowsItsBufferWhenBehind(t *testing.T) {
 		// Everything is there at once: the reader is behind.
 		body := &countedReads{r: strings.NewReader(strings.Repeat(ev, 100))}
 		n := 0
-		err := readSSEWith(body, 1024, grow, true, func(_, data []byte, more bool) (bool, error) {
+		err := readSSEWith(body, 1024, grow, true, nil, func(_, data []byte, more bool) (bool, error) {
 			n++
 			return false, nil
 		})

@@ -227,6 +227,10 @@ func (c *ChunkNotification) end() []byte {
 // Append adds text to the chunk's text.
 func (c *ChunkNotification) Append(text string) { c.b = appendJSONStringBody(c.b, text) }
 
+// AppendPlain adds text known to need no escaping (printable ASCII
+// without '"' or '\\', llm.Event.PlainText) as it is.
+func (c *ChunkNotification) AppendPlain(text string) { c.b = append(c.b, text...) }
+
 // Len is the size of the encoding so far.
 func (c *ChunkNotification) Len() int { return len(c.b) }
 
