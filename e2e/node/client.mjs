@@ -315,7 +315,9 @@ export const scenarios = {
   async shared(h) {
     await h.initialize();
     const { sessionId } = await h.newSession();
-    const b = await connectPeer(h.opts, h.opts.peerUrl ?? h.opts.httpUrl);
+    // B's updates wake h.waitFor too: a wait on B's events (B seeing a
+    // turn's end) must not depend on A hearing something after B did.
+    const b = await connectPeer(h.opts, h.opts.peerUrl ?? h.opts.httpUrl, () => h._poke());
     try {
       await b.request(acp.methods.agent.initialize, { protocolVersion: acp.PROTOCOL_VERSION, clientCapabilities: {} });
       await b.request(acp.methods.agent.session.load, { sessionId, cwd: h.cwd, mcpServers: [] });
@@ -800,9 +802,10 @@ function wsTransport(opts, checker) {
 
 // ---------------------------------------------------------------------------
 // A second client on its own HTTP connection (the shared scenario): its own
-// schema checker and SDK connection, kept open until close().
+// schema checker and SDK connection, kept open until close(). onEvent runs
+// after each of its updates and permission requests is recorded.
 
-async function connectPeer(opts, url) {
+async function connectPeer(opts, url, onEvent = () => {}) {
   const checker = makeChecker({
     onViolation: (v) => log(`PEER SCHEMA VIOLATION ${v.def ?? ""} ${v.reason}: ${(v.errors ?? []).join("; ")}\n  ${v.line}`),
   });
@@ -811,10 +814,12 @@ async function connectPeer(opts, url) {
   const app = acp.client({ name: "iac-code-e2e-node-peer" })
     .onNotification(acp.methods.client.session.update, ({ params }) => {
       peer.updateEvents.push({ sessionId: params.sessionId, update: params.update });
+      onEvent();
     })
     .onRequest(acp.methods.client.session.requestPermission, async ({ params, signal }) => {
       const entry = { params, answer: null };
       peer.permissionRequests.push(entry);
+      onEvent();
       const option = (params.options ?? []).find((o) => o.kind === peer.permissionMode);
       if (!option) {
         await new Promise((resolve) => signal?.addEventListener("abort", resolve, { once: true }));
