@@ -181,6 +181,7 @@ func (s *session) followLeg(ctx actor.Context, l *stubLeg, dead string) {
 		st.follow.since = time.Now()
 	}
 	s.lookUpHolder(ctx)
+	s.takeOnceLetGo(ctx)
 }
 
 // lookUpHolder reads who holds the session now, off the actor.
@@ -214,6 +215,11 @@ func (s *session) holderRead(ctx actor.Context, m *holderRead) {
 	}
 	owner := m.holder.Owner
 	switch {
+	case st.take != nil && (owner == "" || owner == s.incarnation()):
+		// The stub takes the session to adopt it (session_stub_adopt.go):
+		// its legs wait for that, not for the timeout.
+		self, root := ctx.Self(), ctx.ActorSystem().Root
+		time.AfterFunc(followPoll, func() { root.Send(self, &lookAgain{}) })
 	case errors.Is(m.err, store.ErrNotFound):
 		s.endStub(ctx, stubDeleted)
 	case m.err == nil && owner != "" && owner != st.follow.dead && owner != s.incarnation():

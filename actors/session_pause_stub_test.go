@@ -32,13 +32,7 @@ var _ = Describe("a turn prompted on the draining pod (PostgreSQL)", func() {
 		steps  string
 	)
 	BeforeEach(func() {
-		stores = threePods()
-		model = llmtest.NewServer()
-		DeferCleanup(model.Close)
-		a, b = durableServer(stores[0], model), durableServer(stores[1], model)
-		net = &podNet{pods: map[string]*Server{stores[0].Incarnation(): a, stores[1].Incarnation(): b}, gate: map[string]chan struct{}{}}
-		a.SetHandover(podOf{net: net, here: a})
-		b.SetHandover(podOf{net: net, here: b})
+		stores, model, a, b, net = twoDurablePods()
 		h = connectTo(a)
 		DeferCleanup(func() { h.conn.Close(2 * time.Second) })
 		steps = filepath.Join(GinkgoT().TempDir(), "steps")
@@ -46,46 +40,11 @@ var _ = Describe("a turn prompted on the draining pod (PostgreSQL)", func() {
 		h.result(h.call("session/set_mode", map[string]any{"sessionId": sid, "modeId": "bypass"}))
 	})
 
-	step := func(id, line string, sleep float64) llmtest.ToolCall {
-		args, _ := json.Marshal(map[string]string{"command": fmt.Sprintf("echo %s >> %s; sleep %g", line, steps, sleep)})
-		return llmtest.ToolCall{ID: id, Name: "bash", Arguments: string(args)}
-	}
-	lines := func() []string {
-		data, err := os.ReadFile(steps)
-		if os.IsNotExist(err) {
-			return nil
-		}
-		Expect(err).NotTo(HaveOccurred())
-		return strings.Fields(string(data))
-	}
-	toolCalls := func(id string) int {
-		n := 0
-		for _, u := range h.out.allUpdates() {
-			if u["sessionUpdate"] == "tool_call" && u["toolCallId"] == id {
-				n++
-			}
-		}
-		return n
-	}
-	answers := func(id float64) int {
-		n := 0
-		for _, f := range h.out.all() {
-			if f["id"] == id && f["method"] == nil {
-				n++
-			}
-		}
-		return n
-	}
-	running := func(id string) func() bool {
-		return func() bool {
-			for _, u := range h.out.allUpdates() {
-				if u["toolCallId"] == id && u["status"] == "in_progress" {
-					return true
-				}
-			}
-			return false
-		}
-	}
+	step := func(id, line string, sleep float64) llmtest.ToolCall { return bashStep(steps, id, line, sleep) }
+	lines := func() []string { return fileLines(steps) }
+	toolCalls := func(id string) int { return toolUpdates(h, "tool_call", id) }
+	answers := func(id float64) int { return answersTo(h, id) }
+	running := func(id string) func() bool { return toolRunning(h, id) }
 	drain := func(adopt func(id string, mcpServers []byte)) []string {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -172,3 +131,69 @@ var _ = Describe("a turn prompted on the draining pod (PostgreSQL)", func() {
 		Expect(lines()).To(Equal([]string{"one", "two", "three"}), "not cancelled with its client")
 	})
 })
+
+// bashStep is the model's call id of bash appending line to the file
+// steps, then sleeping for sleep seconds.
+func bashStep(steps, id, line string, sleep float64) llmtest.ToolCall {
+	args, _ := json.Marshal(map[string]string{"command": fmt.Sprintf("echo %s >> %s; sleep %g", line, steps, sleep)})
+	return llmtest.ToolCall{ID: id, Name: "bash", Arguments: string(args)}
+}
+
+// fileLines are the lines bashStep appended to steps so far.
+func fileLines(steps string) []string {
+	GinkgoHelper()
+	data, err := os.ReadFile(steps)
+	if os.IsNotExist(err) {
+		return nil
+	}
+	Expect(err).NotTo(HaveOccurred())
+	return strings.Fields(string(data))
+}
+
+// toolUpdates counts x's updates of kind for the tool call id.
+func toolUpdates(x *harness, kind, id string) int {
+	n := 0
+	for _, u := range x.out.allUpdates() {
+		if u["sessionUpdate"] == kind && u["toolCallId"] == id {
+			n++
+		}
+	}
+	return n
+}
+
+// toolRunning: x was told the tool call id runs.
+func toolRunning(x *harness, id string) func() bool {
+	return func() bool {
+		for _, u := range x.out.allUpdates() {
+			if u["toolCallId"] == id && u["status"] == "in_progress" {
+				return true
+			}
+		}
+		return false
+	}
+}
+
+// answersTo counts x's answers to its request id.
+func answersTo(x *harness, id float64) int {
+	n := 0
+	for _, f := range x.out.all() {
+		if f["id"] == id && f["method"] == nil {
+			n++
+		}
+	}
+	return n
+}
+
+// twoDurablePods are two servers over one PostgreSQL that find each other
+// (podNet), with the real bash tool and one scripted model server.
+func twoDurablePods() (stores [3]*store.PGStore, model *llmtest.Server, a, b *Server, net *podNet) {
+	GinkgoHelper()
+	stores = threePods()
+	model = llmtest.NewServer()
+	DeferCleanup(model.Close)
+	a, b = durableServer(stores[0], model), durableServer(stores[1], model)
+	net = &podNet{pods: map[string]*Server{stores[0].Incarnation(): a, stores[1].Incarnation(): b}, gate: map[string]chan struct{}{}}
+	a.SetHandover(podOf{net: net, here: a})
+	b.SetHandover(podOf{net: net, here: b})
+	return stores, model, a, b, net
+}

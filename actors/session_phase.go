@@ -20,6 +20,7 @@ import (
 //	   │ ╲                 ▲  │ retire refused: back to live       │ pause: its clients here follow it
 //	   │  ╲──▶ failed ─────┘  │                                    ▼
 //	   ╰──▶ stub (another pod holds the session, session_remote.go) ──▶ stopped
+//	          ╰──▶ live | failed: asked to adopt the session, it took it (session_stub_adopt.go)
 //
 // docs/architecture.md draws it with what triggers each transition.
 
@@ -129,7 +130,7 @@ func (p phase) lettingGo() bool { return p.kind == phaseEnding && p.why != endRe
 var legalPhases = [...][]phaseKind{
 	phaseOpening: {phaseLive, phaseStub, phaseFailed, phaseStopped},
 	phaseLive:    {phaseEnding, phaseStopped},
-	phaseStub:    {phaseStopped},
+	phaseStub:    {phaseLive, phaseFailed, phaseStopped},
 	phaseFailed:  {phaseEnding, phaseStopped},
 	phaseEnding:  {phaseEnding, phaseLive, phaseStub, phaseStopped},
 	phaseStopped: nil,

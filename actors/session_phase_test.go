@@ -108,7 +108,8 @@ var _ = Describe("the session's phase transitions", func() {
 		Entry("stopped → live", []phase{{kind: phaseStopped}}, phase{kind: phaseLive}),
 		Entry("opening → ending", nil, ending(endClose)),
 		Entry("live → opening", []phase{{kind: phaseLive}}, phase{kind: phaseOpening}),
-		Entry("stub → live", []phase{{kind: phaseStub}}, phase{kind: phaseLive}),
+		Entry("stub → ending", []phase{{kind: phaseStub}}, ending(endClose)),
+		Entry("stub → opening", []phase{{kind: phaseStub}}, phase{kind: phaseOpening}),
 		Entry("failed → live", []phase{{kind: phaseFailed}}, phase{kind: phaseLive}),
 		Entry("ending(close) → live", []phase{{kind: phaseLive}, ending(endClose)}, phase{kind: phaseLive}),
 		Entry("ending(close) → ending(hand-off)", []phase{{kind: phaseLive}, ending(endClose)}, ending(endHandOff)),
@@ -122,6 +123,15 @@ var _ = Describe("the session's phase transitions", func() {
 		Expect(s.become(phase{kind: phaseLive})).To(BeTrue())
 		Expect(s.become(ending(endPause))).To(BeTrue())
 		Expect(s.become(phase{kind: phaseStub})).To(BeTrue())
+		Expect(log.String()).To(BeEmpty())
+	})
+
+	It("becomes live (or failed) when its stub takes the session to adopt it", func() {
+		Expect(s.become(phase{kind: phaseStub})).To(BeTrue())
+		Expect(s.become(phase{kind: phaseLive})).To(BeTrue())
+		t := &session{id: "failed", log: zerolog.New(log)}
+		Expect(t.become(phase{kind: phaseStub})).To(BeTrue())
+		Expect(t.become(phase{kind: phaseFailed})).To(BeTrue())
 		Expect(log.String()).To(BeEmpty())
 	})
 

@@ -2,9 +2,11 @@ package actors
 
 import (
 	"fmt"
+
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/iac-code/iac-code/protocol"
+	"github.com/iac-code/iac-code/tools"
 	"github.com/iac-code/iac-code/transport/cluster/clusterpb"
 )
 
@@ -35,6 +37,9 @@ type (
 		follow stubFollow
 		// ending is why the stub stops (see answerUnanswered).
 		ending string
+		// take: the stub takes the session to adopt it
+		// (session_stub_adopt.go).
+		take *stubTake
 	}
 	// stubLeg is one connection of this pod served through its proxy.
 	stubLeg struct {
@@ -86,12 +91,16 @@ type (
 		sent, bounced bool
 	}
 	// legShare is what a leg's Share sends the holding pod: the
-	// initialize of its client, and its load or resume.
+	// initialize of its client, and its load or resume; caps and notices
+	// are that client's, as it attaches where the stub takes the session
+	// (session_stub_adopt.go).
 	legShare struct {
 		init    []byte
 		cwd     string
 		servers []protocol.McpServerConfig
 		dirs    []string
+		caps    tools.ClientCaps
+		notices bool
 	}
 	// legFrame is a frame of the proxy of leg, passed on by the leg actor.
 	legFrame struct {
@@ -157,7 +166,7 @@ func (st *sessionStub) legOfProxy(pid *actor.PID) *stubLeg {
 func (s *session) becomeStub(ctx actor.Context, sc *shareCall, proxy *actor.PID) {
 	c := s.clients.only()
 	l := &stubLeg{conn: c.pid, who: c.who, state: legAttached, pid: sc.stub, proxy: proxy, pending: map[string]*relayedRequest{},
-		share: legShare{init: sc.init, cwd: s.startCwd, servers: s.mcp.start, dirs: s.startDirs}}
+		share: legShare{init: sc.init, cwd: s.startCwd, servers: s.mcp.start, dirs: s.startDirs, caps: c.caps, notices: c.notices}}
 	l.expectStart(s.startReq, startMethod(s.start), s.openRequest(s.start, s.startReq, s.startCwd, s.mcp.start, s.startDirs))
 	s.stub = &sessionStub{holder: sc.holder, legs: []*stubLeg{l}}
 	ctx.Watch(proxy)
@@ -211,7 +220,8 @@ func (s *session) sendRelayed(ctx actor.Context, l *stubLeg, m *protocol.Message
 // as the first Share was), which is sent the connection's load.
 func (s *session) addLeg(ctx actor.Context, m *attach) {
 	l := &stubLeg{conn: m.conn, who: m.who, state: legSharing, pid: ctx.Spawn(legProps), pending: map[string]*relayedRequest{},
-		share: legShare{init: shareInit(m.caps, m.notices, m.compaction, m.booleanOptions), cwd: m.cwd, servers: m.servers, dirs: m.dirs}}
+		share: legShare{init: shareInit(m.caps, m.notices, m.compaction, m.booleanOptions), cwd: m.cwd, servers: m.servers, dirs: m.dirs,
+			caps: m.caps, notices: m.notices}}
 	open := s.openRequest(m.kind, m.reqID, m.cwd, m.servers, m.dirs)
 	l.expectStart(m.reqID, startMethod(m.kind), open)
 	s.stub.legs = append(s.stub.legs, l)
@@ -283,14 +293,21 @@ func (s *session) dropLeg(ctx actor.Context, l *stubLeg) {
 	ctx.Stop(l.pid)
 	l.stopFormer(ctx)
 	s.answerLegOut(ctx, l)
-	if len(s.stub.legs) == 0 {
+	if len(s.stub.legs) == 0 && s.stub.take == nil {
 		ctx.Stop(ctx.Self())
+		return
 	}
+	s.takeOnceLetGo(ctx) // with no client, the turn goes on unattended
 }
 
 // endStub stops the stub; the requests still unanswered are answered as
-// they stop (answerUnanswered).
+// they stop (answerUnanswered). A stub that holds the session's lease to
+// adopt it takes it instead: the old holder's end is what it waited for.
 func (s *session) endStub(ctx actor.Context, why string) {
+	if t := s.stub.take; t != nil && t.taken != nil && why != stubDeleted {
+		s.take(ctx)
+		return
+	}
 	if s.stub.ending == "" {
 		s.stub.ending = why
 	}
@@ -338,7 +355,11 @@ func (s *session) stepStub(ctx actor.Context, e envelope) {
 	st := s.stub
 	switch m := e.msg.(type) {
 	case *adoptTurn:
-		ctx.Send(m.reply, &adoptAnswer{err: fmt.Errorf("session %s is a stub of another pod's here", s.id)})
+		s.adoptAsStub(ctx, m)
+	case *opened:
+		s.stubOpened(ctx, m)
+	case *stubTakeDue:
+		s.stubTakeDue(ctx)
 	case *legFrame:
 		if l := st.legAt(m.leg); l != nil {
 			s.fromProxy(ctx, l, m.body)
@@ -425,6 +446,14 @@ func (s *session) stepStub(ctx actor.Context, e envelope) {
 		}
 	case *actor.Stopped:
 		s.deps.Metrics.Sessions.Add(-1)
+		if !s.abandonAcquire() && s.store != nil {
+			s.closeStore() // opened to adopt, and stopped before its answer came
+		} else if t := st.take; t != nil && t.taken != nil {
+			s.store = t.taken.store
+			s.closeStore() // opened to adopt, and stopped before it took it
+		}
+		s.store = nil
+		s.answerAdopter(ctx, fmt.Errorf("session %s: its stub here stopped before it took the session", s.id))
 		s.answerUnanswered(ctx)
 		for _, l := range st.legs {
 			for _, to := range l.outAsked {

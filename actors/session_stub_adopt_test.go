@@ -1,0 +1,96 @@
+package actors
+
+import (
+	"context"
+	"path/filepath"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+
+	"github.com/iac-code/iac-code/llm/llmtest"
+	"github.com/iac-code/iac-code/store"
+)
+
+// A drain hands a paused turn to the pod where another client of the
+// session is served through a stub: that stub takes the session
+// (session_stub_adopt.go). Two servers over one PostgreSQL, the real bash
+// tool, the scripted model server.
+var _ = Describe("a stub asked to adopt its session (PostgreSQL)", func() {
+	var (
+		stores [3]*store.PGStore
+		model  *llmtest.Server
+		a, b   *Server
+		h, g   *harness
+		sid    string
+		steps  string
+	)
+	BeforeEach(func() {
+		stores, model, a, b, _ = twoDurablePods()
+		h, g = connectTo(a), connectTo(b)
+		DeferCleanup(func() { h.conn.Close(2 * time.Second); g.conn.Close(2 * time.Second) })
+		steps = filepath.Join(GinkgoT().TempDir(), "steps")
+		cwd := GinkgoT().TempDir()
+		sid = h.result(h.call("session/new", map[string]any{"cwd": cwd, "mcpServers": []any{}}))["sessionId"].(string)
+		h.result(h.call("session/set_mode", map[string]any{"sessionId": sid, "modeId": "bypass"}))
+		g.result(g.call("session/load", map[string]any{"sessionId": sid, "cwd": cwd, "mcpServers": []any{}}))
+	})
+
+	step := func(id, line string, sleep float64) llmtest.ToolCall { return bashStep(steps, id, line, sleep) }
+	lines := func() []string { return fileLines(steps) }
+
+	It("takes the session and its paused turn: the prompt sent through it is answered here, every step once, every update once to both clients", func() {
+		model.Script(llmtest.Reply{ToolCalls: []llmtest.ToolCall{step("c1", "one", 0.5)}},
+			llmtest.Reply{ToolCalls: []llmtest.ToolCall{step("c2", "two", 0.3)}},
+			llmtest.Reply{Text: "all done", Split: 3, Delay: 50 * time.Millisecond})
+		prompt := g.call("session/prompt", textPrompt(sid, "run the steps"))
+		Eventually(toolRunning(g, "c1"), 5*time.Second, 5*time.Millisecond).Should(BeTrue())
+
+		adopted := make(chan error, 1)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		Expect(a.PauseTurns(ctx, func(id string, servers []byte) { go func() { adopted <- b.AdoptHanded(id, servers) }() })).To(Equal([]string{sid}))
+		Expect(<-adopted).To(Succeed(), "the pod with the stub adopts the session")
+		Eventually(func() map[string]any { return g.out.response(prompt) }, 15*time.Second, 10*time.Millisecond).Should(
+			HaveKeyWithValue("result", HaveKeyWithValue("stopReason", "end_turn")), "answered by the turn resumed where its client is")
+		Expect(lines()).To(Equal([]string{"one", "two"}), "each step ran once")
+		for _, x := range []*harness{g, h} {
+			Eventually(func() string { return chatOf(x, 0, "agent_message_chunk") }, 5*time.Second).Should(Equal("all done"))
+			Expect(toolUpdates(x, "tool_call", "c1")).To(Equal(1))
+			Expect(toolUpdates(x, "tool_call", "c2")).To(Equal(1), "the step resumed reached each client once")
+		}
+		Consistently(func() int { return answersTo(g, prompt) }, 200*time.Millisecond).Should(Equal(1))
+		Expect(model.MaxConcurrent()).To(Equal(int64(1)))
+		Expect(b.Metrics().TurnsResumed.Load()).To(Equal(int64(1)))
+
+		By("the session is b's now: its client prompts it there, the draining pod's client follows")
+		model.Script(llmtest.Reply{Text: "again"})
+		from := len(g.out.all())
+		Expect(g.result(g.call("session/prompt", textPrompt(sid, "once more")))["stopReason"]).To(Equal("end_turn"))
+		Expect(chatOf(g, from, "agent_message_chunk")).To(Equal("again"))
+		holder, err := stores[1].Holder(context.Background(), sid)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(holder.Owner).To(Equal(stores[1].Incarnation()))
+	})
+
+	It("serves what its client sent while it took the session, in order, after the resumed turn", func() {
+		model.Script(llmtest.Reply{ToolCalls: []llmtest.ToolCall{step("c1", "one", 0.5)}},
+			llmtest.Reply{Text: "first"},
+			llmtest.Reply{Text: "second"})
+		prompt := g.call("session/prompt", textPrompt(sid, "run"))
+		Eventually(toolRunning(g, "c1"), 5*time.Second, 5*time.Millisecond).Should(BeTrue())
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		var next float64
+		adopted := make(chan error, 1)
+		Expect(a.PauseTurns(ctx, func(id string, servers []byte) {
+			next = g.call("session/prompt", textPrompt(sid, "next")) // sent while the session has no holder
+			go func() { adopted <- b.AdoptHanded(id, servers) }()
+		})).To(Equal([]string{sid}))
+		Expect(<-adopted).To(Succeed())
+		Expect(g.result(prompt)["stopReason"]).To(Equal("end_turn"))
+		Expect(g.result(next)["stopReason"]).To(Equal("end_turn"))
+		Expect(chatOf(g, 0, "agent_message_chunk")).To(Equal("firstsecond"))
+		Expect(lines()).To(Equal([]string{"one"}))
+	})
+})
