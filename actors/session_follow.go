@@ -79,6 +79,12 @@ func (l *stubLeg) become(to legState) bool {
 const (
 	defaultFollowTimeout = 3 * time.Second
 	followPoll           = 50 * time.Millisecond
+	// followTurnTimeout bounds the search instead while the store shows
+	// the session's turn recorded with its lease free: paused by a drain
+	// or left by a dead pod, it is adopted by a live pod (the drain's
+	// hand-over, or the recovery scan every few seconds), which takes
+	// longer than followTimeout when a pod hands over many turns at once.
+	followTurnTimeout = 30 * time.Second
 )
 
 func (s *session) followTimeout() time.Duration {
@@ -230,7 +236,7 @@ func (s *session) holderRead(ctx actor.Context, m *holderRead) {
 				s.rejoin(ctx, l)
 			}
 		}
-	case time.Since(st.follow.since) >= s.followTimeout():
+	case time.Since(st.follow.since) >= s.followTimeout() && (!m.holder.Turn || time.Since(st.follow.since) >= followTurnTimeout):
 		s.log.Info().Err(m.err).Str("holder", st.holder).Msg("share: no pod took the session; its clients load it again")
 		s.endStub(ctx, stubHolderGone)
 	default:

@@ -221,4 +221,22 @@ var _ = Describe("clients following a session to its next pod (PostgreSQL)", fun
 		Expect(b1.result(prompt)["stopReason"]).To(Equal("end_turn"))
 		Expect(agentText(b1, 0)).To(HaveSuffix("the whole answer"))
 	})
+
+	It("waits past its follow timeout while the store shows the turn paused with no holder: the adopter answers the prompt", func() {
+		pa.then(hangAfter("cut "))
+		b1 := b.connect()
+		b1.result(loadOn(b1))
+		prompt := b1.call("session/prompt", textPrompt(sid, "long"))
+		Eventually(func() string { return agentText(b1, 0) }, 5*time.Second).Should(Equal("cut "), "the turn runs on a")
+
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		defer cancel()
+		Expect(a.srv.PauseTurns(ctx, nil)).To(Equal([]string{sid}))
+		By("nobody adopts it for longer than b's follow timeout (1 s), as when a drain hands over many turns")
+		Consistently(func() map[string]any { return b1.out.response(prompt) }, 1500*time.Millisecond, 50*time.Millisecond).Should(BeNil())
+		pc.then(say("the whole answer"))
+		Expect(c.srv.Adopt(sid)).To(Succeed())
+		Expect(b1.result(prompt)["stopReason"]).To(Equal("end_turn"))
+		Expect(agentText(b1, 0)).To(HaveSuffix("the whole answer"))
+	})
 })
