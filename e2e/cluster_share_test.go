@@ -123,9 +123,6 @@ var _ = Describe("one session, several connections of one pod, held by another p
 	DescribeTable("the holding pod goes with a prompt in flight from another pod: the prompt is answered within seconds",
 		func(stop func(a *httpAgent), pods int, want string) {
 			fake.Script(llmtest.Reply{Text: "Noted: 42."}, llmtest.Reply{Text: "a b c d e f", Hang: true, AfterChunks: 3},
-				// The resumed reply lasts ~0.4 s: a resumed turn that ends
-				// before its follower rejoins the adopter (~0.1 s) does not
-				// answer the follower (its answer is not kept for it).
 				llmtest.Reply{Text: "Resumed.", Split: 4, Delay: 100 * time.Millisecond})
 			// The hanging reply never reaches a step boundary: a SIGTERM's
 			// drain cuts it after 2 s and hands the turn over.
@@ -160,9 +157,13 @@ var _ = Describe("one session, several connections of one pod, held by another p
 		// answers the prompt to the stub's leg that followed the session
 		// there.
 		Entry("SIGTERM, a third pod adopts the turn", sigterm, 3, "end_turn"),
-		// The only other pod holds the stub, which cannot adopt (yet): the
-		// follow finds no holder and the prompt is answered cancelled.
-		Entry("SIGTERM, no pod but the stub's to adopt the turn", sigterm, 2, "cancelled"),
-		Entry("kill -9", func(a *httpAgent) { Expect(a.cmd.Process.Kill()).To(Succeed()) }, 2, "cancelled"),
+		// The only other pod holds the stub: asked to adopt the session,
+		// the stub takes it, and its leg's prompt is answered by the
+		// turn resumed there.
+		Entry("SIGTERM, no pod but the stub's to adopt the turn", sigterm, 2, "end_turn"),
+		// The survivor's recovery scan adopts the turn once the dead pod's
+		// lease lapsed; the stub's leg waits for that (the store shows the
+		// turn recorded).
+		Entry("kill -9", func(a *httpAgent) { Expect(a.cmd.Process.Kill()).To(Succeed()) }, 2, "end_turn"),
 	)
 })
