@@ -188,6 +188,7 @@ func describeDurableTurns(name string, fresh func() sharedStores) bool {
 			Consistently(func() map[string]any { return h.out.response(id) }, 300*time.Millisecond).Should(BeNil(), "the prompt is not answered")
 			Expect(lines()).To(BeEmpty(), "no tool started")
 			Expect(model.Requests()).To(HaveLen(1))
+			Expect(toolUpdates(h, "tool_call", "c1")).To(Equal(1), "its calls announced by the holder that recorded them")
 
 			es, prior := left(sid)
 			Expect(prior).NotTo(BeNil(), "the turn stays recorded")

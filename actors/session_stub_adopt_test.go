@@ -93,4 +93,28 @@ var _ = Describe("a stub asked to adopt its session (PostgreSQL)", func() {
 		Expect(chatOf(g, 0, "agent_message_chunk")).To(Equal("firstsecond"))
 		Expect(lines()).To(Equal([]string{"one"}))
 	})
+
+	It("asks again a permission pending at the drain, of its clients; the call is announced once", func() {
+		h.result(h.call("session/set_mode", map[string]any{"sessionId": sid, "modeId": "default"}))
+		model.Script(llmtest.Reply{ToolCalls: []llmtest.ToolCall{step("c1", "one", 0)}}, llmtest.Reply{Text: "done"})
+		prompt := g.call("session/prompt", textPrompt(sid, "run"))
+		asked := func(x *harness) func() int {
+			return func() int { return len(x.out.requests("session/request_permission")) }
+		}
+		Eventually(asked(g), 5*time.Second, 5*time.Millisecond).Should(Equal(1))
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		adopted := make(chan error, 1)
+		Expect(a.PauseTurns(ctx, func(id string, servers []byte) { go func() { adopted <- b.AdoptHanded(id, servers) }() })).To(Equal([]string{sid}))
+		Expect(<-adopted).To(Succeed())
+		Eventually(asked(g), 5*time.Second, 5*time.Millisecond).Should(Equal(2), "asked again by the stub that took the session")
+		ask := g.out.requests("session/request_permission")[1]
+		g.answer(ask["id"], map[string]any{"outcome": map[string]any{"outcome": "selected", "optionId": "allow_once"}})
+		Expect(g.result(prompt)["stopReason"]).To(Equal("end_turn"))
+		Expect(lines()).To(Equal([]string{"one"}))
+		for _, x := range []*harness{g, h} {
+			Eventually(func() string { return chatOf(x, 0, "agent_message_chunk") }, 5*time.Second).Should(Equal("done"))
+			Expect(toolUpdates(x, "tool_call", "c1")).To(Equal(1), "announced by the holder that recorded the step, not again by the adopter")
+		}
+	})
 })

@@ -509,7 +509,16 @@ func (t *turn) onStreamEnd(ctx actor.Context, err error) {
 	t.record(ctx, msg)
 	switch {
 	case len(calls) > 0 && t.pausing:
-		t.pauseNow(ctx) // its calls are recorded, none started: the next holder runs them
+		// Its calls are recorded, none started: the next holder runs them.
+		// They are announced here, as when they run, so that every call of
+		// a recorded step was shown by the holder that recorded it: the
+		// next holder, or a load's replay, shows none twice.
+		for i := range msg.Content {
+			if b := &msg.Content[i]; b.Type == llm.BlockToolUse {
+				t.emit(ctx, b.Display)
+			}
+		}
+		t.pauseNow(ctx)
 	case len(calls) > 0:
 		t.runTools(ctx, msg, calls)
 	case t.stop == llm.StopMaxTokens:
@@ -559,8 +568,10 @@ func (t *turn) spawnTools(ctx actor.Context, calls []toolCall) {
 	record := t.subagent == ""
 	for _, call := range calls {
 		c := t.pending[call.index]
-		t.emit(ctx, c.display)
-		c.display = nil
+		if c.display != nil {
+			t.emit(ctx, c.display)
+			c.display = nil
+		}
 		props := actor.PropsFromProducer(func() actor.Actor {
 			a := newToolActor(t.deps, t.sessionID, t.cwd, t.model, session, call, t.ctx, t.turnID, t.mcp)
 			a.inherit, a.record = t.inherited(), record

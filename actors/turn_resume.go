@@ -46,7 +46,9 @@ func (t *turn) resumeStep(ctx actor.Context) {
 		if b.Type != llm.BlockToolUse {
 			continue
 		}
-		c := &pendingCall{id: b.ToolCallID, name: b.Name, display: b.Display}
+		// Not announced again: the holder that recorded the step did (a
+		// load's replay shows it from the history too).
+		c := &pendingCall{id: b.ToolCallID, name: b.Name}
 		index := len(t.pending)
 		t.pending = append(t.pending, c)
 		if r, ok := recorded[b.ToolCallID]; ok {
