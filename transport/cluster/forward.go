@@ -55,7 +55,7 @@ func (n *Node) Post(owner, connID, sessionID, who, traceparent string, body []by
 		}
 		n.met.forwarded.WithLabelValues("post").Inc()
 		start := time.Now()
-		res, err := n.request(p, &clusterpb.Post{ConnId: connID, SessionId: sessionID, Body: body, Principal: who, Traceparent: traceparent}, forwardTimeout)
+		res, err := n.forward(p, &clusterpb.Post{ConnId: connID, SessionId: sessionID, Body: body, Principal: who, Traceparent: traceparent}, forwardTimeout)
 		n.met.hop.WithLabelValues("post").Observe(time.Since(start).Seconds())
 		r, ok := res.(*clusterpb.Reply)
 		if err != nil || !ok {
@@ -168,7 +168,7 @@ func (s *source) lost() { s.once.Do(func() { close(s.gone) }) }
 // the local writer knows its client is still there.
 func (s *source) Take(dst []httpsse.Event) ([]httpsse.Event, []byte, bool, error) {
 	start := time.Now()
-	res, err := s.n.request(s.p, &clusterpb.Take{ConnId: s.connID, Handle: s.handle}, takeTimeout)
+	res, err := s.n.forward(s.p, &clusterpb.Take{ConnId: s.connID, Handle: s.handle}, takeTimeout)
 	s.n.met.hop.WithLabelValues("take").Observe(time.Since(start).Seconds())
 	b, ok := res.(*clusterpb.Batch)
 	if err != nil || !ok {

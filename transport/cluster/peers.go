@@ -341,8 +341,22 @@ func (ps *peers) liveNow() []*peer {
 }
 
 // request sends msg to a pod's service actor and waits for the answer, or
-// until the pod is found dead (errPodGone), whichever comes first.
+// until the pod is found dead (errPodGone) or unreachable, whichever comes
+// first.
 func (n *Node) request(p *peer, msg any, timeout time.Duration) (any, error) {
+	return n.ask(p, msg, timeout, false)
+}
+
+// forward is request for what the pod may be serving once it has it (a
+// client's POST, a take of its stream's events): a pod only slow to answer
+// its ping (a loaded machine, a stall) is waited for up to timeout, since
+// an error now would tell the client its request failed while it may run
+// (a prompt sent again would run twice), or drop the events taken.
+func (n *Node) forward(p *peer, msg any, timeout time.Duration) (any, error) {
+	return n.ask(p, msg, timeout, true)
+}
+
+func (n *Node) ask(p *peer, msg any, timeout time.Duration, waitSlow bool) (any, error) {
 	f := n.sys.Root.RequestFuture(p.service, msg, timeout)
 	type result struct {
 		v   any
@@ -369,7 +383,7 @@ func (n *Node) request(p *peer, msg any, timeout time.Duration) (any, error) {
 			settled = n.peers.suspect(p)
 		case <-settled:
 			settled = nil
-			if n.peers.state(p) == unreachable {
+			if !waitSlow && n.peers.state(p) == unreachable {
 				return nil, errUnreachable
 			}
 		}
