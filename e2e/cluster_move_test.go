@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"context"
+	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"syscall"
@@ -26,9 +28,13 @@ func reconnect(via *httpAgent, conn, last string) *sseStream {
 		req.Header.Set("Acp-Connection-Id", conn)
 		req.Header.Set("Last-Event-ID", last)
 		resp, err := via.client.Do(req)
-		status := 0
+		status, body := 0, ""
 		if err == nil {
 			status = resp.StatusCode
+			if status != http.StatusOK {
+				b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+				body = string(b)
+			}
 			resp.Body.Close()
 		}
 		cancel()
@@ -43,7 +49,7 @@ func reconnect(via *httpAgent, conn, last string) *sseStream {
 				}
 			}
 		} else {
-			Fail("reconnect answered " + http.StatusText(status))
+			Fail(fmt.Sprintf("reconnect of %s answered %s: %s", conn, http.StatusText(status), body))
 		}
 		Expect(time.Now().Before(deadline)).To(BeTrue(), "no pod served the reconnect")
 		time.Sleep(100 * time.Millisecond)

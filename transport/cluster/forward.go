@@ -58,6 +58,9 @@ func (n *Node) Post(owner, connID, sessionID, who, traceparent string, body []by
 		res, err := n.forward(p, &clusterpb.Post{ConnId: connID, SessionId: sessionID, Body: body, Principal: who, Traceparent: traceparent}, forwardTimeout)
 		n.met.hop.WithLabelValues("post").Observe(time.Since(start).Seconds())
 		r, ok := res.(*clusterpb.Reply)
+		if n.movedFromGone(p, connID, err, &tries) {
+			continue
+		}
 		if err != nil || !ok {
 			return n.failed(p, err, "post")
 		}
@@ -98,20 +101,20 @@ func (n *Node) Delete(owner, connID, who string) httpsse.Reply {
 // owner and watching it, receives Ready; the writer takes the events.
 func (n *Node) Attach(owner, connID, sessionID, who string, last *uint64) (httpsse.RemoteSource, httpsse.Reply, []byte, bool) {
 	for tries := 0; ; {
-		src, r, reject, replaced := n.attach(owner, connID, sessionID, who, last)
-		if n.redirected(connID, int32(r.Status), r.Error, &tries) {
+		src, r, reject, replaced, retry := n.attach(owner, connID, sessionID, who, last, &tries)
+		if retry || n.redirected(connID, int32(r.Status), r.Error, &tries) {
 			continue
 		}
 		return src, r, reject, replaced
 	}
 }
 
-func (n *Node) attach(owner, connID, sessionID, who string, last *uint64) (httpsse.RemoteSource, httpsse.Reply, []byte, bool) {
+func (n *Node) attach(owner, connID, sessionID, who string, last *uint64, tries *int) (src *source, _ httpsse.Reply, reject []byte, replaced, retry bool) {
 	p, bad := n.route(owner, connID)
 	if bad != nil {
-		return nil, *bad, nil, false
+		return nil, *bad, nil, false, false
 	}
-	src := &source{n: n, p: p, connID: connID, ready: make(chan struct{}, 1), gone: make(chan struct{})}
+	src = &source{n: n, p: p, connID: connID, ready: make(chan struct{}, 1), gone: make(chan struct{})}
 	src.pid = n.sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return &streamActor{src: src} }))
 	msg := &clusterpb.Attach{ConnId: connID, SessionId: sessionID, StreamAddress: src.pid.Address, StreamId: src.pid.Id,
 		Principal: who}
@@ -124,15 +127,18 @@ func (n *Node) attach(owner, connID, sessionID, who string, last *uint64) (https
 	r, ok := res.(*clusterpb.AttachReply)
 	if err != nil || !ok {
 		n.sys.Root.Stop(src.pid)
-		return nil, n.failed(p, err, "attach"), nil, false
+		if n.movedFromGone(p, connID, err, tries) {
+			return nil, httpsse.Reply{}, nil, false, true
+		}
+		return nil, n.failed(p, err, "attach"), nil, false, false
 	}
 	if r.Status != fasthttp.StatusOK || r.Reject != nil {
 		n.sys.Root.Stop(src.pid)
-		return nil, httpsse.Reply{Status: int(r.Status), Error: r.Error}, r.Reject, false
+		return nil, httpsse.Reply{Status: int(r.Status), Error: r.Error}, r.Reject, false, false
 	}
 	n.met.attaches.Inc()
 	src.handle = r.Handle
-	return src, httpsse.Reply{Status: int(r.Status)}, nil, r.Replaced
+	return src, httpsse.Reply{Status: int(r.Status)}, nil, r.Replaced, false
 }
 
 // source is a stream of a connection of another pod, read by the local

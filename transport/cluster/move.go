@@ -119,6 +119,23 @@ func (n *Node) route(owner, connID string) (*peer, *httpsse.Reply) {
 	return p, bad
 }
 
+// movedFromGone: the pod asked about connection connID went while asked
+// (it drained, moving its connections, and exited): it reports whether the
+// store knows of a later move of the connection, to another pod, which is
+// asked instead (route finds it in the cache).
+func (n *Node) movedFromGone(p *peer, connID string, err error, tries *int) bool {
+	if !errors.Is(err, errPodGone) || *tries >= 3 {
+		return false
+	}
+	n.moved.drop(connID)
+	to := n.movedInStore(connID)
+	if to == "" || to == p.inc || to == n.self {
+		return false
+	}
+	*tries++
+	return true
+}
+
 // redirected handles a 421 of the pod asked: the connection moved to the
 // pod it names. It reports whether to ask again.
 func (n *Node) redirected(connID string, status int32, to string, tries *int) bool {
