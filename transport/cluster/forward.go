@@ -177,6 +177,12 @@ func (s *source) Take(dst []httpsse.Event) ([]httpsse.Event, []byte, bool, error
 	res, err := s.n.forward(s.p, &clusterpb.Take{ConnId: s.connID, Handle: s.handle}, takeTimeout)
 	s.n.met.hop.WithLabelValues("take").Observe(time.Since(start).Seconds())
 	b, ok := res.(*clusterpb.Batch)
+	if to := s.n.movedSince(s.p, s.connID, err); to != "" {
+		// Its pod moved the connection (a drain) and went before this
+		// stream was told to end: it ends now, and the client's
+		// reconnect with Last-Event-ID reaches the connection there.
+		return dst[:0], nil, true, nil
+	}
 	if err != nil || !ok {
 		if err == nil {
 			err = fmt.Errorf("unexpected answer %T", res)

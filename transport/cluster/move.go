@@ -124,16 +124,28 @@ func (n *Node) route(owner, connID string) (*peer, *httpsse.Reply) {
 // store knows of a later move of the connection, to another pod, which is
 // asked instead (route finds it in the cache).
 func (n *Node) movedFromGone(p *peer, connID string, err error, tries *int) bool {
-	if !errors.Is(err, errPodGone) || *tries >= 3 {
+	if *tries >= 3 {
 		return false
 	}
-	n.moved.drop(connID)
-	to := n.movedInStore(connID)
-	if to == "" || to == p.inc || to == n.self {
+	if to := n.movedSince(p, connID, err); to == "" || to == n.self {
 		return false
 	}
 	*tries++
 	return true
+}
+
+// movedSince is the pod connection connID moved to, as the store says,
+// when err says pod p went while asked about it; "" when it did not go or
+// the store knows of no later move.
+func (n *Node) movedSince(p *peer, connID string, err error) string {
+	if !errors.Is(err, errPodGone) {
+		return ""
+	}
+	n.moved.drop(connID)
+	if to := n.movedInStore(connID); to != p.inc {
+		return to
+	}
+	return ""
 }
 
 // redirected handles a 421 of the pod asked: the connection moved to the
