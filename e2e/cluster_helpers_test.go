@@ -177,6 +177,22 @@ func (rr *roundRobin) transport(base http.RoundTripper) http.RoundTripper {
 	return &rrTransport{rr: rr, base: base}
 }
 
+// replace points backend i at base: the pod's replacement (a rolling
+// restart).
+func (rr *roundRobin) replace(i int, base string) {
+	rr.mu.Lock()
+	rr.backends[i] = base
+	rr.mu.Unlock()
+}
+
+// backend is the next backend in turn and its index.
+func (rr *roundRobin) backend() (int, string) {
+	rr.mu.Lock()
+	defer rr.mu.Unlock()
+	i := int(rr.next.Add(1)-1) % len(rr.backends)
+	return i, rr.backends[i]
+}
+
 func (t *rrTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	var body []byte
 	if req.Body != nil {
@@ -185,8 +201,8 @@ func (t *rrTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	var lastErr error
 	for range len(t.rr.backends) {
-		i := int(t.rr.next.Add(1)-1) % len(t.rr.backends)
-		u, _ := url.Parse(t.rr.backends[i])
+		i, backend := t.rr.backend()
+		u, _ := url.Parse(backend)
 		out := req.Clone(req.Context())
 		out.URL.Scheme, out.URL.Host = u.Scheme, u.Host
 		out.Body = io.NopCloser(bytes.NewReader(body))
