@@ -34,7 +34,8 @@ var _ = Describe("a turn waiting on a permission at SIGTERM", Label("e2e", "clus
 		fake.Script(toolCallReply("p1", "bash", map[string]any{"command": "echo ran >> once.txt"}),
 			llmtest.Reply{Text: "Ran it."})
 		// Pod 0 holds the session, pods 1 and 2 have a client each (a
-		// stub, which cannot adopt), pod 3 is free to adopt the turn.
+		// stub, which takes the session when it is the one asked to
+		// adopt it), pod 3 has none: any of the three may adopt the turn.
 		cl := newCluster(fake, 4, "IAC_CODE_DRAIN_TIMEOUT=5s")
 		holder := cl.pods[0]
 		creator := openConn(holder)
@@ -61,7 +62,11 @@ var _ = Describe("a turn waiting on a permission at SIGTERM", Label("e2e", "clus
 		GinkgoWriter.Printf("SIGTERM → asked again after %v\n", time.Since(stopped))
 		Expect(again["id"]).NotTo(Equal(first["id"]), "a new request")
 		Expect(again["params"]).To(HaveKeyWithValue("toolCall", HaveKeyWithValue("toolCallId", "p1")), "the same call")
-		Expect(cl.pods[3].metric("iaccode_turns_resumed_total")).To(Equal(1.0), "pod 3 adopted the turn")
+		resumed := 0.0
+		for _, p := range cl.pods[1:] {
+			resumed += p.metric("iaccode_turns_resumed_total")
+		}
+		Expect(resumed).To(Equal(1.0), "one pod adopted the turn")
 		Expect(filepath.Join(cwd, "once.txt")).NotTo(BeAnExistingFile(), "not run before the answer")
 
 		By("pod 1's client answers allow first; pod 2's request is withdrawn and its late reject changes nothing")
