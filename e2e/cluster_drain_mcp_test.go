@@ -35,8 +35,9 @@ var _ = Describe("a turn of a session with MCP servers at SIGTERM", Label("e2e",
 		cwd := GinkgoT().TempDir()
 		fake.Script(toolCallReply("c1", "bash", map[string]any{"command": "sleep 1; echo ran >> once.txt"}),
 			llmtest.Reply{Text: "Ran it."})
-		// Pod 0 holds the session, pod 1 has its client (through a stub),
-		// pod 2 is free to adopt the turn.
+		// Pod 0 holds the session, pod 1 has its client (through a stub,
+		// which takes the session if asked to adopt it), pod 2 has none:
+		// either may adopt the turn.
 		cl := newCluster(fake, 3, "IAC_CODE_DRAIN_TIMEOUT=10s")
 		holder := cl.pods[0]
 		server := testServer("srv", "-delay", "700ms")
