@@ -300,7 +300,10 @@ var _ = Describe("a prompt turn", func() {
 		sid = h.newSession(GinkgoT().TempDir())
 		Expect(h.result(prompt("use echo"))["stopReason"]).To(Equal("end_turn"))
 
-		other, err := store.New(root)
+		// The answer comes before the session lets go of its lock
+		// (releaseBetweenTurns): wait for it as another process does
+		// (cmd/internal/acpserver: WithLockWait).
+		other, err := store.New(root, store.WithLockWait(time.Second))
 		Expect(err).NotTo(HaveOccurred())
 		s, es, err := other.Open(sid)
 		Expect(err).NotTo(HaveOccurred())
