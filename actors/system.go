@@ -67,7 +67,7 @@ type Config struct {
 	SessionAttach string
 	// FollowTimeout bounds how long the clients of a session another pod
 	// held wait for the next pod to take it (session_follow.go); 0 means
-	// defaultFollowTimeout.
+	// defaultFollowTimeout. IAC_CODE_FOLLOW_TIMEOUT.
 	FollowTimeout time.Duration
 	// PromptQueue caps the prompts that wait for a session's running turn
 	// (default 8); more are refused.

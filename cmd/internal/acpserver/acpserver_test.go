@@ -4,6 +4,7 @@ package acpserver
 
 import (
 	"context"
+	"fmt"
 	"os/user"
 	"strings"
 	"syscall"
@@ -59,6 +60,7 @@ func TestConfigFromEnvironment(t *testing.T) {
 		"IAC_CODE_MAX_IMAGE_BYTES":      "1000",
 		"IAC_CODE_WS_PING_INTERVAL":     "3s",
 		"IAC_CODE_DETACHED_TURN_MAX":    "5m",
+		"IAC_CODE_FOLLOW_TIMEOUT":       "7s",
 
 		"IAC_CODE_WORKSPACE_ROOT":           "/srv/ws/{user}",
 		"IAC_CODE_MAX_TURNS_PER_USER":       "3",
@@ -74,7 +76,8 @@ func TestConfigFromEnvironment(t *testing.T) {
 	if a.Home != "/tmp/h" || a.SessionRelease != 5*time.Second || a.MaxSessions != 7 || a.SessionIdle != time.Hour ||
 		a.MCPStartupTimeout != 2*time.Second || a.MCPToolTimeout != 90*time.Second ||
 		a.ClientTimeout != 9*time.Second || a.MaxImageBytes != 1000 ||
-		a.WorkspaceRoot != "/srv/ws/{user}" || a.MaxTurnsPerUser != 3 || a.SessionAttach != "move" || a.PromptQueue != 2 {
+		a.WorkspaceRoot != "/srv/ws/{user}" || a.MaxTurnsPerUser != 3 || a.SessionAttach != "move" || a.PromptQueue != 2 ||
+		a.FollowTimeout != 7*time.Second {
 		t.Errorf("actors config %+v", a)
 	}
 	if h.IdleTimeout != 2*time.Minute || h.UnusedTimeout != 10*time.Second || h.MaxUnused != 99 ||
@@ -88,6 +91,17 @@ func TestConfigFromEnvironment(t *testing.T) {
 		if err != nil || s.http.DetachedTurnMax != want {
 			t.Errorf("IAC_CODE_DETACHED_TURN_MAX=%q: %v, %v (want %v: 0 keeps the old cancel, unset the default)", v, s.http.DetachedTurnMax, err, want)
 		}
+	}
+
+	for _, v := range []string{"0", "-1s", "3", "soon"} {
+		env := map[string]string{"IAC_CODE_HOME": "/h", "IAC_CODE_FOLLOW_TIMEOUT": v}
+		_, err := loadConfig(func(k string) string { return env[k] })
+		if err == nil || !strings.Contains(err.Error(), "IAC_CODE_FOLLOW_TIMEOUT: want a positive duration") || !strings.Contains(err.Error(), fmt.Sprintf("%q", v)) {
+			t.Errorf("IAC_CODE_FOLLOW_TIMEOUT=%q: %v, want an error naming the variable and the value", v, err)
+		}
+	}
+	if s, err := loadConfig(func(k string) string { return map[string]string{"IAC_CODE_HOME": "/h"}[k] }); err != nil || s.actors.FollowTimeout != 0 {
+		t.Errorf("IAC_CODE_FOLLOW_TIMEOUT unset: %v, %v (want 0: the actors' default)", s.actors.FollowTimeout, err)
 	}
 
 	env = map[string]string{"IAC_CODE_HOME": "/h", "IAC_CODE_MAX_SESSIONS": "-1", "IAC_CODE_HTTP_UNUSED_TIMEOUT": "soon",

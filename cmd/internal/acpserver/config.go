@@ -101,6 +101,7 @@ func loadConfig(getenv func(string) string) (settings, error) {
 	e.duration("IAC_CODE_WS_PING_INTERVAL", &s.http.WSPingInterval)
 	e.duration("IAC_CODE_DETACHED_TURN_MAX", &s.http.DetachedTurnMax)
 	e.duration("IAC_CODE_DRAIN_TIMEOUT", &s.http.DrainTimeout)
+	e.positiveDuration("IAC_CODE_FOLLOW_TIMEOUT", &s.actors.FollowTimeout)
 	if getenv("IAC_CODE_DETACHED_TURN_MAX") != "" && s.http.DetachedTurnMax == 0 {
 		s.http.DetachedTurnMax = -1 // 0: turns end with their client, as before
 	}
@@ -154,6 +155,19 @@ func (e *envReader) oneOf(name string, dst *string, values ...string) {
 			return
 		}
 		*dst = v
+	}
+}
+
+// positiveDuration reads a duration that must be more than zero (the
+// field's zero is its default, so 0 would not mean "none").
+func (e *envReader) positiveDuration(name string, dst *time.Duration) {
+	if v := e.getenv(name); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			e.errs = append(e.errs, fmt.Errorf("%s: want a positive duration such as 3s or 500ms, got %q", name, v))
+			return
+		}
+		*dst = d
 	}
 }
 
