@@ -228,7 +228,7 @@ func (s *session) holderRead(ctx actor.Context, m *holderRead) {
 		time.AfterFunc(followPoll, func() { root.Send(self, &lookAgain{}) })
 	case errors.Is(m.err, store.ErrNotFound):
 		s.endStub(ctx, stubDeleted)
-	case m.err == nil && owner != "" && owner != st.follow.dead && owner != s.incarnation():
+	case m.err == nil && owner != "" && owner != st.follow.dead && (owner != s.incarnation() || s.besideSession(ctx)):
 		s.log.Info().Str("from", st.holder).Str("to", owner).Dur("took", time.Since(st.follow.since)).Msg("share: following the session to its new holder")
 		st.holder, st.follow.since = owner, time.Time{}
 		for _, l := range st.legs {
@@ -243,6 +243,15 @@ func (s *session) holderRead(ctx actor.Context, m *holderRead) {
 		self, root := ctx.Self(), ctx.ActorSystem().Root
 		time.AfterFunc(followPoll, func() { root.Send(self, &lookAgain{}) })
 	}
+}
+
+// besideSession: this stub is not the pod's session actor but one made
+// beside it for a moved connection (Server.adoptStub, `~moved~`). The
+// session this pod holds is another actor for it, rejoined as another
+// pod's is (shareLeg); the pod's own stub instead takes the session when
+// its pod adopts it (session_stub_adopt.go).
+func (s *session) besideSession(ctx actor.Context) bool {
+	return ctx.Self().Id != sessionActorName(s.id)
 }
 
 // incarnation is this pod's (shared store), "" for a store of one process.

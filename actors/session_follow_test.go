@@ -24,6 +24,26 @@ type podNet struct {
 	pods    map[string]*Server
 	gate    map[string]chan struct{}
 	proxies []*actor.PID
+	// behind: the proxy each forwarder a stub was given stands for, as a
+	// move names it (proxyOf).
+	behind map[forwarderOn]*actor.PID
+}
+
+// forwarderOn is a forwarder's actor id on the pod it runs on (ids repeat
+// across the pods' systems).
+type forwarderOn struct {
+	pod *Server
+	id  string
+}
+
+// proxyOf is the proxy that the forwarder pid on pod stands for, or pid.
+func (n *podNet) proxyOf(pod *Server, pid *actor.PID) *actor.PID {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if p := n.behind[forwarderOn{pod, pid.Id}]; p != nil {
+		return p
+	}
+	return pid
 }
 
 // podOf is the Handover of pod here.
@@ -46,10 +66,15 @@ func (p podOf) Share(id, owner, principal string, stub *actor.PID, init, open []
 	if err != nil {
 		return nil, err
 	}
+	toProxy := forwarder(p.here, holder, proxy)
 	p.net.mu.Lock()
 	p.net.proxies = append(p.net.proxies, proxy)
+	if p.net.behind == nil {
+		p.net.behind = map[forwarderOn]*actor.PID{}
+	}
+	p.net.behind[forwarderOn{p.here, toProxy.Id}] = proxy
 	p.net.mu.Unlock()
-	return forwarder(p.here, holder, proxy), nil
+	return toProxy, nil
 }
 
 func (p podOf) TakeOver(id, owner string) error {

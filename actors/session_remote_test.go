@@ -67,10 +67,14 @@ func (l *podLink) kill() {
 }
 
 // forwarder is an actor of one system passing the relayed frames it gets
-// to target, an actor of another system.
+// to target, an actor of another system (and a proxy's repoint, which a
+// connection's move sends it).
 func forwarder(on, to *Server, target *actor.PID) *actor.PID {
 	return on.sys.Root.Spawn(actor.PropsFromFunc(func(ctx actor.Context) {
-		if m, ok := ctx.Message().(*clusterpb.Relay); ok {
+		switch m := ctx.Message().(type) {
+		case *clusterpb.Relay:
+			to.sys.Root.Send(target, m)
+		case *clusterpb.Repoint:
 			to.sys.Root.Send(target, m)
 		}
 	}))

@@ -235,11 +235,23 @@ func (s *session) addLeg(ctx actor.Context, m *attach) {
 }
 
 // shareLeg asks the holder for a proxy for l, sent open (off the actor).
+// A stub beside the session of its own pod (besideSession) has its proxy
+// made here, as the holder's pod makes one (Server.ServeShare).
 func (s *session) shareLeg(ctx actor.Context, l *stubLeg, open []byte) {
 	handover, id, holder, principal, pid, init := s.deps.Handover, s.id, s.stub.holder, l.who.Principal, l.pid, l.share.init
+	var here *Server
+	if inc := s.incarnation(); inc != "" && holder == inc {
+		here = &Server{sys: ctx.ActorSystem(), deps: s.deps}
+	}
 	self, root := ctx.Self(), ctx.ActorSystem().Root
 	go func() {
-		proxy, err := handover.Share(id, holder, principal, pid, init, open)
+		var proxy *actor.PID
+		var err error
+		if here != nil {
+			proxy, err = here.ServeShare(id, principal, pid, init, open)
+		} else {
+			proxy, err = handover.Share(id, holder, principal, pid, init, open)
+		}
 		root.Send(self, &legShared{leg: pid, proxy: proxy, err: err})
 	}()
 }
