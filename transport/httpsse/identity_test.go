@@ -106,7 +106,11 @@ var _ = Describe("identities over WebSocket", func() {
 	It("takes the principal from the acp.bearer subprotocol as from the header, caps it with 429 before the upgrade, and closes the socket with 1008 once its token is revoked", func() {
 		path := filepath.Join(GinkgoT().TempDir(), "users.yaml")
 		chain := usersChainAt(path, "alice", tokA, "bob", tokB)
-		e := startEnv(httpsse.Config{Auth: chain, WSPingInterval: 50 * time.Millisecond, MaxConnectionsPerUser: 1})
+		// The revoked token is seen at the next ping, within an interval.
+		// The interval also sets the dead-peer window (2.5 intervals of
+		// silence close a socket): at 50 ms a stall of 125 ms in this
+		// process under load closed alice's or bob's live socket as dead.
+		e := startEnv(httpsse.Config{Auth: chain, WSPingInterval: time.Second, MaxConnectionsPerUser: 1})
 		_, resp, err := e.dialWS(nil, []string{"acp", "acp.bearer.nope"}, nil)
 		Expect(err).To(HaveOccurred())
 		Expect(resp.StatusCode).To(Equal(http.StatusUnauthorized))

@@ -311,10 +311,12 @@ var _ = Describe("WebSocket on /acp", func() {
 	})
 
 	It("pings an idle socket and keeps it while pongs come back", func() {
-		e := startEnv(httpsse.Config{WSPingInterval: 100 * time.Millisecond})
+		// The dead-peer window (2.5 intervals, 625 ms) outlasts a stall of
+		// this process under load; at 100 ms (250 ms) one closed the socket.
+		e := startEnv(httpsse.Config{WSPingInterval: 250 * time.Millisecond})
 		c := e.ws(nil)
 		c.initialize()
-		time.Sleep(time.Second) // 4 dead-peer windows of silence from the client's side
+		time.Sleep(2500 * time.Millisecond) // 4 dead-peer windows of silence from the client's side
 		Expect(c.pings.Load()).To(BeNumerically(">=", 5))
 		sid := c.newSession(2, e.cwd)
 		Expect(sid).NotTo(BeEmpty())
