@@ -71,10 +71,11 @@ func (s *fileSession) Append(entries ...Entry) error {
 	}
 	var n int
 	if len(stamped) == 1 {
-		// The usual case: the line goes from the encoder to the file, not
-		// copied on the way (a message can hold a whole long answer).
+		// The usual case: the line goes from the encoder to the file, a
+		// long text written from its own string (a message can hold a
+		// whole long answer).
 		w := countingWriter{w: s.f}
-		err = protocol.EncodeLine(&w, &stamped[0])
+		s.buf, err = writeLine(&w, &stamped[0], s.buf)
 		n = w.n
 		if err != nil && n == 0 {
 			return fmt.Errorf("encode entry %d: %w", stamped[0].Seq, err)

@@ -2,10 +2,15 @@ package store
 
 import (
 	"bytes"
+	"crypto/rand"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
+	"slices"
+	"strconv"
+	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -145,6 +150,49 @@ func appendLine(buf []byte, e *Entry) ([]byte, error) {
 	buf = append(buf, b...)
 	return append(buf, '\n'), nil
 }
+
+// spliceText: a block text of this many bytes or more is written into its
+// history line from its own string, a piece at a time (writeLine).
+const spliceText = 32 << 10
+
+// writeLine writes e as one JSONL line to w, the bytes protocol.EncodeLine
+// writes. A long text (an answer, a tool's output) is not encoded into a
+// buffer of its own size first: e is encoded with a marker in its place
+// and the text spliced in as it is written, through buf (returned for
+// reuse). A memory the size of the text, touched for the first time,
+// costs a page fault per 4 KiB, about as much as the whole stream of it
+// (docs/performance.md).
+func writeLine(w io.Writer, e *Entry, buf []byte) ([]byte, error) {
+	var marks, texts []string
+	var content []llm.Block
+	for i, b := range e.Message.Content {
+		if len(b.Text) < spliceText {
+			continue
+		}
+		if content == nil {
+			content = slices.Clone(e.Message.Content)
+		}
+		mark := textMark(len(marks))
+		marks, texts = append(marks, mark), append(texts, b.Text)
+		content[i].Text = mark
+	}
+	if content == nil {
+		return buf, protocol.EncodeLine(w, e)
+	}
+	marked := *e
+	marked.Message.Content = content
+	buf, ok, err := protocol.EncodeLineSpliced(w, &marked, marks, texts, buf)
+	if ok || err != nil {
+		return buf, err
+	}
+	return buf, protocol.EncodeLine(w, e)
+}
+
+// textNonce makes the markers of writeLine unguessable, so that no value
+// from a model or a tool can hold one.
+var textNonce = sync.OnceValue(func() string { return rand.Text() })
+
+func textMark(i int) string { return "iac-code-text-" + textNonce() + "-" + strconv.Itoa(i) }
 
 // encodeAll encodes a whole history as JSONL, checking that seqs strictly
 // increase.
