@@ -451,10 +451,10 @@ func (t *turn) currentTools() *tools.Registry {
 }
 
 func toolSpecs(r *tools.Registry) []llm.ToolSpec {
-	list := r.List()
-	specs := make([]llm.ToolSpec, len(list))
-	for i, tl := range list {
-		specs[i] = llm.ToolSpec{Name: tl.Name(), Description: tl.Description(), InputSchema: tl.Schema()}
+	defs := r.Defs()
+	specs := make([]llm.ToolSpec, len(defs))
+	for i, d := range defs {
+		specs[i] = llm.ToolSpec{Name: d.Name, Description: d.Description, InputSchema: d.Schema}
 	}
 	return specs
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"testing"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -80,6 +81,24 @@ var _ = Describe("Registry", func() {
 			}
 			Expect(t.Description()).NotTo(BeEmpty(), t.Name())
 		}
+	})
+
+	It("gives each tool's definition once, sorted by name, and a list of the caller's own", func() {
+		r := tools.Default()
+		defs := r.Defs()
+		list := r.List()
+		Expect(defs).To(HaveLen(len(list)))
+		for i, t := range list {
+			Expect(defs[i].Name).To(Equal(t.Name()))
+			Expect(defs[i].Description).To(Equal(t.Description()))
+			Expect(defs[i].Schema).To(MatchJSON(t.Schema()))
+		}
+		Expect(testing.AllocsPerRun(100, func() { _ = r.Defs() })).To(BeZero(), "definitions made again")
+		list[0] = fakeTool{name: "zzz"}
+		Expect(r.List()[0].Name()).To(Equal(defs[0].Name), "List shares its slice")
+		with := r.With(fakeTool{name: "aaa"})
+		Expect(with.Defs()[0].Name).To(Equal("aaa"))
+		Expect(r.Defs()[0].Name).To(Equal(defs[0].Name))
 	})
 
 	It("Default returns the built-ins plus registered extras", func() {

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"sort"
+	"sync"
 
 	"github.com/iac-code/iac-code/tools/sandbox"
 )
@@ -225,9 +226,22 @@ type Diff struct {
 // Errorf builds an error result.
 func Errorf(msg string) Result { return Result{Output: msg, IsError: true} }
 
-// Registry is a set of tools by name.
+// Registry is a set of tools by name. It never changes once built, so
+// its sorted list and the tools' definitions are made once (listed), not
+// at every model call: a call sends every definition, and the built-in
+// tools' descriptions are formatted from their limits (~50 µs a turn).
 type Registry struct {
 	byName map[string]Tool
+
+	listOnce sync.Once
+	sorted   []Tool
+	defs     []Def
+}
+
+// Def is a tool's definition as the model is offered it.
+type Def struct {
+	Name, Description string
+	Schema            json.RawMessage
 }
 
 // NewRegistry builds a registry of the given tools.
@@ -248,17 +262,39 @@ func (r *Registry) Get(name string) (Tool, bool) {
 	return t, ok
 }
 
-// List returns the tools sorted by name.
+// List returns the tools sorted by name (a slice of the caller's own).
 func (r *Registry) List() []Tool {
 	if r == nil {
 		return nil
 	}
-	out := make([]Tool, 0, len(r.byName))
-	for _, t := range r.byName {
-		out = append(out, t)
+	r.list()
+	return append([]Tool(nil), r.sorted...)
+}
+
+// Defs returns the tools' definitions sorted by name. The slice and the
+// schemas are shared: read them, never change them.
+func (r *Registry) Defs() []Def {
+	if r == nil {
+		return nil
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name() < out[j].Name() })
-	return out
+	r.list()
+	return r.defs
+}
+
+// list makes the sorted list and the definitions, once.
+func (r *Registry) list() {
+	r.listOnce.Do(func() {
+		out := make([]Tool, 0, len(r.byName))
+		for _, t := range r.byName {
+			out = append(out, t)
+		}
+		sort.Slice(out, func(i, j int) bool { return out[i].Name() < out[j].Name() })
+		defs := make([]Def, len(out))
+		for i, t := range out {
+			defs[i] = Def{Name: t.Name(), Description: t.Description(), Schema: t.Schema()}
+		}
+		r.sorted, r.defs = out, defs
+	})
 }
 
 // With returns a registry with ts added (a tool of r keeps its name).
