@@ -99,8 +99,9 @@ func NewProject(cwd, home string) *Project {
 // Refresh returns the current instructions, re-read when any candidate
 // path changed since the last call; changed reports a re-read.
 func (p *Project) Refresh() (in *Instructions, changed bool) {
-	root, git := findRoot(p.cwd)
-	cands := candidates(p.home, root, p.cwd)
+	dir := realDir(p.cwd) // once: each resolution is a system call per path element
+	root, git := findRoot(dir)
+	cands := candidates(p.home, root, dir)
 	stamps := make([]stamp, len(cands))
 	for i, c := range cands {
 		stamps[i] = stampOf(c.path)
@@ -124,10 +125,9 @@ func (p *Project) Loaded() *Instructions {
 	return p.loaded
 }
 
-// findRoot walks up from cwd (its real path) to the directory holding
-// .git; without one the cwd is the root.
-func findRoot(cwd string) (root string, git bool) {
-	dir := realDir(cwd)
+// findRoot walks up from dir (the cwd's real path, realDir) to the
+// directory holding .git; without one dir is the root.
+func findRoot(dir string) (root string, git bool) {
 	for d := dir; ; {
 		if _, err := os.Lstat(filepath.Join(d, ".git")); err == nil {
 			return d, true
@@ -156,13 +156,13 @@ type candidate struct {
 	user bool
 }
 
-// candidates are the paths an AGENTS.md may have, in the model's order.
-func candidates(home, root, cwd string) []candidate {
+// candidates are the paths an AGENTS.md may have, in the model's order;
+// dir is the cwd's real path (realDir).
+func candidates(home, root, dir string) []candidate {
 	var out []candidate
 	if home != "" {
 		out = append(out, candidate{path: filepath.Join(home, FileName), user: true})
 	}
-	dir := realDir(cwd)
 	var dirs []string
 	for d := dir; ; d = filepath.Dir(d) {
 		dirs = append(dirs, d)
