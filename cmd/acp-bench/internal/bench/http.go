@@ -219,7 +219,8 @@ func fanoutRelay(ctx context.Context, o *Options, p FanoutParams, fakeURL string
 	if !check.OK() || len(errs) > 0 {
 		return fmt.Errorf("relay run: %s, errors %v", &check, errs)
 	}
-	for _, name := range []string{"server CPU/event", "server tree PSS peak", "delay p50", "delay p99", "first chunk p50", "first chunk p99", "lost events"} {
+	for _, name := range []string{"server CPU/event", "server CPU (stream)", "server tree PSS peak", "delay p50", "delay p99",
+		"first chunk p50", "first chunk p99", "first chunk from model p50", "prompt POST answered p50", "lost events"} {
 		if m, ok := rr.Metric(name); ok {
 			r.add("relay "+strings.TrimPrefix(name, "server "), m.Value, m.Unit).Note = "the standard-library relay, same workload, same run"
 		}
