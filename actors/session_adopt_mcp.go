@@ -170,7 +170,7 @@ func (s *session) mcpAwaited(ctx actor.Context, m *mcpAwaitOver) {
 // resumeWhenReady takes the resumed turn's next step once its context is
 // gathered and the session let it go (resumeGo).
 func (t *turn) resumeWhenReady(ctx actor.Context) {
-	if t.ended || !t.gathered || t.mcpHold || t.resume == nil {
+	if t.ended || t.resume == nil || t.resume.awaitContext || t.resume.awaitMCP {
 		return
 	}
 	t.resumeStep(ctx)

@@ -187,11 +187,8 @@ type turn struct {
 	// boundary (turn_pause.go).
 	pausing bool
 	// resume: the turn goes on from a step recorded by another process
-	// (turn_resume.go); nil once under way. mcpHold: it waits for the
-	// session's resumeGo; gathered: its context is (contextReady).
-	resume   *store.Step
-	mcpHold  bool
-	gathered bool
+	// (turn_resume.go) once what it waits for is there; nil once under way.
+	resume *resumeGate
 
 	// tools are those of the model request being made: base plus the MCP
 	// tools of that moment (see currentTools).
@@ -248,8 +245,7 @@ func newTurn(deps *Deps, o turnOptions) *turn {
 		jail:              o.jail,
 		mode:              o.mode,
 		opts:              turnOptions{trace: o.trace, prompt: o.prompt},
-		resume:            o.resume,
-		mcpHold:           o.mcpHold,
+		resume:            newResumeGate(o.resume, o.mcpHold),
 	}
 }
 
@@ -269,8 +265,9 @@ func (t *turn) Receive(ctx actor.Context) {
 		t.gatherContext(ctx)
 	case *contextReady:
 		if !t.ended {
-			t.system, t.systemTurn, t.gathered = m.stable, m.turn, true
+			t.system, t.systemTurn = m.stable, m.turn
 			if t.resume != nil {
+				t.resume.awaitContext = false
 				t.resumeWhenReady(ctx)
 				return
 			}
@@ -287,7 +284,9 @@ func (t *turn) Receive(ctx actor.Context) {
 	case *goroutinePanic:
 		panic(m.p)
 	case *resumeGo:
-		t.mcpHold = false
+		if t.resume != nil {
+			t.resume.awaitMCP = false
+		}
 		t.resumeWhenReady(ctx)
 	case *cancelTurn:
 		t.finish(ctx, protocol.StopCancelled, nil)

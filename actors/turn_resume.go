@@ -19,9 +19,26 @@ import (
 // never run again, its side effects may be half done), a call never
 // started runs (its permission asked as for any call).
 
-// resumeStep takes the turn on from t.resume, its context gathered.
+// resumeGate is a resumed turn's wait before its first step: for its
+// context (contextReady) and, when it holds for them, for the session's
+// MCP servers (resumeGo, session_adopt_mcp.go).
+type resumeGate struct {
+	step                   *store.Step
+	awaitContext, awaitMCP bool
+}
+
+// newResumeGate is the gate of a turn resumed from step (nil: a turn not
+// resumed has none); mcpHold: it waits for resumeGo too.
+func newResumeGate(step *store.Step, mcpHold bool) *resumeGate {
+	if step == nil {
+		return nil
+	}
+	return &resumeGate{step: step, awaitContext: true, awaitMCP: mcpHold}
+}
+
+// resumeStep takes the turn on from t.resume's step, its context gathered.
 func (t *turn) resumeStep(ctx actor.Context) {
-	step := t.resume
+	step := t.resume.step
 	t.resume = nil
 	if step.Call == nil {
 		t.callModel(ctx)
