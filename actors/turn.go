@@ -356,7 +356,7 @@ func (t *turn) callModel(ctx actor.Context) {
 		System:     t.system,
 		SystemTurn: t.systemTurn,
 		Messages:   t.forModel(t.messages),
-		Tools:      toolSpecs(t.tools),
+		Tools:      t.tools.Defs(),
 		MaxTokens:  t.deps.llmConfig().MaxTokens,
 
 		ThinkingBudget: t.thinkingBudget,
@@ -447,15 +447,6 @@ func (t *turn) currentTools() *tools.Registry {
 		}
 	}
 	return t.base.With(extra...)
-}
-
-func toolSpecs(r *tools.Registry) []llm.ToolSpec {
-	defs := r.Defs()
-	specs := make([]llm.ToolSpec, len(defs))
-	for i, d := range defs {
-		specs[i] = llm.ToolSpec{Name: d.Name, Description: d.Description, InputSchema: d.Schema}
-	}
-	return specs
 }
 
 func (t *turn) record(ctx actor.Context, msg llm.Message) {

@@ -91,7 +91,7 @@ var _ = Describe("Registry", func() {
 		for i, t := range list {
 			Expect(defs[i].Name).To(Equal(t.Name()))
 			Expect(defs[i].Description).To(Equal(t.Description()))
-			Expect(defs[i].Schema).To(MatchJSON(t.Schema()))
+			Expect(defs[i].InputSchema).To(MatchJSON(t.Schema()))
 		}
 		Expect(testing.AllocsPerRun(100, func() { _ = r.Defs() })).To(BeZero(), "definitions made again")
 		list[0] = fakeTool{name: "zzz"}

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"sync"
 
+	"github.com/iac-code/iac-code/llm"
 	"github.com/iac-code/iac-code/tools/sandbox"
 )
 
@@ -235,13 +236,7 @@ type Registry struct {
 
 	listOnce sync.Once
 	sorted   []Tool
-	defs     []Def
-}
-
-// Def is a tool's definition as the model is offered it.
-type Def struct {
-	Name, Description string
-	Schema            json.RawMessage
+	defs     []llm.ToolSpec
 }
 
 // NewRegistry builds a registry of the given tools.
@@ -271,9 +266,10 @@ func (r *Registry) List() []Tool {
 	return append([]Tool(nil), r.sorted...)
 }
 
-// Defs returns the tools' definitions sorted by name. The slice and the
-// schemas are shared: read them, never change them.
-func (r *Registry) Defs() []Def {
+// Defs returns the tools' definitions sorted by name, as a model request
+// offers them. The slice and the schemas are shared: read them, never
+// change them.
+func (r *Registry) Defs() []llm.ToolSpec {
 	if r == nil {
 		return nil
 	}
@@ -289,9 +285,9 @@ func (r *Registry) list() {
 			out = append(out, t)
 		}
 		sort.Slice(out, func(i, j int) bool { return out[i].Name() < out[j].Name() })
-		defs := make([]Def, len(out))
+		defs := make([]llm.ToolSpec, len(out))
 		for i, t := range out {
-			defs[i] = Def{Name: t.Name(), Description: t.Description(), Schema: t.Schema()}
+			defs[i] = llm.ToolSpec{Name: t.Name(), Description: t.Description(), InputSchema: t.Schema()}
 		}
 		r.sorted, r.defs = out, defs
 	})
