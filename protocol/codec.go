@@ -5,6 +5,7 @@
 package protocol
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
@@ -34,60 +35,59 @@ func EncodeLine(w io.Writer, v any) error { return json.NewEncoder(w).Encode(v) 
 // time.
 const splicePiece = 16 << 10
 
-// spliceBuf is the least buffer EncodeLineSpliced writes through.
+// spliceBuf is the buffer EncodeLineSpliced writes through.
 const spliceBuf = 64 << 10
 
 // EncodeLineSpliced writes what EncodeLine writes for v with texts[i] in
 // place of marks[i], where v holds the string marks[i] (a marker no other
 // value holds) where texts[i] belongs. v is encoded with the markers, and
-// each text is encoded a piece at a time into buf, which goes to w
-// whenever it is full: a long text (a whole answer) is neither encoded
-// into a buffer of its size nor copied on the way, and the line reaches w
-// in writes of about cap(buf) bytes. The pieces end on UTF-8 sequence
-// starts, so each is escaped as it is within the whole text (invalid
-// bytes are replaced one by one either way). ok is false, nothing
-// written, when a marker is not found exactly once, in order. buf is
-// returned for reuse.
-func EncodeLineSpliced(w io.Writer, v any, marks, texts []string, buf []byte) (out []byte, ok bool, err error) {
-	var skel appendWriter
+// each text is encoded a piece at a time through a buffer of spliceBuf
+// bytes: a long text (a whole answer) is neither encoded into a buffer of
+// its size nor copied on the way, and the line reaches w in writes of
+// about spliceBuf bytes. The pieces end on UTF-8 sequence starts, so each
+// is escaped as it is within the whole text (invalid bytes are replaced
+// one by one either way). ok is false, nothing written, when a marker is
+// not found exactly once, in order.
+func EncodeLineSpliced(w io.Writer, v any, marks, texts []string) (ok bool, err error) {
+	var skel bytes.Buffer
 	if err := json.NewEncoder(&skel).Encode(v); err != nil {
-		return buf, false, err
+		return false, err
 	}
+	line := skel.Bytes()
 	// The quoted markers' offsets, in order, each found once.
 	at := make([]int, len(marks))
 	pos := 0
 	for i, m := range marks {
 		q := []byte(`"` + m + `"`)
-		j := bytes.Index(skel.b[pos:], q)
-		if j < 0 || bytes.Count(skel.b, q) != 1 {
-			return buf, false, nil
+		j := bytes.Index(line[pos:], q)
+		if j < 0 || bytes.Count(line, q) != 1 {
+			return false, nil
 		}
 		at[i] = pos + j
 		pos += j + len(q)
 	}
-	if cap(buf) < spliceBuf {
-		buf = make([]byte, 0, spliceBuf)
-	}
-	lw := lineWriter{w: w, buf: buf[:0]}
-	enc := json.NewEncoder(textBodyWriter{&lw})
+	bw := bufio.NewWriterSize(w, spliceBuf)
+	enc := json.NewEncoder(textBodyWriter{bw})
 	pos = 0
 	for i, m := range marks {
-		lw.write(skel.b[pos : at[i]+1]) // up to the opening quote
-		for t := texts[i]; t != "" && lw.err == nil; {
+		_, err = bw.Write(line[pos : at[i]+1]) // up to the opening quote
+		for t := texts[i]; t != "" && err == nil; {
 			n := len(t)
 			if n > splicePiece {
 				n = pieceEnd(t, splicePiece)
 			}
-			if err := enc.Encode(t[:n]); err != nil && lw.err == nil {
-				lw.err = err
-			}
+			err = enc.Encode(t[:n])
 			t = t[n:]
 		}
 		pos = at[i] + 1 + len(m) // the closing quote
 	}
-	lw.write(skel.b[pos:])
-	lw.flush()
-	return lw.buf[:0], true, lw.err
+	if err == nil {
+		_, err = bw.Write(line[pos:])
+	}
+	if err == nil {
+		err = bw.Flush()
+	}
+	return true, err
 }
 
 // pieceEnd is where the first piece of s of about n bytes ends (n <
@@ -103,55 +103,19 @@ func pieceEnd(s string, n int) int {
 	return n
 }
 
-// appendWriter collects what is written to it.
-type appendWriter struct{ b []byte }
-
-func (a *appendWriter) Write(p []byte) (int, error) {
-	a.b = append(a.b, p...)
-	return len(p), nil
-}
-
 // textBodyWriter takes the encoding of a JSON string and a newline
 // (Encoder.Encode of a piece of text, one Write) and passes on what is
 // between the quotes.
-type textBodyWriter struct{ lw *lineWriter }
+type textBodyWriter struct{ w *bufio.Writer }
 
 func (t textBodyWriter) Write(p []byte) (int, error) {
 	if len(p) < 3 || p[0] != '"' || p[len(p)-2] != '"' || p[len(p)-1] != '\n' {
 		return 0, errors.New("protocol: unexpected encoding of a text piece")
 	}
-	t.lw.write(p[1 : len(p)-2])
-	return len(p), t.lw.err
-}
-
-// lineWriter buffers writes to w in buf, writing buf when it is full, and
-// a write that does not fit an empty buf straight through. It keeps the
-// first error and writes nothing after it.
-type lineWriter struct {
-	w   io.Writer
-	buf []byte
-	err error
-}
-
-func (l *lineWriter) write(p []byte) {
-	if l.err != nil {
-		return
+	if _, err := t.w.Write(p[1 : len(p)-2]); err != nil {
+		return 0, err
 	}
-	if len(l.buf)+len(p) > cap(l.buf) {
-		l.flush()
-		if l.err == nil && len(p) > cap(l.buf) {
-			_, l.err = l.w.Write(p)
-			return
-		}
-	}
-	l.buf = append(l.buf, p...)
-}
-
-func (l *lineWriter) flush() {
-	if l.err == nil && len(l.buf) > 0 {
-		_, l.err = l.w.Write(l.buf)
-	}
-	l.buf = l.buf[:0]
+	return len(p), nil
 }
 
 // Unmarshal decodes data into v. The decoder copies what it keeps, so data

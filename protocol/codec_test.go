@@ -150,12 +150,12 @@ func TestEncodeLineSplicedRefusesAnAmbiguousMarker(t *testing.T) {
 	type pair struct{ A, B string }
 	var w bytes.Buffer
 	for _, v := range []pair{{"mark", "mark"}, {"other", "x"}} {
-		_, ok, err := EncodeLineSpliced(&w, v, []string{"mark"}, []string{"text"}, nil)
+		ok, err := EncodeLineSpliced(&w, v, []string{"mark"}, []string{"text"})
 		if ok || err != nil || w.Len() != 0 {
 			t.Fatalf("%v: ok %v, err %v, wrote %q", v, ok, err, w.String())
 		}
 	}
-	_, ok, err := EncodeLineSpliced(&w, pair{"mark", "<&>"}, []string{"mark"}, []string{"a\"<é"}, nil)
+	ok, err := EncodeLineSpliced(&w, pair{"mark", "<&>"}, []string{"mark"}, []string{"a\"<é"})
 	if want := "{\"A\":\"a\\\"\\u003cé\",\"B\":\"\\u003c\\u0026\\u003e\"}\n"; !ok || err != nil || w.String() != want {
 		t.Fatalf("ok %v, err %v: %q, want %q", ok, err, w.String(), want)
 	}

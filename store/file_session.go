@@ -75,7 +75,7 @@ func (s *fileSession) Append(entries ...Entry) error {
 		// long text written from its own string (a message can hold a
 		// whole long answer).
 		w := countingWriter{w: s.f}
-		s.buf, err = writeLine(&w, &stamped[0], s.buf)
+		err = writeLine(&w, &stamped[0])
 		n = w.n
 		if err != nil && n == 0 {
 			return fmt.Errorf("encode entry %d: %w", stamped[0].Seq, err)

@@ -158,11 +158,10 @@ const spliceText = 32 << 10
 // writeLine writes e as one JSONL line to w, the bytes protocol.EncodeLine
 // writes. A long text (an answer, a tool's output) is not encoded into a
 // buffer of its own size first: e is encoded with a marker in its place
-// and the text spliced in as it is written, through buf (returned for
-// reuse). A memory the size of the text, touched for the first time,
+// and the text spliced in as it is written (protocol.EncodeLineSpliced). A memory the size of the text, touched for the first time,
 // costs a page fault per 4 KiB, about as much as the whole stream of it
 // (docs/performance.md).
-func writeLine(w io.Writer, e *Entry, buf []byte) ([]byte, error) {
+func writeLine(w io.Writer, e *Entry) error {
 	var marks, texts []string
 	var content []llm.Block
 	for i, b := range e.Message.Content {
@@ -177,15 +176,15 @@ func writeLine(w io.Writer, e *Entry, buf []byte) ([]byte, error) {
 		content[i].Text = mark
 	}
 	if content == nil {
-		return buf, protocol.EncodeLine(w, e)
+		return protocol.EncodeLine(w, e)
 	}
 	marked := *e
 	marked.Message.Content = content
-	buf, ok, err := protocol.EncodeLineSpliced(w, &marked, marks, texts, buf)
+	ok, err := protocol.EncodeLineSpliced(w, &marked, marks, texts)
 	if ok || err != nil {
-		return buf, err
+		return err
 	}
-	return buf, protocol.EncodeLine(w, e)
+	return protocol.EncodeLine(w, e)
 }
 
 // textNonce makes the markers of writeLine unguessable, so that no value
