@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -47,14 +48,17 @@ func startHTTPAgent(env []string, token string) *httpAgent {
 }
 
 // startHTTPAgentLimited starts the HTTP server with its descriptor limit
-// lowered to nofile (0: unchanged).
+// lowered to nofile (0: unchanged), on a port the server picks itself: a
+// port found free beforehand may be taken by any outgoing connection before
+// the server binds it.
 func startHTTPAgentLimited(env []string, token string, nofile int) *httpAgent {
-	port := freePort()
-	return startHTTPAgentCmd(serverCmd(nofile, "acp", "--transport", "http", "--port", port), env, token, port)
+	return startHTTPAgentCmd(serverCmd(nofile, "acp", "--transport", "http", "--port", "0"), env, token, "0")
 }
 
-// startHTTPAgentCmd starts cmd, an HTTP server listening on 127.0.0.1:port,
-// and waits for its /health (in a temp dir unless cmd.Dir is set).
+// startHTTPAgentCmd starts cmd, an HTTP server listening on 127.0.0.1:port
+// (port "0": the one its "listening" log line names), and waits for its
+// /health (in a temp dir unless cmd.Dir is set). A server that exits while
+// starting fails the spec at once, with its stderr.
 func startHTTPAgentCmd(cmd *exec.Cmd, env []string, token, port string) *httpAgent {
 	if token != "" {
 		env = append(env, "IACCODE_ACP_HTTP_TOKEN="+token)
@@ -77,7 +81,17 @@ func startHTTPAgentCmd(cmd *exec.Cmd, env []string, token, port string) *httpAge
 		}
 		a.client.CloseIdleConnections()
 	})
+	if port == "0" {
+		var addr string
+		Eventually(func() bool {
+			a.expectRunning()
+			addr = listenAddr(a.stderr.String())
+			return addr != ""
+		}, 20*time.Second, 20*time.Millisecond).Should(BeTrue(), "no listening line; stderr:\n%s", a.stderr)
+		a.base = "http://" + addr
+	}
 	Eventually(func() int {
+		a.expectRunning()
 		req, _ := http.NewRequest(http.MethodGet, a.base+"/health", nil)
 		a.auth(req)
 		resp, err := a.client.Do(req)
@@ -88,6 +102,27 @@ func startHTTPAgentCmd(cmd *exec.Cmd, env []string, token, port string) *httpAge
 		return resp.StatusCode
 	}, 20*time.Second, 50*time.Millisecond).Should(Equal(http.StatusOK), "server did not come up; stderr:\n%s", a.stderr)
 	return a
+}
+
+// expectRunning fails the spec, with the server's stderr, if it has exited.
+func (a *httpAgent) expectRunning() {
+	select {
+	case err := <-a.exited:
+		a.exited <- err // for whoever waits on it next
+		StopTrying(fmt.Sprintf("the server exited while starting (%v); stderr:\n%s", err, a.stderr)).Now()
+	default:
+	}
+}
+
+// listenAddr is the address of the server's "listening" log line in stderr.
+func listenAddr(stderr string) string {
+	for _, line := range strings.Split(stderr, "\n") {
+		var rec struct{ Message, Addr string }
+		if json.Unmarshal([]byte(line), &rec) == nil && rec.Message == "listening" && rec.Addr != "" {
+			return rec.Addr
+		}
+	}
+	return ""
 }
 
 func (a *httpAgent) auth(req *http.Request) {
