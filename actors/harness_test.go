@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -71,6 +72,9 @@ func say(texts ...string) func(context.Context, func(llm.Event)) error {
 type recorder struct {
 	mu     sync.Mutex
 	frames []map[string]any
+	// chunks and givable count the agent_message_chunk frames, and those
+	// of them that could be given back once written (Frame.Written).
+	chunks, givable int
 }
 
 func (r *recorder) Send(f Frame) {
@@ -78,7 +82,20 @@ func (r *recorder) Send(f Frame) {
 	Expect(json.Unmarshal(f.Data, &m)).To(Succeed())
 	r.mu.Lock()
 	r.frames = append(r.frames, m)
+	if bytes.Contains(f.Data, []byte(`"sessionUpdate":"agent_message_chunk"`)) {
+		r.chunks++
+		if f.pool != nil {
+			r.givable++
+		}
+	}
 	r.mu.Unlock()
+}
+
+// chunkFrames are the counts above.
+func (r *recorder) chunkFrames() (chunks, givable int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.chunks, r.givable
 }
 
 func (r *recorder) all() []map[string]any {

@@ -163,6 +163,10 @@ func (cs *clients) capsOf(pid *actor.PID) tools.ClientCaps {
 // broadcast sends a session/update frame to every attached connection.
 func (s *session) broadcast(ctx actor.Context, m *outbound) {
 	s.followers.keep(m.frame.Data)
+	if s.followers.on || s.clients.len() != 1 {
+		// Kept here, or sent to several: not given back once written.
+		m.frame.pool = nil
+	}
 	for _, c := range s.clients.list {
 		ctx.Send(c.pid, m)
 	}

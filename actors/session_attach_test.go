@@ -59,6 +59,16 @@ var _ = Describe("a session shared by several connections", func() {
 		return out
 	}
 
+	It("gives no chunk frame back for reuse once written: both connections hold it", func() {
+		p.then(say("one ", "two ", "three"))
+		Expect(b.result(b.call("session/prompt", textPrompt(sid, "from b")))["stopReason"]).To(Equal("end_turn"))
+		for _, h := range []*harness{a, b} {
+			chunks, givable := h.out.chunkFrames()
+			Expect(chunks).To(Equal(3))
+			Expect(givable).To(BeZero())
+		}
+	})
+
 	It("sends every update of a turn to both connections in the same order, and the answer to the sender only", func() {
 		p.then(say("one ", "two ", "three"))
 		fromA, fromB := len(a.out.all()), len(b.out.all())

@@ -164,6 +164,20 @@ type Handover interface {
 type Frame struct {
 	Data      []byte
 	SessionID string
+	// pool, when set, takes Data back for a later frame once the outlet
+	// wrote it (Written). Only a frame with one owner has it: a streamed
+	// chunk the session sends its one client and keeps nothing of
+	// (session.broadcast).
+	pool *framePool
+}
+
+// Written tells that the outlet is done with f.Data: written out, not
+// kept, not referenced any more. An outlet that keeps frames (for a
+// resume) or hands them on does not call it.
+func (f Frame) Written() {
+	if f.pool != nil {
+		f.pool.put(f.Data)
+	}
 }
 
 // Outlet receives a connection's outbound frames in order. Send must not

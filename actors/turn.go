@@ -390,7 +390,7 @@ func (t *turn) stream(ctx actor.Context, req *llm.Request) {
 	to, sid := ctx.Parent(), t.sessionID
 	var call *modelCall
 	call = newModelCall(sid, !t.compacting && t.subagent == "", func(data []byte, shown int) {
-		root.Send(to, &outbound{frame: Frame{Data: data, SessionID: sid}, call: call, shown: shown})
+		root.Send(to, &outbound{frame: Frame{Data: data, SessionID: sid, pool: call.frames}, call: call, shown: shown})
 	})
 	t.call = call
 	if t.deps.Trace != nil {

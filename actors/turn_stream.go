@@ -45,8 +45,10 @@ type modelCall struct {
 	kind  string
 	chunk protocol.ChunkNotification
 	// scratch is the buffer notifications are built in, reused (each is
-	// sent as an exact-size copy).
+	// sent as an exact-size copy, made in a frame given back when there
+	// is one: frames).
 	scratch []byte
+	frames  *framePool
 	// taken: the turn has the message; nothing more is added or sent.
 	taken bool
 	// shown is how many bytes of text and thinking the call has sent (in
@@ -59,7 +61,7 @@ type modelCall struct {
 }
 
 func newModelCall(sessionID string, stream bool, send func([]byte, int)) *modelCall {
-	return &modelCall{sessionID: sessionID, messageID: uuid.NewString(), stream: stream, send: send}
+	return &modelCall{sessionID: sessionID, messageID: uuid.NewString(), stream: stream, send: send, frames: &framePool{}}
 }
 
 // add handles one provider event (the reader goroutine).
@@ -99,9 +101,14 @@ func (c *modelCall) add(ev llm.Event) {
 
 func (c *modelCall) flushLocked() {
 	if c.kind != "" {
-		frame, buf := c.chunk.Detach()
-		if cap(buf) <= maxScratch {
-			c.scratch = buf
+		b := c.chunk.End()
+		frame := c.frames.get(len(b))
+		if frame == nil {
+			frame = make([]byte, 0, len(b))
+		}
+		frame = append(frame, b...)
+		if cap(b) <= maxScratch {
+			c.scratch = b[:0]
 		}
 		c.shown += c.joining
 		c.joining = 0
@@ -137,6 +144,7 @@ func (c *modelCall) take() callResult {
 	if !c.taken {
 		c.flushLocked()
 		c.taken = true
+		c.frames.close()
 	}
 	r := callResult{msg: c.asm.Message(), stop: c.asm.StopReason()}
 	r.msg.ID = c.messageID

@@ -113,12 +113,64 @@ var _ = Describe("a streaming model call", func() {
 		Expect(len(sent)).To(BeNumerically(">=", 2))
 	})
 
+	It("builds a frame in one given back once written, never in one still held", func() {
+		var frames [][]byte
+		call.send = func(data []byte, _ int) { frames = append(frames, data) }
+		written := func(i int) { Frame{Data: frames[i], pool: call.frames}.Written() }
+		delta(llm.EventTextDelta, "first", false)
+		delta(llm.EventTextDelta, "second", false)
+		Expect(&frames[1][0]).NotTo(BeIdenticalTo(&frames[0][0]), "the first is still held")
+		written(0)
+		delta(llm.EventTextDelta, "third", false)
+		Expect(&frames[2][0]).To(BeIdenticalTo(&frames[0][0]), "the first came back")
+		Expect(decode(frames[1])["params"]).To(HaveKeyWithValue("update", HaveKeyWithValue("content", HaveKeyWithValue("text", "second"))))
+		Expect(decode(frames[2])["params"]).To(HaveKeyWithValue("update", HaveKeyWithValue("content", HaveKeyWithValue("text", "third"))))
+		written(1)
+		delta(llm.EventTextDelta, strings.Repeat("long ", 100), false)
+		Expect(&frames[3][0]).NotTo(BeIdenticalTo(&frames[1][0]), "too small for it")
+		call.take()
+		written(3)
+		Expect(call.frames.get(1)).To(BeNil(), "nothing is kept once the call is over")
+	})
+
+	It("keeps at most maxFreeFrames given back, the larger ones", func() {
+		pool := &framePool{}
+		for i := range maxFreeFrames + 1 {
+			pool.put(make([]byte, 0, 100+i))
+		}
+		pool.put(make([]byte, 0, 50))
+		pool.put(make([]byte, 0, 2*maxScratch))
+		var caps []int
+		for b := pool.get(0); b != nil; b = pool.get(0) {
+			caps = append(caps, cap(b))
+		}
+		Expect(caps).To(HaveLen(maxFreeFrames))
+		for _, c := range []int{100, 50, 2 * maxScratch} {
+			Expect(caps).NotTo(ContainElement(c), "the smallest and the too large are let go")
+		}
+		Expect(pool.get(0)).To(BeNil())
+	})
+
 	It("streams nothing of a summary or a sub-agent's answer, but keeps it", func() {
 		call.stream = false
 		delta(llm.EventTextDelta, "summary", false)
 		Expect(sent).To(BeEmpty())
 		r := call.take()
 		Expect(r.msg.TextOf()).To(Equal("summary"))
+	})
+})
+
+var _ = Describe("chunk frames of a session with one client", func() {
+	It("can be given back once written", func() {
+		p := &scriptedProvider{}
+		h := newHarness(p)
+		defer h.close()
+		sid := h.newSession(GinkgoT().TempDir())
+		p.then(say("one ", "two ", "three"))
+		Expect(h.result(h.call("session/prompt", textPrompt(sid, "hi")))["stopReason"]).To(Equal("end_turn"))
+		chunks, givable := h.out.chunkFrames()
+		Expect(chunks).To(Equal(3))
+		Expect(givable).To(Equal(3))
 	})
 })
 

@@ -339,9 +339,17 @@ func (c *ChunkNotification) Bytes() []byte {
 // and c's buffer for the next StartChunkNotificationIn; c must not be used
 // after.
 func (c *ChunkNotification) Detach() (frame, buf []byte) {
+	b := c.End()
+	return append(make([]byte, 0, len(b)), b...), b[:0]
+}
+
+// End ends the notification and returns it in c's own buffer, for a copy
+// made elsewhere (a frame given back once written); c must not be used
+// after.
+func (c *ChunkNotification) End() []byte {
 	b := c.end()
 	c.b = nil
-	return append(make([]byte, 0, len(b)), b...), b[:0]
+	return b
 }
 
 // AppendJSONString appends s as a JSON string, escaped like Marshal.

@@ -24,7 +24,7 @@ import (
 // the provider's decode, the turn, session and connection actors, the stdio
 // writer and the test's reader. A change that adds an allocation per chunk
 // fails here with the number; one that removes one must lower the pin.
-const allocsPerStdioChunk = 7
+const allocsPerStdioChunk = 6
 
 // TestAllocsPerStdioChunk streams in lockstep — the fake model writes chunk
 // i only once chunk i-1 is on stdout — so no two chunks are ever joined and

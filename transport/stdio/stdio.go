@@ -146,12 +146,13 @@ func trimNL(b []byte) []byte {
 
 // writer is the connection's outlet: Send queues without blocking the
 // connection actor; loop writes queued frames and flushes once the queue is
-// empty, so bursts of small chunks become few syscalls.
+// empty, so bursts of small chunks become few syscalls. A written frame is
+// given back (Frame.Written): the bufio.Writer copied it or wrote it out.
 type writer struct {
 	mu      sync.Mutex
 	cond    *sync.Cond
-	queue   [][]byte
-	spare   [][]byte
+	queue   []actors.Frame
+	spare   []actors.Frame
 	closed  bool
 	drained chan struct{}
 	out     *bufio.Writer
@@ -166,7 +167,7 @@ func newWriter(out io.Writer) *writer {
 
 func (w *writer) Send(f actors.Frame) {
 	w.mu.Lock()
-	w.queue = append(w.queue, f.Data)
+	w.queue = append(w.queue, f)
 	w.mu.Unlock()
 	w.cond.Signal()
 }
@@ -183,14 +184,15 @@ func (w *writer) loop() {
 		closed := w.closed
 		w.mu.Unlock()
 
-		for i, data := range batch {
+		for i, f := range batch {
 			if w.err == nil {
-				_, w.err = w.out.Write(data)
+				_, w.err = w.out.Write(f.Data)
 				if w.err == nil {
 					w.err = w.out.WriteByte('\n')
 				}
 			}
-			batch[i] = nil
+			f.Written()
+			batch[i] = actors.Frame{}
 		}
 		if w.err == nil {
 			w.err = w.out.Flush()
