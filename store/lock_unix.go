@@ -5,6 +5,7 @@ package store
 import (
 	"bytes"
 	"errors"
+	"math"
 	"os"
 	"runtime"
 	"strconv"
@@ -30,6 +31,10 @@ type sessionLock struct {
 	// prior is the turn the file recorded when the lock was taken: left by
 	// a holder that paused it or died (store.TurnKeeper).
 	prior *RunningTurn
+	// size is the file's length as this holder left it (only holders
+	// write the file), or more when unknown: a write of as many bytes or
+	// more needs no truncate after it.
+	size int64
 	// closeLost closes fd if the lock is dropped without unlock, as an
 	// *os.File's finalizer would.
 	closeLost runtime.Cleanup
@@ -80,12 +85,17 @@ func lockSession(dir, id string, wait time.Duration) (*sessionLock, error) {
 	// each holder overwrites the last one's line. The turn a holder left
 	// (paused, or killed mid-turn) stays in the lines after it for this
 	// holder to resume or clear; the first line no longer says a turn runs.
-	prior := readTurnLines(fd)
-	_, _ = syscall.Pwrite(fd, holderLine(false), 0)
-	if prior == nil {
-		_ = syscall.Ftruncate(fd, holderWidth)
+	prior, rest := readTurnLines(fd)
+	size := int64(holderWidth + rest)
+	if rest >= maxTurnLine {
+		size = math.MaxInt64 // longer than any lines written: unknown, the next write truncates
 	}
-	l := &sessionLock{fd: fd, prior: prior}
+	_, _ = syscall.Pwrite(fd, holderLine(false), 0)
+	if prior == nil && rest > 0 {
+		_ = syscall.Ftruncate(fd, holderWidth)
+		size = holderWidth
+	}
+	l := &sessionLock{fd: fd, prior: prior, size: size}
 	l.closeLost = runtime.AddCleanup(l, func(fd int) { _ = syscall.Close(fd) }, fd)
 	return l, nil
 }
@@ -166,15 +176,24 @@ func turnLine(turn *RunningTurn) []byte {
 }
 
 // readTurnLines parses the turn the lock file records after its first line
-// (turnLine), nil when none.
-func readTurnLines(fd int) *RunningTurn {
-	buf := make([]byte, maxTurnLine)
-	n, _ := syscall.Pread(fd, buf, holderWidth)
-	line, rest, ok := bytes.Cut(buf[:max(n, 0)], []byte{'\n'})
+// (turnLine), nil when none; n is how many bytes follow the first line
+// (maxTurnLine or more: at least that many).
+func readTurnLines(fd int) (_ *RunningTurn, n int) {
+	// Most lock files hold no turn: a small buffer first, read again
+	// whole when the lines do not fit in it.
+	var small [256]byte
+	buf := small[:]
+	n, _ = syscall.Pread(fd, buf, holderWidth)
+	if n == len(buf) {
+		buf = make([]byte, maxTurnLine)
+		n, _ = syscall.Pread(fd, buf, holderWidth)
+	}
+	n = max(n, 0)
+	line, rest, ok := bytes.Cut(buf[:n], []byte{'\n'})
 	started, prompt, cut := bytes.Cut(line, []byte{' '})
 	at, perr := time.Parse(time.RFC3339Nano, string(started))
 	if !ok || !cut || perr != nil || len(prompt) == 0 {
-		return nil
+		return nil, n
 	}
 	t := &RunningTurn{StartedAt: at, PromptRequest: bytes.Clone(prompt)}
 	if third, rest, ok := bytes.Cut(rest, []byte{'\n'}); ok {
@@ -194,7 +213,7 @@ func readTurnLines(fd int) *RunningTurn {
 			}
 		}
 	}
-	return t
+	return t, n
 }
 
 // markTurn tells processes that find the lock held whether a turn runs,
@@ -211,7 +230,15 @@ func (l *sessionLock) markTurn(running bool, turn *RunningTurn) error {
 		return err
 	}
 	l.turn = running
-	return syscall.Ftruncate(l.fd, int64(len(b)))
+	if l.size <= int64(len(b)) {
+		l.size = int64(len(b))
+		return nil // the file is b
+	}
+	if err := syscall.Ftruncate(l.fd, int64(len(b))); err != nil {
+		return err
+	}
+	l.size = int64(len(b))
+	return nil
 }
 
 // onlyProbed reports whether the lock fd failed to take exclusively is held
@@ -244,7 +271,7 @@ func readRunningTurn(dir string) *RunningTurn {
 	if _, turn := readHolder(fd); !turn {
 		return nil
 	}
-	t := readTurnLines(fd)
+	t, _ := readTurnLines(fd)
 	if t == nil {
 		return nil
 	}

@@ -357,6 +357,38 @@ var _ = Describe("FileStore", func() {
 			Expect(data).To(HaveLen(20), "back to the holder's line alone")
 		})
 
+		It("keeps the lock file exactly the lines last recorded, longer or shorter, and hands a long one to the next holder", func() {
+			s := create("s1", "/p", userMsg("one"))
+			other, err := store.New(root)
+			Expect(err).NotTo(HaveOccurred())
+			DeferCleanup(other.Close)
+			lockPath := filepath.Join(root, "sessions", "s1", "lock")
+			at := time.Date(2026, 12, 1, 0, 0, 0, 1, time.UTC)
+			long := &store.RunningTurn{StartedAt: at, PromptRequest: []byte(`"` + strings.Repeat("y", 400) + `"`), FirstSeq: 2, ID: "t", Conn: "c"}
+			short := &store.RunningTurn{StartedAt: at, PromptRequest: []byte("7")}
+			for _, turn := range []*store.RunningTurn{short, long, short, long} {
+				Expect(s.(store.TurnRecorder).RecordTurn(turn)).To(Succeed())
+				ms, _, err := other.List("", "", 0)
+				Expect(err).NotTo(HaveOccurred())
+				Expect(ms).To(HaveLen(1))
+				Expect(ms[0].RunningTurn).To(Equal(turn))
+				data, err := os.ReadFile(lockPath)
+				Expect(err).NotTo(HaveOccurred())
+				Expect(strings.Count(string(data), "y")).To(Equal(strings.Count(string(turn.PromptRequest), "y")), "nothing left of a longer turn: %q", data)
+			}
+			// A holder that pauses the long turn leaves it whole (more than
+			// the first read of the lock file) to the next holder.
+			Expect(s.(store.TurnKeeper).Pause()).To(Succeed())
+			next, _, err := other.Open("s1")
+			Expect(err).NotTo(HaveOccurred())
+			DeferCleanup(next.Close)
+			Expect(next.(store.TurnKeeper).PriorTurn()).To(Equal(long))
+			Expect(next.(store.TurnRecorder).RecordTurn(nil)).To(Succeed())
+			data, err := os.ReadFile(lockPath)
+			Expect(err).NotTo(HaveOccurred())
+			Expect(data).To(HaveLen(20), "the next holder's line alone once it cleared the turn")
+		})
+
 		It("takes a session whose holder died mid-turn while a list's probe holds its lock shared", func() {
 			s := create("s1", "/p", userMsg("one"))
 			at := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
