@@ -75,8 +75,9 @@ func New(root string, opts ...Option) (*FileStore, error) {
 }
 
 // Close implements Backend: it closes the sessions directory, held open
-// for its fsyncs. Session handles stay usable.
+// for its fsyncs, and the usage day file. Session handles stay usable.
 func (s *FileStore) Close() error {
+	s.usage.close()
 	s.mu.Lock()
 	d := s.dirFile
 	s.dirFile = nil

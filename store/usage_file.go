@@ -28,6 +28,13 @@ type fileUsage struct {
 	// made: dir exists (created once per process).
 	made atomic.Bool
 
+	// out is the day file last appended to (outName), kept open: a model
+	// call's count is one write, not an open, a write and a close.
+	// O_APPEND puts each write at the file's end whoever else appends.
+	outMu   sync.Mutex
+	out     *os.File
+	outName string
+
 	mu   sync.Mutex
 	days map[string]*usageDay // by file name
 }
@@ -80,18 +87,44 @@ func (f *fileUsage) add(principal, model string, at time.Time, u llm.Usage) erro
 	if err != nil {
 		return err
 	}
-	if !f.made.Load() {
-		if err := os.MkdirAll(f.dir, dirPerm); err != nil {
+	name := at.UTC().Format(usageDayLayout) + ".jsonl"
+	f.outMu.Lock()
+	defer f.outMu.Unlock()
+	if f.out == nil || f.outName != name {
+		if !f.made.Load() {
+			if err := os.MkdirAll(f.dir, dirPerm); err != nil {
+				return err
+			}
+			f.made.Store(true)
+		}
+		fh, err := openFile(filepath.Join(f.dir, name), os.O_WRONLY|os.O_APPEND|os.O_CREATE, filePerm)
+		if err != nil {
 			return err
 		}
-		f.made.Store(true)
+		f.closeOut()
+		f.out, f.outName = fh, name
 	}
-	fh, err := openFile(filepath.Join(f.dir, at.UTC().Format(usageDayLayout)+".jsonl"), os.O_WRONLY|os.O_APPEND|os.O_CREATE, filePerm)
-	if err != nil {
+	if _, err := f.out.Write(append(line, '\n')); err != nil {
+		f.closeOut() // opened again by the next count
 		return err
 	}
-	_, err = fh.Write(append(line, '\n'))
-	return errors.Join(err, fh.Close())
+	return nil
+}
+
+// closeOut closes the kept day file. f.outMu held.
+func (f *fileUsage) closeOut() {
+	if f.out != nil {
+		_ = f.out.Close()
+		f.out, f.outName = nil, ""
+	}
+}
+
+// close closes the kept day file (FileStore.Close); a later count opens
+// it again.
+func (f *fileUsage) close() {
+	f.outMu.Lock()
+	defer f.outMu.Unlock()
+	f.closeOut()
 }
 
 func (f *fileUsage) used(principal string, at time.Time) (day, month int64, err error) {

@@ -79,6 +79,27 @@ func describeUsageContract(name string, fresh func() backend) bool {
 			Expect(used(a, "alice", "2026-06-15T20:00:00Z")).To(Equal([2]int64{602, 602}))
 		})
 
+		It("counts into each call's day when two processes alternate across days, also after a close", func() {
+			other := b.open().(store.UsageCounter)
+			days := []string{"2026-07-01T23:59:59Z", "2026-07-02T00:00:00Z", "2026-07-01T12:00:00Z", "2026-07-03T08:00:00Z"}
+			for i, d := range days {
+				Expect(a.AddUsage(ctx, "alice", "m", at(d), call(int64(i+1), 0))).To(Succeed())
+				Expect(other.AddUsage(ctx, "alice", "m", at(d), call(int64(10*(i+1)), 0))).To(Succeed())
+			}
+			late := int64(0)
+			if fs, ok := a.(*store.FileStore); ok { // a closed file store still counts (its day file opened again)
+				Expect(fs.Close()).To(Succeed())
+				Expect(a.AddUsage(ctx, "alice", "m", at("2026-07-03T09:00:00Z"), call(100, 0))).To(Succeed())
+				late = 100
+			}
+			Expect(used(other, "alice", "2026-07-01T00:00:00Z")).To(Equal([2]int64{11 + 33, 11 + 33}))
+			Expect(used(other, "alice", "2026-07-02T00:00:00Z")).To(Equal([2]int64{22, 66}))
+			d, m, err := other.TokensUsed(ctx, "alice", at("2026-07-03T23:00:00Z"))
+			Expect(err).NotTo(HaveOccurred())
+			Expect(m - d).To(BeEquivalentTo(66))
+			Expect(d).To(Equal(44 + late))
+		})
+
 		It("sums usage per principal and model from a day on, sorted", func() {
 			Expect(a.AddUsage(ctx, "bob", "m1", at("2026-04-01T10:00:00Z"), call(10, 1))).To(Succeed())
 			Expect(a.AddUsage(ctx, "alice", "m2", at("2026-04-02T10:00:00Z"), call(20, 2))).To(Succeed())
