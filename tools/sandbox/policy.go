@@ -179,10 +179,14 @@ func BuildPolicy(s Settings, req Request, getenv func(string) string) Policy {
 // that a writable root contains, which the sandbox therefore cannot hide:
 // a session whose cwd is the home directory, or holds IAC_CODE_HOME.
 func Exposed(roots []string, state, home string) []string {
+	resolved := make([]string, len(roots)) // each once: a stat per path component
+	for i, r := range roots {
+		resolved[i] = resolve(r)
+	}
 	var out []string
 	for _, p := range []string{resolve(home), resolve(state)} {
-		for _, r := range roots {
-			if within(p, resolve(r)) {
+		for _, r := range resolved {
+			if within(p, r) {
 				out = append(out, p)
 				break
 			}
