@@ -14,7 +14,8 @@
 // with gjson (already an SDK dependency; ~0.7µs when it walked every chunk):
 // ~0.75–1µs and ~1.15 allocations per chunk over HTTP, the one allocation
 // being the delta text.
-// The raw *http.Response comes from option.WithResponseInto.
+// The request is sent with the SDK's Client.Post (its options, auth, errors),
+// the body given as bytes; the raw *http.Response is its result.
 //
 // Per-preset request quirks (see Preset):
 //   - output cap: max_completion_tokens for the openai preset and any base
@@ -41,7 +42,6 @@ package llm
 
 import (
 	"context"
-	"encoding/json"
 	"io"
 	"net/http"
 	"net/url"
@@ -50,7 +50,6 @@ import (
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
-	"github.com/openai/openai-go/v3/packages/param"
 )
 
 func init() { Register(ProtocolOpenAI, NewOpenAI) }
@@ -62,7 +61,10 @@ const DefaultOpenAIBaseURL = "https://api.openai.com/v1"
 type openAIProvider struct {
 	cfg    Config
 	preset Preset
-	svc    openai.ChatCompletionService
+	// opts configure the SDK (base URL, HTTP client, retries, key); sdk
+	// sends the requests with them (see Stream).
+	opts []option.RequestOption
+	sdk  *openai.Client
 	// maxCompletion: send max_completion_tokens instead of max_tokens.
 	maxCompletion bool
 	tools         toolCache
@@ -112,7 +114,9 @@ func NewOpenAI(cfg Config) (Provider, error) {
 	if cfg.APIKey != "" {
 		opts = append(opts, option.WithAPIKey(cfg.APIKey))
 	}
-	p := &openAIProvider{cfg: cfg, preset: preset, svc: openai.NewChatCompletionService(opts...)}
+	// openai.Client's Execute uses its Options only; a client from
+	// openai.NewClient would add OPENAI_* environment variables to them.
+	p := &openAIProvider{cfg: cfg, preset: preset, opts: opts, sdk: &openai.Client{Options: opts}}
 	p.maxCompletion = preset.MaxCompletionTokens || isOpenAIHost(base)
 	return p, nil
 }
@@ -159,17 +163,33 @@ func (p *openAIProvider) Stream(ctx context.Context, req *Request, emit func(Eve
 	}
 	return streamCall(ctx, "openai_compatible", p.cfg.Retry.idleTimeout(),
 		func(rctx context.Context, resp **http.Response) openedStream {
-			// The body is encoded already (see openAICall.body); the SDK
-			// sends it, adding "stream":true as it does to its own encoding.
-			return p.svc.NewStreaming(rctx, bodyGivenParams,
-				option.WithRequestBody("application/json", body), option.WithResponseInto(resp))
+			// The request ChatCompletionService.NewStreaming sends, byte for
+			// byte (TestOpenAIRequestOnTheWire): the same path, options and
+			// Authorization header, the body encoded already with the
+			// "stream":true NewStreaming sets with sjson (see
+			// openAICall.body). Given as bytes, the SDK sends them as they
+			// are: no reflection walk over its params type, no copy of the
+			// body to set a field, no event decoder that is not used.
+			err := p.sdk.Post(rctx, "chat/completions", body, resp)
+			return executed{err: err, resp: resp}
 		},
 		p.requestError,
 		func(body io.Reader) error { return decodeOpenAIStreamText(body, emit, borrowsText(ctx)) },
 		p.redact)
 }
 
-// bodyGivenParams stand for a request whose body option.WithRequestBody
-// gives: the SDK encodes them (before the option replaces the encoding) as
-// the two bytes {}, where zero params cost a reflection walk over ~40 fields.
-var bodyGivenParams = param.Override[openai.ChatCompletionNewParams](json.RawMessage(`{}`))
+// executed is a request sent with the SDK's Execute as an openedStream:
+// its error, and the response body to close.
+type executed struct {
+	err  error
+	resp **http.Response
+}
+
+func (e executed) Err() error { return e.err }
+
+func (e executed) Close() error {
+	if r := *e.resp; r != nil && r.Body != nil {
+		return r.Body.Close()
+	}
+	return nil
+}

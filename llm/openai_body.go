@@ -6,9 +6,10 @@ import (
 	"github.com/iac-code/iac-code/protocol"
 )
 
-// body encodes the call as the request body the SDK sends: the bytes of
-// ChatCompletionNewParams.MarshalJSON for call.params(), to which the SDK
-// then adds "stream":true (TestOpenAIBodyIsTheSDKs holds the two equal).
+// body encodes the call as the request body the SDK's NewStreaming sends:
+// the bytes of ChatCompletionNewParams.MarshalJSON for call.params(), with
+// the "stream":true NewStreaming adds last (TestOpenAIBodyIsTheSDKs holds
+// the two equal).
 //
 // Why not the SDK's encoder: it walks the params by reflection and
 // re-scans (compacts) every nested value's encoding at every level, so the
@@ -24,9 +25,13 @@ import (
 // auth, headers, errors, the response) it still does.
 func (c *openAICall) body() ([]byte, error) {
 	if c.extras != nil {
-		return c.params().MarshalJSON()
+		b, err := c.params().MarshalJSON()
+		if err != nil {
+			return nil, err
+		}
+		return withStream(b), nil
 	}
-	n := 96 + len(c.model)
+	n := 112 + len(c.model)
 	for i := range c.messages {
 		n += c.messages[i].sizeHint()
 	}
@@ -69,7 +74,16 @@ func (c *openAICall) body() ([]byte, error) {
 		}
 		b = append(b, ']')
 	}
-	return append(b, '}'), nil
+	return append(b, `,"stream":true}`...), nil
+}
+
+// withStream adds "stream":true to the encoded object b as NewStreaming
+// does (option.WithJSONSet: sjson appends a field that is not there yet
+// before the closing brace). b is the SDK's encoding of the params: an
+// object that never holds "stream" (the provider does not set it).
+func withStream(b []byte) []byte {
+	b = b[:len(b)-1] // '}'
+	return append(b, `,"stream":true}`...)
 }
 
 // sizeHint is about the length of the message's encoding.

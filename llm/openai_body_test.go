@@ -11,7 +11,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+	"github.com/tidwall/sjson"
 
 	"github.com/iac-code/iac-code/llm/llmtest"
 )
@@ -74,11 +76,16 @@ func newBodyProvider(t *testing.T, cfg Config) *openAIProvider {
 	return p.(*openAIProvider)
 }
 
-// sdkBody is what the SDK encodes for the call.
+// sdkBody is what the SDK's NewStreaming sends for the call: its encoding
+// of the params, and "stream":true set with sjson as NewStreaming does
+// (option.WithJSONSet).
 func sdkBody(t *testing.T, c *openAICall) []byte {
 	t.Helper()
 	b, err := c.params().MarshalJSON()
 	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err = sjson.SetBytes(b, "stream", true); err != nil {
 		t.Fatal(err)
 	}
 	return b
@@ -165,7 +172,8 @@ func TestOpenAIRequestOnTheWire(t *testing.T) {
 				t.Fatal(err)
 			}
 			var resp *http.Response
-			st := p.svc.NewStreaming(ctx, c.params(), option.WithResponseInto(&resp))
+			svc := openai.NewChatCompletionService(p.opts...)
+			st := svc.NewStreaming(ctx, c.params(), option.WithResponseInto(&resp))
 			if err := st.Err(); err != nil {
 				t.Fatal(err)
 			}

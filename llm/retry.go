@@ -335,7 +335,8 @@ func (b *idleBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// openedStream is what the SDKs' NewStreaming return: we only check the
+// openedStream is what the SDKs' NewStreaming return (and executed, the
+// OpenAI request sent with Client.Post): we only check the
 // request outcome and release it; the body is decoded by our own readers.
 type openedStream interface {
 	Err() error
