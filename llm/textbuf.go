@@ -19,7 +19,8 @@ const (
 // own size while it streams (a strings.Builder regrows by doubling, copying
 // everything each time and holding up to twice the text). String joins
 // the blocks once, into a buffer of exactly the text's size that the
-// string then shares.
+// string then shares. Blocks and buffers of 64 KiB or more have their pages
+// mapped in one call before they are filled (prefault).
 type textBuf struct {
 	full [][]byte // filled blocks, in order
 	cur  []byte   // the block being filled
@@ -48,6 +49,7 @@ func (t *textBuf) writeMore(s string) {
 				size = min(2*c, maxTextBlock)
 			}
 			t.cur = make([]byte, 0, max(size, min(len(s), maxTextBlock)))
+			prefault(t.cur)
 		}
 		k := min(len(s), cap(t.cur)-len(t.cur))
 		t.cur = append(t.cur, s[:k]...)
@@ -69,6 +71,7 @@ func (t *textBuf) String() string {
 	}
 	if len(t.full) > 0 || len(t.cur) != cap(t.cur) {
 		b := make([]byte, 0, t.n)
+		prefault(b)
 		for _, f := range t.full {
 			b = append(b, f...)
 		}
