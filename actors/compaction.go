@@ -24,7 +24,7 @@ const defaultContextWindow = 128000
 
 func (d *Deps) contextWindow(model string) int {
 	if d.LLM != nil {
-		return d.LLM.Config().ContextWindowFor(model)
+		return d.LLM.ContextWindowFor(model)
 	}
 	if w := d.Config.LLM.ContextWindow; w > 0 {
 		return w

@@ -126,14 +126,20 @@ func orList(v []string) string {
 // for model: the configured override, else the model's known size, else the
 // preset's default, else DefaultContextWindow.
 func (c Config) ContextWindowFor(model string) int {
-	if c.ContextWindow > 0 {
-		return c.ContextWindow
+	return contextWindowFor(c.ContextWindow, c.Provider, model)
+}
+
+// contextWindowFor is ContextWindowFor of a configuration whose
+// ContextWindow is override and Provider is provider.
+func contextWindowFor(override int, provider, model string) int {
+	if override > 0 {
+		return override
 	}
 	if n := ContextWindow(model); n > 0 {
 		return n
 	}
-	if p, ok := c.Preset(); ok && p.ContextWindow > 0 {
-		return p.ContextWindow
+	if n := Presets[provider].ContextWindow; n > 0 {
+		return n
 	}
 	return DefaultContextWindow
 }

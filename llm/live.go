@@ -34,6 +34,15 @@ func (l *Live) Config() Config {
 	return l.cfg
 }
 
+// ContextWindowFor is Config().ContextWindowFor(model) without copying the
+// configuration: a turn asks before every model call.
+func (l *Live) ContextWindowFor(model string) int {
+	l.mu.RLock()
+	override, provider := l.cfg.ContextWindow, l.cfg.Provider
+	l.mu.RUnlock()
+	return contextWindowFor(override, provider, model)
+}
+
 // Reload re-reads the configuration and, when it loads and builds, makes it
 // current. It returns the new configuration; on error the old one stays.
 func (l *Live) Reload() (Config, error) {
