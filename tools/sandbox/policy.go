@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 )
 
 // Policy is what a sandboxed process may reach. Every path is absolute,
@@ -184,7 +185,7 @@ func Exposed(roots []string, state, home string) []string {
 		resolved[i] = resolve(r)
 	}
 	var out []string
-	for _, p := range []string{resolve(home), resolve(state)} {
+	for _, p := range resolvedProtected(state, home) {
 		for _, r := range resolved {
 			if within(p, r) {
 				out = append(out, p)
@@ -193,6 +194,28 @@ func Exposed(roots []string, state, home string) []string {
 		}
 	}
 	return out
+}
+
+// protectedCache holds the last protected directories Exposed resolved:
+// the server's state and its user's home are the same for every session,
+// and every session's first turn asks (a stat per path component of each).
+// Kept only when both resolved: a directory made later is looked for again.
+var protectedCache atomic.Pointer[protectedDirs]
+
+type protectedDirs struct{ state, home, resolvedHome, resolvedState string }
+
+// resolvedProtected is {resolve(home), resolve(state)}, from protectedCache
+// when it holds these two. The result only names what Exposed warns of; the
+// policy resolves every path it grants or denies itself (BuildPolicy).
+func resolvedProtected(state, home string) [2]string {
+	if c := protectedCache.Load(); c != nil && c.state == state && c.home == home {
+		return [2]string{c.resolvedHome, c.resolvedState}
+	}
+	h, st := resolve(home), resolve(state)
+	if h != "" && st != "" {
+		protectedCache.Store(&protectedDirs{state: state, home: home, resolvedHome: h, resolvedState: st})
+	}
+	return [2]string{h, st}
 }
 
 // Writable reports whether path (absolute) lies beneath a ReadWrite entry.
