@@ -173,6 +173,12 @@ func (s *session) followLeg(ctx actor.Context, l *stubLeg, dead string) {
 	if s.stub.ending != "" || !l.become(legFollowing) {
 		return
 	}
+	switch {
+	case dead != "":
+		l.formerLeft = false
+	case l.proxy != nil:
+		l.formerLeft = true // its proxy said the session left (shareLeft)
+	}
 	if l.proxy != nil {
 		ctx.Unwatch(l.proxy)
 	}
@@ -346,7 +352,9 @@ func (s *session) fromFormerProxy(ctx actor.Context, l *stubLeg, body []byte) {
 	r.bounced = true
 	if l.state == legAttached {
 		s.sendRelayed(ctx, l, r.msg)
+		return
 	}
+	s.takeOnceLetGo(ctx) // it may have waited for this answer (bounceDue)
 }
 
 // isMovedError is errSessionMoved as a proxy answers it.

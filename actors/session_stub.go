@@ -56,6 +56,10 @@ type (
 		// former are the leg actors of the proxies of the holders it
 		// followed the session away from (session_follow.go).
 		former []*actor.PID
+		// formerLeft: the last holder it followed the session away from
+		// said the session left (it is not gone): it answers "moved" to
+		// what it got after (session_stub_adopt.go, bounceDue).
+		formerLeft bool
 		// pending are the requests relayed and not answered, by IDKey.
 		pending map[string]*relayedRequest
 		closeID protocol.RawMessage

@@ -9,6 +9,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/iac-code/iac-code/protocol"
+	"github.com/iac-code/iac-code/store"
 )
 
 // A stub asked to adopt its session (durable turns, issue 29): the pod
@@ -19,7 +20,8 @@ import (
 // a pod, so the stub takes the session itself: it opens the store entry
 // as an adopted session does (startAdopt); once it holds the lease, and
 // each leg has had the last frame of its old holder (the proxy said the
-// session left, or is gone), the legs' connections become its clients,
+// session left, or is gone; and the answer "moved" to each prompt it got
+// after it let the session go, see bounceDue), the legs' connections become its clients,
 // the turn left recorded resumes, and each leg's prompt the turn is of is
 // answered to it. Until then the stub stays a stub: its legs keep
 // following, and what its connections send waits in the stash while the
@@ -80,18 +82,52 @@ func (s *session) stubOpened(ctx actor.Context, m *opened) {
 	s.takeOnceLetGo(ctx)
 }
 
-// takeOnceLetGo takes the session when the store's answer is here and no
-// leg is served by the old holder any more.
+// takeOnceLetGo takes the session when the store's answer is here, no
+// leg is served by the old holder any more, and none waits for its old
+// holder's answer to a prompt (bounceDue).
 func (s *session) takeOnceLetGo(ctx actor.Context) {
 	if s.phase.kind != phaseStub || s.stub.take == nil || s.stub.take.taken == nil {
 		return
 	}
+	resumed := resumedPromptKey(s.stub.take.taken.store)
 	for _, l := range s.stub.legs {
-		if l.state == legAttached || l.state == legSharing {
+		if l.state == legAttached || l.state == legSharing || l.bounceDue(resumed) {
 			return
 		}
 	}
 	s.take(ctx)
+}
+
+// resumedPromptKey is the IDKey of the prompt of the turn left recorded in
+// st, which the take resumes; "" when none.
+func resumedPromptKey(st store.Session) string {
+	if k, ok := st.(store.TurnKeeper); ok {
+		if prior := k.PriorTurn(); prior != nil {
+			return protocol.IDKey(protocol.RawMessage(prior.PromptRequest))
+		}
+	}
+	return ""
+}
+
+// bounceDue: l's old holder let the session go (its proxy said so, it is
+// not gone) and a prompt l relayed reached it unanswered that is not the
+// prompt of the turn resumed here (resumed). That holder answered its
+// queued prompts before it said so (the pause cancels them), so this one
+// reached it after: its answer "moved" follows on the old proxy's stream
+// (fromFormerProxy), and the prompt is served here once it is. Taken
+// before, the prompt would be settled as one whose turn was cut
+// (settleOwed: cancelled) though it never ran. The wait is bounded by
+// stubTakeDue.
+func (l *stubLeg) bounceDue(resumed string) bool {
+	if !l.formerLeft {
+		return false
+	}
+	for key, r := range l.pending {
+		if r.sent && !r.bounced && r.method == protocol.MethodSessionPrompt && key != resumed {
+			return true
+		}
+	}
+	return false
 }
 
 // take makes the stub the session's holder (see above).
@@ -107,13 +143,14 @@ func (s *session) take(ctx actor.Context) {
 	s.unstash(ctx)
 }
 
-// stubTakeDue: a leg still served by the old holder (its pod cut off, not
-// dead) does not keep the session from its turn any longer.
+// stubTakeDue: a leg still served by the old holder, or waiting for its
+// answer (its pod cut off, not dead), does not keep the session from its
+// turn any longer.
 func (s *session) stubTakeDue(ctx actor.Context) {
 	if s.stub.take == nil || s.stub.take.taken == nil {
 		return
 	}
-	s.log.Warn().Msg("adopt: a leg is still served by the old holder; the stub takes the session anyway")
+	s.log.Warn().Msg("adopt: a leg is still served by the old holder, or waits for its answer; the stub takes the session anyway")
 	s.take(ctx)
 }
 
