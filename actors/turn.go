@@ -173,6 +173,9 @@ type turn struct {
 	base    *tools.Registry
 	mcp     *mcpToolSet
 	mcpKeep func(tools.Tool) bool
+	// toolsOf is the MCP list (the set's pointer) t.tools was made of:
+	// the next request reuses t.tools while the list is the same one.
+	toolsOf *[]tools.Tool
 	// End: the report waits until every running tool has stopped (stopWait
 	// holds their indexes) or toolStopGrace has passed.
 	// report is a *turnFinished, or a *turnPaused.
@@ -417,13 +420,27 @@ func (t *turn) stream(ctx actor.Context, req *llm.Request) {
 // currentTools are the turn's own tools plus the MCP tools available now
 // (a server that became ready or changed its tools since the last request
 // is seen here).
+//
+// The MCP actor replaces the list whole when a server's tools change, so
+// the same list pointer means the same tools: the registry made for it
+// (its map, sorted list and definitions) serves every request until then.
 func (t *turn) currentTools() *tools.Registry {
+	var cur *[]tools.Tool
+	if t.mcp != nil {
+		cur = t.mcp.p.Load()
+	}
+	if cur != nil && cur == t.toolsOf && t.tools != nil {
+		return t.tools
+	}
 	var extra []tools.Tool
-	for _, tl := range t.mcp.list() {
-		if t.mcpKeep == nil || t.mcpKeep(tl) {
-			extra = append(extra, tl)
+	if cur != nil {
+		for _, tl := range *cur {
+			if t.mcpKeep == nil || t.mcpKeep(tl) {
+				extra = append(extra, tl)
+			}
 		}
 	}
+	t.toolsOf = cur
 	return t.base.With(extra...)
 }
 
