@@ -178,7 +178,7 @@ func (p *openAIProvider) Stream(ctx context.Context, req *Request, emit func(Eve
 		p.redact)
 }
 
-// executed is a request sent with the SDK's Execute as an openedStream:
+// executed is a request sent with the SDK's Client.Post, as an openedStream:
 // its error, and the response body to close.
 type executed struct {
 	err  error
