@@ -24,6 +24,9 @@ type gatedStore struct {
 	entered chan struct{} // one value per Acquire that waits
 	// returned gets what each Acquire that waited returned.
 	returned chan error
+	// slowRelease: each Release sleeps this long before letting go (a
+	// slow disk, a busy machine).
+	slowRelease time.Duration
 }
 
 func (g *gatedStore) close() {
@@ -82,6 +85,14 @@ func (s *gatedSession) Acquire() ([]store.Entry, bool, error) {
 	es, changed, err := s.Session.Acquire()
 	s.g.returned <- err
 	return es, changed, err
+}
+
+func (s *gatedSession) Release() error {
+	s.g.mu.Lock()
+	d := s.g.slowRelease
+	s.g.mu.Unlock()
+	time.Sleep(d)
+	return s.Session.Release()
 }
 
 // MarkTurn and RecordTurn keep the file store's TurnMarker and
@@ -259,6 +270,19 @@ var _ = Describe("a session taking its store handle back", func() {
 		Expect(h.errorOf(prompt)["code"]).To(Equal(float64(protocol.CodeSessionInUse)))
 		Expect(o.Close()).To(Succeed())
 		Expect(h.result(h.call("session/prompt", textPrompt(sid, "now")))["stopReason"]).To(Equal("end_turn"))
+	})
+
+	It("lets go of a file store's lock before it answers the turn: another process opens the session at once", func() {
+		g.mu.Lock()
+		g.slowRelease = 100 * time.Millisecond
+		g.mu.Unlock()
+		h := s.connect()
+		sid := started(h)
+		other, err := store.New(root) // no lock wait
+		Expect(err).NotTo(HaveOccurred())
+		o, _, err := other.Open(sid)
+		Expect(err).NotTo(HaveOccurred(), "the lock is free once the answer is here")
+		Expect(o.Close()).To(Succeed())
 	})
 
 	// closedOnDisk opens a session on h, ends a turn in it and closes it:

@@ -150,6 +150,13 @@ func (s *session) endTurn(ctx actor.Context, m *turnFinished) {
 	default:
 		result = protocol.PromptResponse{StopReason: m.stopReason, Usage: promptUsage(m.usage)}
 	}
+	// A file store's lock is let go of before the answer, not after the
+	// message (Receive): whoever the answer reaches can open the session
+	// from another process at once. A fenced session lets go in
+	// stopWriting, an ending one in finishEnding.
+	if s.lease.fenced == nil && !s.phase.lettingGo() {
+		s.releaseBetweenTurns()
+	}
 	if promptConn != nil {
 		s.respondTo(ctx, promptConn, promptID, result, e)
 	} else if promptID != nil {
