@@ -35,6 +35,15 @@ import (
 // and every other request but a prompt is sent again; a prompt neither owed
 // nor bounced is answered cancelled (its turn was cut and goes on nowhere).
 // What the connection sends meanwhile waits, and goes after, in order.
+//
+// The old proxy's "moved" and the new holder's answer to the follow come
+// from two pods, in no set order. A holder that let the session go answered
+// its queued prompts (cancelled) before it said so, and the next holder
+// owes the prompt of a turn it paused (it goes on with it), so a prompt the
+// follow's answer does not owe, which that holder did not answer, reached
+// it after it let the session go: its "moved" is on its way, and the leg
+// waits for it (legSettling, bounceDue) before it settles, within
+// followTimeout.
 
 // legState is where one leg of the stub is; become changes it.
 type legState uint8
@@ -49,9 +58,13 @@ const (
 	// legRejoining: a proxy of the next holder is asked for or made, the
 	// follow not answered yet; messages wait.
 	legRejoining
+	// legSettling: the follow is answered (owes), the old holder's "moved"
+	// to a prompt it got after the session left not yet: messages wait, so
+	// that prompt goes first (settle).
+	legSettling
 )
 
-var legStateNames = [...]string{"sharing", "attached", "following", "rejoining"}
+var legStateNames = [...]string{"sharing", "attached", "following", "rejoining", "settling"}
 
 func (k legState) String() string { return legStateNames[k] }
 
@@ -60,7 +73,8 @@ var legStates = [...][]legState{
 	legSharing:   {legAttached, legFollowing},
 	legAttached:  {legFollowing},
 	legFollowing: {legRejoining},
-	legRejoining: {legAttached, legFollowing},
+	legRejoining: {legAttached, legFollowing, legSettling},
+	legSettling:  {legAttached, legFollowing},
 }
 
 // become moves l to state to, and reports whether it did.
@@ -123,6 +137,9 @@ type (
 	}
 	// lookAgain: read the store again.
 	lookAgain struct{}
+	// legSettleDue: the leg (its actor then) waited long enough for its
+	// old holder's "moved" (legSettling).
+	legSettleDue struct{ leg *actor.PID }
 	// followClaim is what a follow says it is owed (its prompts' ids).
 	followClaim struct {
 		Owed []protocol.RawMessage `json:"owed,omitempty"`
@@ -139,8 +156,9 @@ type (
 	}
 )
 
-func (*holderRead) IgnoreDeadLetterLogging() {}
-func (*lookAgain) IgnoreDeadLetterLogging()  {}
+func (*holderRead) IgnoreDeadLetterLogging()   {}
+func (*lookAgain) IgnoreDeadLetterLogging()    {}
+func (*legSettleDue) IgnoreDeadLetterLogging() {}
 
 // looking: some leg follows the session.
 func (f *stubFollow) looking() bool { return !f.since.IsZero() }
@@ -179,6 +197,7 @@ func (s *session) followLeg(ctx actor.Context, l *stubLeg, dead string) {
 	case l.proxy != nil:
 		l.formerLeft = true // its proxy said the session left (shareLeft)
 	}
+	l.owes = nil // of a follow it settled from no more
 	if l.proxy != nil {
 		ctx.Unwatch(l.proxy)
 	}
@@ -291,10 +310,9 @@ func (s *session) rejoin(ctx actor.Context, l *stubLeg) {
 }
 
 // followAnswered: the new holder answered l's follow. Refused, the stub
-// ends (its clients load the session again). Else the leg is attached: the
-// requests the old holder did not answer are sent again, but those the new
-// holder owes, and the prompts whose turn was cut, answered cancelled;
-// then what waited, all in the order the connection sent them.
+// ends (its clients load the session again). Else the leg settles, once
+// its old holder's "moved" to each prompt it got after the session left
+// came (bounceDue; at most followTimeout).
 func (s *session) followAnswered(ctx actor.Context, l *stubLeg, msg *protocol.Message) {
 	if msg.Error != nil {
 		s.log.Info().Str("holder", s.stub.holder).Str("error", msg.Error.Message).Msg("share: the new holder refused the follow")
@@ -305,10 +323,27 @@ func (s *session) followAnswered(ctx actor.Context, l *stubLeg, msg *protocol.Me
 		Meta map[string]followAnswer `json:"_meta"`
 	}
 	_ = protocol.Unmarshal(msg.Result, &res)
-	owes := map[string]bool{}
+	l.owes = map[string]bool{}
 	for _, id := range res.Meta[followMetaKey].Owes {
-		owes[protocol.IDKey(id)] = true
+		l.owes[protocol.IDKey(id)] = true
 	}
+	if l.bounceDue(l.owedThere) {
+		l.become(legSettling)
+		self, root, leg := ctx.Self(), ctx.ActorSystem().Root, l.pid
+		time.AfterFunc(s.followTimeout(), func() { root.Send(self, &legSettleDue{leg: leg}) })
+		return
+	}
+	s.settle(ctx, l)
+}
+
+// settle attaches l to the holder that answered its follow: the requests
+// the old holder did not answer are sent again, but those the new holder
+// owes, and the prompts whose turn was cut (or whose "moved" did not come
+// in time), answered cancelled; then what waited, all in the order the
+// connection sent them.
+func (s *session) settle(ctx actor.Context, l *stubLeg) {
+	owes := l.owes
+	l.owes = nil
 	l.become(legAttached)
 	l.stopFormer(ctx)
 	var again []relayed
@@ -350,11 +385,28 @@ func (s *session) fromFormerProxy(ctx actor.Context, l *stubLeg, body []byte) {
 		return
 	}
 	r.bounced = true
-	if l.state == legAttached {
+	switch l.state {
+	case legAttached:
 		s.sendRelayed(ctx, l, r.msg)
-		return
+	case legSettling:
+		if !l.bounceDue(l.owedThere) {
+			s.settle(ctx, l)
+		}
+	default:
+		s.takeOnceLetGo(ctx) // it may have waited for this answer (bounceDue)
 	}
-	s.takeOnceLetGo(ctx) // it may have waited for this answer (bounceDue)
+}
+
+// owedThere: the holder that answered l's follow owes it the prompt key.
+func (l *stubLeg) owedThere(key string) bool { return l.owes[key] }
+
+// settleDue: l waited for its old holder's "moved" as long as it follows
+// a session; it settles now.
+func (s *session) settleDue(ctx actor.Context, m *legSettleDue) {
+	if l := s.stub.legAt(m.leg); l != nil && l.state == legSettling {
+		s.log.Warn().Str("holder", s.stub.holder).Msg("share: the old holder's answer to a prompt it got after the session left did not come; the leg goes on")
+		s.settle(ctx, l)
+	}
 }
 
 // isMovedError is errSessionMoved as a proxy answers it.

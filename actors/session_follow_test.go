@@ -11,19 +11,24 @@ import (
 	. "github.com/onsi/gomega"
 
 	"github.com/iac-code/iac-code/store"
+	"github.com/iac-code/iac-code/transport/cluster/clusterpb"
 )
 
 // podNet joins several servers of this process as pods of one cluster on
 // one PostgreSQL: a pod's Share or TakeOver reaches the pod named by the
 // store's lease (its incarnation), and the frames between a stub and its
 // proxy cross the two actor systems through forwarders (podLink's). gate,
-// when set, holds every Share made to a pod until it is closed; proxies
-// are the proxies made, on their pods.
+// when set, holds every Share made to a pod until it is closed; slow, when
+// set, holds the stubs' relays to the proxies on a pod (relayHold);
+// proxies are the proxies made, on their pods, and served counts them by
+// pod.
 type podNet struct {
 	mu      sync.Mutex
 	pods    map[string]*Server
 	gate    map[string]chan struct{}
+	slow    map[string]*relayHold
 	proxies []*actor.PID
+	served  map[string]int
 	// behind: the proxy each forwarder a stub was given stands for, as a
 	// move names it (proxyOf).
 	behind map[forwarderOn]*actor.PID
@@ -66,15 +71,52 @@ func (p podOf) Share(id, owner, principal string, stub *actor.PID, init, open []
 	if err != nil {
 		return nil, err
 	}
-	toProxy := forwarder(p.here, holder, proxy)
+	toProxy := p.net.relayTo(p.here, holder, owner, proxy)
 	p.net.mu.Lock()
 	p.net.proxies = append(p.net.proxies, proxy)
+	if p.net.served == nil {
+		p.net.served = map[string]int{}
+	}
+	p.net.served[owner]++
 	if p.net.behind == nil {
 		p.net.behind = map[forwarderOn]*actor.PID{}
 	}
 	p.net.behind[forwarderOn{p.here, toProxy.Id}] = proxy
 	p.net.mu.Unlock()
 	return toProxy, nil
+}
+
+// relayHold holds the relays to the proxies on one pod, as a slow link
+// does: caught hears of each relay held, the relays go on, in order, once
+// release is closed.
+type relayHold struct {
+	caught  chan struct{}
+	release chan struct{}
+}
+
+// relayTo is a forwarder on pod on to proxy on pod to (incarnation owner),
+// as forwarder, whose relays wait while the net holds them (slow).
+func (n *podNet) relayTo(on, to *Server, owner string, proxy *actor.PID) *actor.PID {
+	return on.sys.Root.Spawn(actor.PropsFromFunc(func(ctx actor.Context) {
+		m, ok := ctx.Message().(*clusterpb.Relay)
+		if !ok {
+			if r, ok := ctx.Message().(*clusterpb.Repoint); ok {
+				to.sys.Root.Send(proxy, r)
+			}
+			return
+		}
+		n.mu.Lock()
+		hold := n.slow[owner]
+		n.mu.Unlock()
+		if hold != nil {
+			select {
+			case hold.caught <- struct{}{}:
+			default:
+			}
+			<-hold.release
+		}
+		to.sys.Root.Send(proxy, m)
+	}))
 }
 
 func (p podOf) TakeOver(id, owner string) error {
@@ -200,6 +242,75 @@ var _ = Describe("clients following a session to its next pod (PostgreSQL)", fun
 		Expect(agentText(b1, 0)).To(Equal("beforewhile awayafter"), "each update exactly once")
 		Expect(agentText(b2, 0)).To(Equal("beforewhile awayafter"))
 		Expect(pc.requests()).To(HaveLen(2), "b's prompt ran on c")
+	})
+
+	// holdRelays holds the relays of the stubs to the proxies on pod inc
+	// (a slow link) until the returned func is called; caught hears of
+	// each one held.
+	holdRelays := func(inc string) (caught <-chan struct{}, release func()) {
+		h := &relayHold{caught: make(chan struct{}, 1), release: make(chan struct{})}
+		net.mu.Lock()
+		if net.slow == nil {
+			net.slow = map[string]*relayHold{}
+		}
+		net.slow[inc] = h
+		net.mu.Unlock()
+		return h.caught, sync.OnceFunc(func() { close(h.release) })
+	}
+	servedBy := func(inc string) func() int {
+		return func() int {
+			net.mu.Lock()
+			defer net.mu.Unlock()
+			return net.served[inc]
+		}
+	}
+
+	It("serves on the new holder, once, a prompt that reached the old one after the session left, its \"moved\" coming after the follow's answer", func() {
+		b1 := b.connect()
+		b1.result(loadOn(b1))
+		from := len(b1.out.all())
+
+		By("b1's prompt is on its way to a (a slow link) when c takes the session over")
+		caught, release := holdRelays(incA)
+		DeferCleanup(release)
+		pc.then(say("served ", "on c"))
+		prompt := b1.call("session/prompt", textPrompt(sid, "late"))
+		Eventually(caught, 5*time.Second).Should(Receive())
+		c1 := c.connect()
+		c1.result(loadOn(c1))
+		Eventually(servedBy(incC), 5*time.Second, 5*time.Millisecond).Should(Equal(1), "b's leg followed the session to c")
+		Consistently(func() map[string]any { return b1.out.response(prompt) }, 300*time.Millisecond, 5*time.Millisecond).Should(BeNil(),
+			"a's answer to it (\"moved\") is not here yet: nothing says its turn was cut")
+
+		By("it reaches a, which answers \"moved\": b's stub sends it to c")
+		release()
+		Expect(b1.result(prompt)["stopReason"]).To(Equal("end_turn"), "served on c, not answered cancelled")
+		Expect(agentText(b1, from)).To(Equal("served on c"))
+		Expect(users(b1, from)).To(Equal("late"), "shown once")
+		Consistently(func() int { return answersTo(b1, prompt) }, 200*time.Millisecond).Should(Equal(1))
+		Expect(pc.requests()).To(HaveLen(1), "it ran once, on c")
+		Expect(pa.requests()).To(BeEmpty(), "not on a")
+	})
+
+	It("waits for that \"moved\" no longer than its follow timeout: the prompt is answered cancelled, what its client sent meanwhile served after", func() {
+		b1 := b.connect()
+		b1.result(loadOn(b1))
+		caught, release := holdRelays(incA)
+		DeferCleanup(release) // a's "moved" comes after the spec
+		prompt := b1.call("session/prompt", textPrompt(sid, "lost"))
+		Eventually(caught, 5*time.Second).Should(Receive())
+		c1 := c.connect()
+		c1.result(loadOn(c1))
+		Eventually(servedBy(incC), 5*time.Second, 5*time.Millisecond).Should(Equal(1))
+		followed := time.Now()
+		mode := b1.call("session/set_mode", map[string]any{"sessionId": sid, "modeId": "plan"})
+
+		Expect(b1.result(prompt)["stopReason"]).To(Equal("cancelled"))
+		// b's follow timeout is 1 s
+		Expect(time.Since(followed)).To(BeNumerically(">=", 900*time.Millisecond), "it waited for a's answer")
+		Expect(b1.result(mode)).NotTo(BeNil(), "served on c, after")
+		Expect(indexOfResponse(b1.out.all(), mode)).To(BeNumerically(">", indexOfResponse(b1.out.all(), prompt)), "in the order sent")
+		Expect(pc.requests()).To(BeEmpty())
 	})
 
 	It("answers what it relayed as before when no pod takes the session within the follow timeout", func() {

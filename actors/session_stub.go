@@ -60,6 +60,9 @@ type (
 		// said the session left (it is not gone): it answers "moved" to
 		// what it got after (session_stub_adopt.go, bounceDue).
 		formerLeft bool
+		// owes: the prompts the holder that answered its follow owes it,
+		// while it settles (legSettling).
+		owes map[string]bool
 		// pending are the requests relayed and not answered, by IDKey.
 		pending map[string]*relayedRequest
 		closeID protocol.RawMessage
@@ -388,6 +391,8 @@ func (s *session) stepStub(ctx actor.Context, e envelope) {
 		s.holderRead(ctx, m)
 	case *lookAgain:
 		s.lookUpHolder(ctx)
+	case *legSettleDue:
+		s.settleDue(ctx, m)
 	case *deleteLive:
 		s.endStubForDelete(ctx, nil)
 	case *sessionRequest:

@@ -90,8 +90,9 @@ func (s *session) takeOnceLetGo(ctx actor.Context) {
 		return
 	}
 	resumed := resumedPromptKey(s.stub.take.taken.store)
+	isResumed := func(key string) bool { return key == resumed }
 	for _, l := range s.stub.legs {
-		if l.state == legAttached || l.state == legSharing || l.bounceDue(resumed) {
+		if l.state == legAttached || l.state == legSharing || l.state == legSettling || l.bounceDue(isResumed) {
 			return
 		}
 	}
@@ -111,19 +112,20 @@ func resumedPromptKey(st store.Session) string {
 
 // bounceDue: l's old holder let the session go (its proxy said so, it is
 // not gone) and a prompt l relayed reached it unanswered that is not the
-// prompt of the turn resumed here (resumed). That holder answered its
-// queued prompts before it said so (the pause cancels them), so this one
-// reached it after: its answer "moved" follows on the old proxy's stream
-// (fromFormerProxy), and the prompt is served here once it is. Taken
-// before, the prompt would be settled as one whose turn was cut
-// (settleOwed: cancelled) though it never ran. The wait is bounded by
-// stubTakeDue.
-func (l *stubLeg) bounceDue(resumed string) bool {
+// prompt of the paused turn the next holder goes on with (goesOn: the
+// turn resumed here, or the prompts the new holder said it owes). That
+// holder answered its queued prompts before it said so (the pause and the
+// hand-off cancel them), so this one reached it after: its answer "moved"
+// follows on the old proxy's stream (fromFormerProxy), and the prompt is
+// served by the next holder once it is. Settled before, the prompt would
+// be answered as one whose turn was cut (cancelled) though it never ran.
+// The wait is bounded by stubTakeDue, or legSettleDue.
+func (l *stubLeg) bounceDue(goesOn func(key string) bool) bool {
 	if !l.formerLeft {
 		return false
 	}
 	for key, r := range l.pending {
-		if r.sent && !r.bounced && r.method == protocol.MethodSessionPrompt && key != resumed {
+		if r.sent && !r.bounced && r.method == protocol.MethodSessionPrompt && !goesOn(key) {
 			return true
 		}
 	}
