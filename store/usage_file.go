@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -82,11 +83,7 @@ func (s *FileStore) UsageSince(ctx context.Context, since time.Time) ([]UsageTot
 var _ UsageCounter = (*FileStore)(nil)
 
 func (f *fileUsage) add(principal, model string, at time.Time, u llm.Usage) error {
-	line, err := protocol.Marshal(usageLine{Principal: principal, Model: model, Input: u.InputTokens, Output: u.OutputTokens,
-		Thought: u.ThoughtTokens, CacheRead: u.CachedReadTokens, CacheWrt: u.CachedWriteTokens})
-	if err != nil {
-		return err
-	}
+	line := appendUsageLine(make([]byte, 0, 96+len(principal)+len(model)), principal, model, u)
 	name := at.UTC().Format(usageDayLayout) + ".jsonl"
 	f.outMu.Lock()
 	defer f.outMu.Unlock()
@@ -104,11 +101,36 @@ func (f *fileUsage) add(principal, model string, at time.Time, u llm.Usage) erro
 		f.closeOut()
 		f.out, f.outName = fh, name
 	}
-	if _, err := f.out.Write(append(line, '\n')); err != nil {
+	if _, err := f.out.Write(line); err != nil {
 		f.closeOut() // opened again by the next count
 		return err
 	}
 	return nil
+}
+
+// appendUsageLine appends the line of one call and its newline: what
+// protocol.Marshal makes of its usageLine, appended directly. A count runs
+// on a goroutine of its own per model call (turnBudget.count), and
+// go-json's encoder, a large frame, grew that fresh goroutine's stack at
+// every count.
+func appendUsageLine(b []byte, principal, model string, u llm.Usage) []byte {
+	b = protocol.AppendJSONString(append(b, `{"p":`...), principal)
+	b = protocol.AppendJSONString(append(b, `,"m":`...), model)
+	b = appendUsageCount(b, `,"in":`, u.InputTokens)
+	b = appendUsageCount(b, `,"out":`, u.OutputTokens)
+	b = appendUsageCount(b, `,"th":`, u.ThoughtTokens)
+	b = appendUsageCount(b, `,"cr":`, u.CachedReadTokens)
+	b = appendUsageCount(b, `,"cw":`, u.CachedWriteTokens)
+	return append(b, "}\n"...)
+}
+
+// appendUsageCount appends a count of usageLine, left out when 0
+// (omitempty).
+func appendUsageCount(b []byte, key string, n int64) []byte {
+	if n == 0 {
+		return b
+	}
+	return strconv.AppendInt(append(b, key...), n, 10)
 }
 
 // closeOut closes the kept day file. f.outMu held.
