@@ -22,8 +22,10 @@ import (
 // RawMessage is a raw encoded JSON value.
 type RawMessage = json.RawMessage
 
-// Marshal encodes v without HTML escaping (ACP peers never embed JSON in HTML,
-// and escaping costs bytes and time on every streamed chunk).
+// Marshal encodes v. It escapes <, & and > as \u003c, \u0026 and \u003e, as
+// encoding/json does: go-json's "NoEscape" is about Go's escape analysis
+// (v is not copied to the heap), not about HTML. Peers decode both forms
+// the same.
 func Marshal(v any) ([]byte, error) { return json.MarshalNoEscape(v) }
 
 // EncodeLine writes v, encoded as by Marshal, and a newline to w in one
@@ -352,7 +354,9 @@ func (c *ChunkNotification) End() []byte {
 	return b
 }
 
-// AppendJSONString appends s as a JSON string, escaped like Marshal.
+// AppendJSONString appends s as a JSON string, escaped as Marshal escapes
+// it except for <, > and &, which it writes as they are (the same text once
+// decoded).
 func AppendJSONString(b []byte, s string) []byte {
 	b = append(b, '"')
 	b = appendJSONStringBody(b, s)
