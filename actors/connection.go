@@ -231,6 +231,9 @@ func (c *connection) Receive(ctx actor.Context) {
 			c.stopped(ctx, id) // may respawn a session of that name
 		}
 	case *sessionLeft:
+		// The session's actor answers what was passed on to it before this
+		// and stops once told that nothing more comes (leftHeard).
+		ctx.Send(m.pid, &leftHeard{conn: ctx.Self()})
 		// Its Terminated (a system message) may have come first.
 		r := c.sessions.of(m.id)
 		if r.live != nil {

@@ -564,6 +564,12 @@ func (s *session) stopped(ctx actor.Context) {
 		s.become(phase{kind: phaseStopped})
 	}
 	s.release(ctx)
+	// What the stash still holds (its prompts were answered cancelled) is
+	// answered too: a session stopped while it took its handle back.
+	for _, e := range s.stash {
+		s.stepStopped(ctx, *e)
+	}
+	s.stash = nil
 }
 
 // release lets go of what the session holds (timers, turn slot, store

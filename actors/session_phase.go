@@ -105,6 +105,11 @@ type phase struct {
 	// kept with the lease let go of), rather than ended here.
 	pauser *actor.PID
 	paused bool
+	// hearing: stopped after a hand-off or a pause told its connections it
+	// left (tellLeft): those yet to say they heard it (leftHeard). The
+	// actor stops once all have: a request one passed on before it heard
+	// is answered "moved" here, not lost with the stopped actor's mailbox.
+	hearing []*actor.PID
 }
 
 func (p phase) String() string {
@@ -243,10 +248,37 @@ func (s *session) step(ctx actor.Context, e envelope) {
 	case phaseEnding:
 		s.stepEnding(ctx, e)
 	case phaseStopped:
-		// Nothing more is served (the actor is stopping); Adopt, which
-		// waits, is told so.
-		if m, ok := e.msg.(*adoptTurn); ok {
-			ctx.Send(m.reply, &adoptAnswer{err: fmt.Errorf("session %s is ending on this process", s.id)})
+		s.stepStopped(ctx, e)
+	}
+}
+
+// stepStopped: nothing more is served (the actor stops, or waits for its
+// connections to hear it left), but every request is answered: as the
+// connection answers one for a session that left ("moved", the client
+// follows it), or not found (closed, deleted); Adopt, which waits, is
+// told the session is ending, and a drain that it is idle.
+func (s *session) stepStopped(ctx actor.Context, e envelope) {
+	switch m := e.msg.(type) {
+	case *adoptTurn:
+		ctx.Send(m.reply, &adoptAnswer{err: fmt.Errorf("session %s is ending on this process", s.id)})
+	case *sessionRequest:
+		why := protocol.ErrSessionNotFound(s.id)
+		if s.phase.is(phaseStopped, endHandOff, endPause) {
+			why = errSessionMoved()
+		}
+		s.respondTo(ctx, m.conn, m.id, nil, why)
+	case *drain:
+		if m.from != nil {
+			ctx.Send(m.from, &sessionIdle{sessionID: s.id})
+		}
+	case *leftHeard:
+		s.heard(ctx, m.conn)
+	case *detach:
+		s.heard(ctx, m.conn) // a connection that went before it heard
+	case *leftUnheard:
+		if len(s.phase.hearing) > 0 {
+			s.phase.hearing = nil
+			ctx.Stop(ctx.Self())
 		}
 	}
 }
@@ -320,15 +352,16 @@ func (s *session) finishEnding(ctx actor.Context) {
 	if !s.lease.acquiring() && s.store != nil {
 		s.closeStore()
 	}
+	var told []*actor.PID
 	switch p.why {
 	case endClose:
 		s.respondTo(ctx, p.closeConn, p.closeID, struct{}{}, nil)
 	case endHandOff:
 		s.cancelQueued(ctx, nil, nil)
-		s.tellLeft(ctx)
+		told = s.tellLeft(ctx)
 		s.log.Info().Msg("session handed over to another pod")
 	case endPause:
-		s.tellLeft(ctx)
+		told = s.tellLeft(ctx)
 	}
 	for _, a := range p.askers {
 		if a != nil {
@@ -338,13 +371,42 @@ func (s *session) finishEnding(ctx actor.Context) {
 	if p.pauser != nil {
 		ctx.Send(p.pauser, &pauseAnswer{paused: p.paused})
 	}
-	s.stop(ctx)
+	if len(told) == 0 {
+		s.stop(ctx)
+		return
+	}
+	s.become(phase{kind: phaseStopped, why: p.why, hearing: told})
+	root, self := ctx.ActorSystem().Root, ctx.Self()
+	time.AfterFunc(leftHearingWait, func() { root.Send(self, &leftUnheard{}) })
 }
 
+// leftHearingWait bounds the wait for the connections to hear the session
+// left: each answers at once, unless it is gone (its detach answers then).
+const leftHearingWait = 5 * time.Second
+
 // tellLeft tells every attached connection that the session went to
-// another process: its later requests for it are answered "moved".
-func (s *session) tellLeft(ctx actor.Context) {
+// another process: its later requests for it are answered "moved". It
+// returns those of this process, which say they heard it (leftHeard).
+func (s *session) tellLeft(ctx actor.Context) []*actor.PID {
+	var told []*actor.PID
 	for _, c := range s.clients.list {
 		ctx.Send(c.pid, &sessionLeft{id: s.id, pid: ctx.Self()})
+		if c.pid.Address == ctx.Self().Address {
+			told = append(told, c.pid)
+		}
+	}
+	return told
+}
+
+// heard: conn heard the session left, or went; the actor stops once every
+// connection told has.
+func (s *session) heard(ctx actor.Context, conn *actor.PID) {
+	i := slices.IndexFunc(s.phase.hearing, func(p *actor.PID) bool { return p.Equal(conn) })
+	if i < 0 {
+		return
+	}
+	s.phase.hearing = slices.Delete(s.phase.hearing, i, i+1)
+	if len(s.phase.hearing) == 0 {
+		ctx.Stop(ctx.Self())
 	}
 }

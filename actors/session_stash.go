@@ -83,9 +83,10 @@ func (s *session) postpone(ctx actor.Context, e envelope) bool {
 func stashed(e envelope) *envelope { return &e }
 
 // unstash steps the stashed messages in order until the session cannot
-// serve the next one yet (it started another Acquire) or stopped.
+// serve the next one yet (it started another Acquire). Those left once it
+// stopped are answered as a stopped session answers (stepStopped).
 func (s *session) unstash(ctx actor.Context) {
-	for !s.cannotServeYet() && len(s.stash) > 0 && s.phase.kind != phaseStopped {
+	for !s.cannotServeYet() && len(s.stash) > 0 {
 		e := s.stash[0]
 		s.stash[0] = nil
 		s.stash = s.stash[1:]

@@ -29,9 +29,16 @@ type (
 		id  string
 		pid *actor.PID
 	}
+	// leftHeard answers sessionLeft: conn passes nothing more on to the
+	// session's actor, which may stop (session.heard).
+	leftHeard struct{ conn *actor.PID }
+	// leftUnheard: the wait for leftHeard is over (leftHearingWait).
+	leftUnheard struct{}
 )
 
 func (*sessionLeft) IgnoreDeadLetterLogging() {}
+func (*leftHeard) IgnoreDeadLetterLogging()   {}
+func (*leftUnheard) IgnoreDeadLetterLogging() {}
 
 // storeError is the client's view of a store failure to open a session:
 // held by another process, gone, out of descriptors, or internal (logged
