@@ -336,7 +336,7 @@ func (b *idleBody) Read(p []byte) (int, error) {
 }
 
 // openedStream is what the SDKs' NewStreaming return (and executed, the
-// OpenAI request sent with Client.Post): we only check the
+// OpenAI request sent with ChatCompletionService.New): we only check the
 // request outcome and release it; the body is decoded by our own readers.
 type openedStream interface {
 	Err() error
