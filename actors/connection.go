@@ -2,6 +2,7 @@ package actors
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"time"
 
@@ -230,6 +231,14 @@ func (c *connection) Receive(ctx actor.Context) {
 		for _, id := range gone {
 			c.stopped(ctx, id) // may respawn a session of that name
 		}
+		// Attaches it never took (left in its mailbox as it stopped, or
+		// a dead letter: its Watch is answered Terminated too) are opened
+		// anew, after what it sent before it stopped (the attaches it
+		// took): Terminated, a system message, overtakes them.
+		id := strings.TrimPrefix(m.Who.Id, sessionActorPrefix)
+		if r := c.sessions.get(id); r != nil && len(r.attaching) > 0 && m.Who.Address == ctx.Self().Address {
+			ctx.Send(ctx.Self(), &untakenAttaches{id: id, sent: slices.Clone(r.attaching)})
+		}
 	case *sessionLeft:
 		// The session's actor answers what was passed on to it before this
 		// and stops once told that nothing more comes (leftHeard).
@@ -253,16 +262,26 @@ func (c *connection) Receive(ctx actor.Context) {
 		if r := c.sessions.get(m.id); r != nil && r.stopping != nil && r.stopping.Equal(m.pid) {
 			c.stopped(ctx, m.id)
 		}
-	case *actor.DeadLetterResponse:
-		// An attach reached a session that stopped meanwhile: start it anew.
-		id := strings.TrimPrefix(m.Target.Id, sessionActorPrefix)
-		if r := c.sessions.get(id); r != nil && r.attaching != nil {
-			a := *r.attaching
-			r.attaching = nil
-			c.sessions.tidy(id)
-			c.openSession(ctx, a.id, a.kind, a.reqID, a.cwd, "", a.servers, a.dirs, a.follow)
-			c.joinDrain(ctx)
+	case *attachTaken:
+		if r := c.sessions.get(m.id); r != nil {
+			i := slices.IndexFunc(r.attaching, func(a *attachRequest) bool { return protocol.IDKey(a.reqID) == protocol.IDKey(m.reqID) })
+			if i >= 0 {
+				r.attaching = slices.Delete(r.attaching, i, i+1)
+				c.sessions.tidy(m.id)
+			}
 		}
+	case *untakenAttaches:
+		if r := c.sessions.get(m.id); r != nil {
+			for _, a := range m.sent {
+				if i := slices.Index(r.attaching, a); i >= 0 {
+					r.attaching = slices.Delete(r.attaching, i, i+1)
+					c.reattach(ctx, a)
+				}
+			}
+		}
+	case *attachAgain:
+		a := m.attach
+		c.reattach(ctx, &attachRequest{id: m.id, kind: a.kind, reqID: a.reqID, cwd: a.cwd, servers: a.servers, dirs: a.dirs, follow: a.follow})
 	case *actor.Stopping:
 		for _, r := range c.sessions {
 			if r.live != nil {
@@ -270,6 +289,14 @@ func (c *connection) Receive(ctx actor.Context) {
 			}
 		}
 	}
+}
+
+// reattach opens anew the session of an attach its actor never served (it
+// stopped).
+func (c *connection) reattach(ctx actor.Context, a *attachRequest) {
+	c.sessions.tidy(a.id)
+	c.openSession(ctx, a.id, a.kind, a.reqID, a.cwd, "", a.servers, a.dirs, a.follow)
+	c.joinDrain(ctx)
 }
 
 func (c *connection) send(data []byte, sessionID string) {

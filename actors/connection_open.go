@@ -131,7 +131,7 @@ func (c *connection) openSession(ctx actor.Context, id string, kind startKind, r
 	pid, err := ctx.ActorSystem().Root.SpawnNamed(props, name)
 	if errors.Is(err, actor.ErrNameExists) {
 		pid = actor.NewPID(ctx.ActorSystem().Address(), name)
-		r.attaching = &attachRequest{id: id, kind: kind, reqID: reqID, cwd: cwd, servers: servers, dirs: dirs, follow: follow}
+		r.attaching = append(r.attaching, &attachRequest{id: id, kind: kind, reqID: reqID, cwd: cwd, servers: servers, dirs: dirs, follow: follow})
 		ctx.Request(pid, &attach{kind: kind, reqID: reqID, cwd: cwd, conn: ctx.Self(), who: sessionWho{Identity: c.who, connID: c.id},
 			servers: servers, notices: notices, caps: c.caps, dirs: dirs, compaction: c.compaction, booleanOptions: c.booleanOptions,
 			follow: follow})

@@ -31,9 +31,11 @@ type sessionRecord struct {
 	// what runs once it is known (checkOwner); its requests wait in
 	// deferred meanwhile, as for stopping.
 	checking func(actor.Context, bool)
-	// attaching: an attach sent to a live session, in case it stopped
-	// before it got it.
-	attaching *attachRequest
+	// attaching: the attaches sent to a live session that it has not yet
+	// said it took (attachTaken), in the order sent: when it stopped
+	// before it got them (dropped with its mailbox, or a dead letter),
+	// they are opened anew at its Terminated.
+	attaching []*attachRequest
 	// waitIdle: a drain waits for the session's turn of this connection.
 	waitIdle bool
 	// deletingLive: a session/delete of it, live on other connections,
@@ -48,7 +50,7 @@ type sessionRecord struct {
 // empty: the record holds nothing.
 func (r *sessionRecord) empty() bool {
 	return r.live == nil && r.sent == 0 && !r.known && r.servers == nil && r.stopping == nil && len(r.deferred) == 0 &&
-		r.checking == nil && r.attaching == nil && !r.waitIdle && !r.deletingLive && !r.moved
+		r.checking == nil && len(r.attaching) == 0 && !r.waitIdle && !r.deletingLive && !r.moved
 }
 
 // sessionRecords are a connection's records, by session id.

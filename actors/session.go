@@ -570,6 +570,11 @@ func (s *session) stopped(ctx actor.Context) {
 		s.stepStopped(ctx, *e)
 	}
 	s.stash = nil
+	// Gone from the registry now: an attach it took and could not serve
+	// goes back to its connection, which opens the session anew.
+	for _, a := range s.phase.reattach {
+		ctx.Send(a.conn, &attachAgain{id: s.id, attach: a})
+	}
 }
 
 // release lets go of what the session holds (timers, turn slot, store

@@ -23,15 +23,7 @@ var _ = Describe("a session handed off", func() {
 				ids = append(ids, h.call("session/set_mode", map[string]any{"sessionId": sid, "modeId": "plan"}))
 			}
 			Eventually(handedOff, 5*time.Second).Should(Receive(BeNil()))
-			Eventually(func() []float64 {
-				var unanswered []float64
-				for _, id := range ids {
-					if h.out.response(id) == nil {
-						unanswered = append(unanswered, id)
-					}
-				}
-				return unanswered
-			}, 3*time.Second, 10*time.Millisecond).Should(BeEmpty(), "round %d", round)
+			Eventually(unanswered(h, ids), 3*time.Second, 10*time.Millisecond).Should(BeEmpty(), "round %d", round)
 			for _, id := range ids {
 				if r := h.out.response(id); r["error"] != nil {
 					Expect(r["error"]).To(HaveKeyWithValue("data", HaveKeyWithValue("session_id", "Session moved to another connection")))
@@ -40,3 +32,39 @@ var _ = Describe("a session handed off", func() {
 		}
 	})
 })
+
+var _ = Describe("a session handed off while another connection loads it", func() {
+	It("answers every load once: one that reached the actor as it stopped is opened anew once it is gone", func() {
+		s := newSessionHarness(&scriptedProvider{}, GinkgoT().TempDir(), nil)
+		defer s.close()
+		h, g := s.connect(), s.connect()
+		cwd := GinkgoT().TempDir()
+		for round := 0; round < 10; round++ {
+			sid := h.result(h.call("session/new", map[string]any{"cwd": cwd}))["sessionId"].(string)
+			var loads []float64
+			handedOff := make(chan error, 1)
+			go func() { handedOff <- s.srv.HandOff(sid, 4*time.Second) }()
+			for range 30 {
+				loads = append(loads, g.call("session/load", map[string]any{"sessionId": sid, "cwd": cwd, "mcpServers": []any{}}))
+			}
+			Eventually(handedOff, 5*time.Second).Should(Receive(BeNil()))
+			Eventually(unanswered(g, loads), 3*time.Second, 10*time.Millisecond).Should(BeEmpty(), "round %d", round)
+			for _, id := range loads {
+				Expect(answersTo(g, id)).To(Equal(1), "load %v answered once", id)
+			}
+		}
+	})
+})
+
+// unanswered are the requests of ids that x has no answer to yet.
+func unanswered(x *harness, ids []float64) func() []float64 {
+	return func() []float64 {
+		var left []float64
+		for _, id := range ids {
+			if x.out.response(id) == nil {
+				left = append(left, id)
+			}
+		}
+		return left
+	}
+}

@@ -105,6 +105,9 @@ type phase struct {
 	// kept with the lease let go of), rather than ended here.
 	pauser *actor.PID
 	paused bool
+	// reattach: stopped; the attaches it took and cannot serve, given back
+	// to their connections once the actor is gone (attachAgain).
+	reattach []*attach
 	// hearing: stopped after a hand-off or a pause told its connections it
 	// left (tellLeft): those yet to say they heard it (leftHeard). The
 	// actor stops once all have: a request one passed on before it heard
@@ -206,6 +209,11 @@ func (s *session) Receive(ctx actor.Context) {
 	default:
 		s.lastActive = time.Now()
 	}
+	if a, ok := ctx.Message().(*attach); ok && ctx.Sender() != nil {
+		// Taken: answered here, or, once stopped, given back when the
+		// actor is gone (attachAgain).
+		ctx.Send(ctx.Sender(), &attachTaken{id: s.id, reqID: a.reqID})
+	}
 	s.step(ctx, envelope{msg: ctx.Message(), sender: ctx.Sender()})
 	if s.lease.fenced != nil {
 		s.stopWriting(ctx)
@@ -271,6 +279,8 @@ func (s *session) stepStopped(ctx actor.Context, e envelope) {
 		if m.from != nil {
 			ctx.Send(m.from, &sessionIdle{sessionID: s.id})
 		}
+	case *attach:
+		s.phase.reattach = append(s.phase.reattach, m)
 	case *leftHeard:
 		s.heard(ctx, m.conn)
 	case *detach:

@@ -34,11 +34,32 @@ type (
 	leftHeard struct{ conn *actor.PID }
 	// leftUnheard: the wait for leftHeard is over (leftHearingWait).
 	leftUnheard struct{}
+	// attachAgain gives a connection back its attach that reached the
+	// session's actor as it stopped, once it is gone: the connection opens
+	// the session anew for it.
+	attachAgain struct {
+		id     string
+		attach *attach
+	}
+	// untakenAttaches: the attaches sent to a session actor that stopped,
+	// opened anew if it did not take them (connection.attaching).
+	untakenAttaches struct {
+		id   string
+		sent []*attachRequest
+	}
+	// attachTaken tells the connection that sent an attach that the
+	// session's actor took it: it answers it (connection.attaching).
+	attachTaken struct {
+		id    string
+		reqID protocol.RawMessage
+	}
 )
 
 func (*sessionLeft) IgnoreDeadLetterLogging() {}
 func (*leftHeard) IgnoreDeadLetterLogging()   {}
 func (*leftUnheard) IgnoreDeadLetterLogging() {}
+func (*attachAgain) IgnoreDeadLetterLogging() {}
+func (*attachTaken) IgnoreDeadLetterLogging() {}
 
 // storeError is the client's view of a store failure to open a session:
 // held by another process, gone, out of descriptors, or internal (logged
