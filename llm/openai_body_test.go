@@ -11,7 +11,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/tidwall/sjson"
 
@@ -172,8 +171,7 @@ func TestOpenAIRequestOnTheWire(t *testing.T) {
 				t.Fatal(err)
 			}
 			var resp *http.Response
-			svc := openai.NewChatCompletionService(p.opts...)
-			st := svc.NewStreaming(ctx, c.params(), option.WithResponseInto(&resp))
+			st := p.chat.NewStreaming(ctx, c.params(), option.WithResponseInto(&resp))
 			if err := st.Err(); err != nil {
 				t.Fatal(err)
 			}
