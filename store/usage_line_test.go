@@ -47,8 +47,8 @@ func TestUsageLineReadsBack(t *testing.T) {
 	}
 }
 
-// A count allocates its line and the day file's name (two) only: no
-// encoder (5 allocations before).
+// A count allocates its line and the day file's name (its date, then
+// with the suffix): 3, no encoder (5 allocations before).
 func TestUsageAddAllocations(t *testing.T) {
 	f := newFileUsage(t.TempDir())
 	defer f.close()
