@@ -119,6 +119,9 @@ type connection struct {
 	// go with it: the proxy's turns then go on (session_pause_stub.go).
 	stub       *actor.PID
 	stubDrains bool
+	// stubConn is the id of the stub's connection on its pod, whose client
+	// this proxy serves ("" when that pod did not say: an older version).
+	stubConn string
 	// movedLegs: a connection moved here, until its restore: the legs of
 	// its sessions' stubs (connection_move.go).
 	movedLegs map[string]*actor.PID

@@ -261,7 +261,7 @@ func (s *Server) MoveIn(id string, st *MovedConn, out Outlet) (*Conn, map[string
 		proxy := actor.NewPID(ms.ProxyAddress, ms.ProxyID)
 		share := legShare{init: shareInit(st.Caps, st.Notices, st.Compaction, st.BooleanOptions), cwd: ms.Cwd, servers: ms.Servers, dirs: ms.Dirs,
 			caps: st.Caps, notices: st.Notices}
-		stub, leg := s.adoptStub(ms, sessionWho{Identity: who, connID: id}, pid, proxy, share)
+		stub, leg := s.adoptStub(ms, sessionWho{Identity: who, connID: id, client: id}, pid, proxy, share)
 		if leg == nil {
 			log.Info().Str("session", ms.ID).Msg("moved connection: its session's stub could not be made here; it opens the session again at its next request")
 			continue

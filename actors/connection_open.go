@@ -119,7 +119,7 @@ func (c *connection) openSession(ctx actor.Context, id string, kind startKind, r
 	servers []protocol.McpServerConfig, dirs []string, follow *followClaim) {
 	notices := c.notices
 	props := actor.PropsFromProducer(func() actor.Actor {
-		s := newSession(c.deps, id, sessionWho{Identity: c.who, connID: c.id}, ctx.Self(), c.caps, kind, reqID, cwd, forkSrc, servers, notices)
+		s := newSession(c.deps, id, c.sessionWho(), ctx.Self(), c.caps, kind, reqID, cwd, forkSrc, servers, notices)
 		s.startDirs, s.compactionUpdates, s.booleanOptions = dirs, c.compaction, c.booleanOptions
 		s.clients.only().follow = follow
 		return s
@@ -132,7 +132,7 @@ func (c *connection) openSession(ctx actor.Context, id string, kind startKind, r
 	if errors.Is(err, actor.ErrNameExists) {
 		pid = actor.NewPID(ctx.ActorSystem().Address(), name)
 		r.attaching = append(r.attaching, &attachRequest{id: id, kind: kind, reqID: reqID, cwd: cwd, servers: servers, dirs: dirs, follow: follow})
-		ctx.Request(pid, &attach{kind: kind, reqID: reqID, cwd: cwd, conn: ctx.Self(), who: sessionWho{Identity: c.who, connID: c.id},
+		ctx.Request(pid, &attach{kind: kind, reqID: reqID, cwd: cwd, conn: ctx.Self(), who: c.sessionWho(),
 			servers: servers, notices: notices, caps: c.caps, dirs: dirs, compaction: c.compaction, booleanOptions: c.booleanOptions,
 			follow: follow})
 	} else if err != nil {

@@ -392,7 +392,7 @@ type slowHandover struct {
 	holder  store.Session
 }
 
-func (h *slowHandover) Share(string, string, string, *actor.PID, []byte, []byte) (*actor.PID, error) {
+func (h *slowHandover) Share(string, string, string, string, *actor.PID, []byte, []byte) (*actor.PID, error) {
 	h.entered <- "share"
 	<-h.gate
 	return nil, errors.New("not shared")
@@ -446,7 +446,7 @@ type sharingHandover struct {
 	proxy *actor.PID
 }
 
-func (h *sharingHandover) Share(_, _, _ string, stub *actor.PID, _, open []byte) (*actor.PID, error) {
+func (h *sharingHandover) Share(_, _, _, _ string, stub *actor.PID, _, open []byte) (*actor.PID, error) {
 	load, e := protocol.Decode(open)
 	if e != nil {
 		return nil, errors.New(e.Message)

@@ -57,7 +57,7 @@ type podOf struct {
 	here *Server
 }
 
-func (p podOf) Share(id, owner, principal string, stub *actor.PID, init, open []byte) (*actor.PID, error) {
+func (p podOf) Share(id, owner, principal, conn string, stub *actor.PID, init, open []byte) (*actor.PID, error) {
 	p.net.mu.Lock()
 	holder, gate := p.net.pods[owner], p.net.gate[owner]
 	p.net.mu.Unlock()
@@ -67,7 +67,7 @@ func (p podOf) Share(id, owner, principal string, stub *actor.PID, init, open []
 	if gate != nil {
 		<-gate
 	}
-	proxy, err := holder.ServeShare(id, principal, forwarder(holder, p.here, stub), init, open)
+	proxy, err := holder.ServeShare(id, principal, conn, forwarder(holder, p.here, stub), init, open)
 	if err != nil {
 		return nil, err
 	}

@@ -35,9 +35,11 @@ import (
 // pod; the sharing lasts while pod A holds the session's lease.
 
 type (
-	// shareStart makes a connection actor the proxy of stub (ServeShare).
+	// shareStart makes a connection actor the proxy of stub (ServeShare);
+	// conn is the id of the stub's connection ("" when its pod did not say).
 	shareStart struct {
 		stub       *actor.PID
+		conn       string
 		init, open *protocol.Message
 	}
 	// remoteTag tags a request of the proxy that the stub's connection
@@ -73,8 +75,9 @@ type relayOutlet struct {
 func (o relayOutlet) Send(f Frame) { o.root.Send(o.stub, &clusterpb.Relay{Body: f.Data}) }
 
 // ServeShare makes a proxy connection for stub, a session actor of another
-// pod, sends it init and open (see Handover.Share) and returns it.
-func (s *Server) ServeShare(sessionID, principal string, stub *actor.PID, init, open []byte) (*actor.PID, error) {
+// pod, sends it init and open (see Handover.Share) and returns it. conn is
+// the id of the stub's connection, whose client the proxy serves.
+func (s *Server) ServeShare(sessionID, principal, conn string, stub *actor.PID, init, open []byte) (*actor.PID, error) {
 	if s.deps.shares.ended.Load() {
 		return nil, errors.New("share: this pod is shutting down")
 	}
@@ -88,12 +91,12 @@ func (s *Server) ServeShare(sessionID, principal string, stub *actor.PID, init, 
 	}
 	// The proxy is the stub's principal: the load is checked against the
 	// session's owner as any other (connection.owns).
-	conn := s.ConnectAs("share-"+uuid.NewString(), Identity{Principal: principal, Remote: "pod " + stub.Address},
+	proxy := s.ConnectAs("share-"+uuid.NewString(), Identity{Principal: principal, Remote: "pod " + stub.Address},
 		relayOutlet{root: s.sys.Root, stub: stub})
-	s.deps.shares.proxies.Store(conn.pid.Id, conn.pid)
-	s.sys.Root.Send(conn.pid, &shareStart{stub: stub, init: im, open: om})
+	s.deps.shares.proxies.Store(proxy.pid.Id, proxy.pid)
+	s.sys.Root.Send(proxy.pid, &shareStart{stub: stub, conn: conn, init: im, open: om})
 	s.deps.Log.Info().Str("session", sessionID).Str("stub", stub.Address).Msg("session shared with a connection of another pod")
-	return conn.pid, nil
+	return proxy.pid, nil
 }
 
 // EndShares ends the sharing of every session this pod holds with the
@@ -135,7 +138,7 @@ func (c *connection) endShare(ctx actor.Context) {
 
 // startShare (connection side): this connection is the proxy of a stub.
 func (c *connection) startShare(ctx actor.Context, m *shareStart) {
-	c.stub = m.stub
+	c.stub, c.stubConn = m.stub, m.conn
 	ctx.Watch(m.stub)
 	c.dispatch(ctx, m.init)
 	c.dispatch(ctx, m.open)
@@ -163,6 +166,7 @@ type shareCall struct {
 	handover  Handover
 	id        string
 	principal string
+	conn      string
 	// stub is the leg actor the proxy writes to; holder the incarnation
 	// that shared the session.
 	stub   *actor.PID
@@ -182,7 +186,7 @@ func (s *session) shareRequest(ctx actor.Context) *shareCall {
 	if c == nil {
 		return nil
 	}
-	return &shareCall{handover: s.deps.Handover, id: s.id, principal: c.who.Principal, stub: ctx.Spawn(legProps),
+	return &shareCall{handover: s.deps.Handover, id: s.id, principal: c.who.Principal, conn: c.who.client, stub: ctx.Spawn(legProps),
 		init: shareInit(c.caps, c.notices, s.compactionUpdates, s.booleanOptions),
 		open: s.openRequest(s.start, s.startReq, s.startCwd, s.mcp.start, s.startDirs)}
 }
@@ -223,7 +227,7 @@ func (sc *shareCall) share(log zerolog.Logger, err error) *actor.PID {
 	if sc == nil || !errors.As(err, &inUse) || errors.Is(err, store.ErrFenced) || inUse.Owner == "" {
 		return nil
 	}
-	proxy, serr := sc.handover.Share(sc.id, inUse.Owner, sc.principal, sc.stub, sc.init, sc.open)
+	proxy, serr := sc.handover.Share(sc.id, inUse.Owner, sc.principal, sc.conn, sc.stub, sc.init, sc.open)
 	if serr != nil {
 		log.Info().Err(serr).Str("holder", inUse.Owner).Msg("session not shared by its pod; taking it over")
 		return nil

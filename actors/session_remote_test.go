@@ -80,12 +80,12 @@ func forwarder(on, to *Server, target *actor.PID) *actor.PID {
 	}))
 }
 
-func (l *podLink) Share(id, _, principal string, stub *actor.PID, init, open []byte) (*actor.PID, error) {
+func (l *podLink) Share(id, _, principal, conn string, stub *actor.PID, init, open []byte) (*actor.PID, error) {
 	if m, e := protocol.Decode(init); e == nil {
 		l.init <- m
 	}
 	toStub := forwarder(l.holder, l.here, stub)
-	proxy, err := l.holder.ServeShare(id, principal, toStub, init, open)
+	proxy, err := l.holder.ServeShare(id, principal, conn, toStub, init, open)
 	if err != nil {
 		return nil, err
 	}
@@ -324,7 +324,7 @@ var _ = Describe("a session loaded through another pod (PostgreSQL)", func() {
 		Expect(time.Since(began)).To(BeNumerically("<", 5*time.Second), "the proxies stopped")
 		Expect(h.result(prompt)["stopReason"]).To(Equal("cancelled"))
 		Expect(time.Since(began)).To(BeNumerically("<", 5*time.Second), "not after the follow timeout")
-		_, err := holder.srv.ServeShare(sid, DefaultPrincipal, h.conn.pid, nil, nil)
+		_, err := holder.srv.ServeShare(sid, DefaultPrincipal, h.conn.ID, h.conn.pid, nil, nil)
 		Expect(err).To(MatchError(ContainSubstring("shutting down")))
 	})
 

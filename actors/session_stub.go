@@ -245,7 +245,7 @@ func (s *session) addLeg(ctx actor.Context, m *attach) {
 // A stub beside the session of its own pod (besideSession) has its proxy
 // made here, as the holder's pod makes one (Server.ServeShare).
 func (s *session) shareLeg(ctx actor.Context, l *stubLeg, open []byte) {
-	handover, id, holder, principal, pid, init := s.deps.Handover, s.id, s.stub.holder, l.who.Principal, l.pid, l.share.init
+	handover, id, holder, principal, conn, pid, init := s.deps.Handover, s.id, s.stub.holder, l.who.Principal, l.who.client, l.pid, l.share.init
 	var here *Server
 	if inc := s.incarnation(); inc != "" && holder == inc {
 		here = &Server{sys: ctx.ActorSystem(), deps: s.deps}
@@ -255,9 +255,9 @@ func (s *session) shareLeg(ctx actor.Context, l *stubLeg, open []byte) {
 		var proxy *actor.PID
 		var err error
 		if here != nil {
-			proxy, err = here.ServeShare(id, principal, pid, init, open)
+			proxy, err = here.ServeShare(id, principal, conn, pid, init, open)
 		} else {
-			proxy, err = handover.Share(id, holder, principal, pid, init, open)
+			proxy, err = handover.Share(id, holder, principal, conn, pid, init, open)
 		}
 		root.Send(self, &legShared{leg: pid, proxy: proxy, err: err})
 	}()

@@ -154,8 +154,10 @@ type Handover interface {
 	// resume), and every frame it writes goes to stub as a
 	// *clusterpb.Relay. The proxy's pid, or an error (then the session is
 	// taken over instead).
-	// principal is the identity of the stub's connection, and the proxy's.
-	Share(sessionID, owner, principal string, stub *actor.PID, init, open []byte) (*actor.PID, error)
+	// principal is the identity of the stub's connection, and the proxy's;
+	// conn is that connection's id, which the prompts it sends through the
+	// proxy belong to wherever the session goes (promptKey).
+	Share(sessionID, owner, principal, conn string, stub *actor.PID, init, open []byte) (*actor.PID, error)
 }
 
 // Frame is one encoded outbound JSON-RPC message. SessionID names the

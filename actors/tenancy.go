@@ -182,6 +182,19 @@ func (s *session) audit(method, outcome string) *zerolog.Event {
 type sessionWho struct {
 	Identity
 	connID string
+	// client is the id of the connection the client is on, which its
+	// prompts belong to wherever the session goes (promptKey): connID, or
+	// for a proxy its stub's connection on the other pod ("" when unknown).
+	client string
+}
+
+// sessionWho is who c is to a session.
+func (c *connection) sessionWho() sessionWho {
+	client := c.id
+	if c.stub != nil {
+		client = c.stubConn
+	}
+	return sessionWho{Identity: c.who, connID: c.id, client: client}
 }
 
 // startMethod names the request of a start kind in audit lines.

@@ -16,7 +16,7 @@ const shareTimeout = 5 * time.Second
 
 // Share implements actors.Handover: the pod owner, holding sessionID, makes
 // a proxy connection attached to it for the stub session actor of this pod.
-func (n *Node) Share(sessionID, owner, principal string, stub *actor.PID, init, open []byte) (*actor.PID, error) {
+func (n *Node) Share(sessionID, owner, principal, conn string, stub *actor.PID, init, open []byte) (*actor.PID, error) {
 	if owner == n.self {
 		return nil, errors.New("held by another session actor of this pod")
 	}
@@ -26,7 +26,7 @@ func (n *Node) Share(sessionID, owner, principal string, stub *actor.PID, init, 
 	}
 	start := time.Now()
 	res, err := n.request(p, &clusterpb.Share{SessionId: sessionID, Init: init, Open: open,
-		StubAddress: stub.Address, StubId: stub.Id, Principal: principal}, shareTimeout)
+		StubAddress: stub.Address, StubId: stub.Id, Principal: principal, ConnId: conn}, shareTimeout)
 	n.met.hop.WithLabelValues("share").Observe(time.Since(start).Seconds())
 	r, ok := res.(*clusterpb.ShareReply)
 	switch {
@@ -43,7 +43,7 @@ func (n *Node) Share(sessionID, owner, principal string, stub *actor.PID, init, 
 // serveShare answers a Share of another pod (service actor).
 func (s *service) serveShare(ctx actor.Context, m *clusterpb.Share) {
 	stub := actor.NewPID(m.StubAddress, m.StubId)
-	proxy, err := s.n.srv.ServeShare(m.SessionId, m.Principal, stub, m.Init, m.Open)
+	proxy, err := s.n.srv.ServeShare(m.SessionId, m.Principal, m.ConnId, stub, m.Init, m.Open)
 	if err != nil {
 		ctx.Respond(&clusterpb.ShareReply{Error: err.Error()})
 		return

@@ -849,7 +849,11 @@ type Share struct {
 	StubAddress string                 `protobuf:"bytes,4,opt,name=stub_address,json=stubAddress,proto3" json:"stub_address,omitempty"`
 	StubId      string                 `protobuf:"bytes,5,opt,name=stub_id,json=stubId,proto3" json:"stub_id,omitempty"`
 	// principal owns the stub's connection: the proxy's identity.
-	Principal     string `protobuf:"bytes,6,opt,name=principal,proto3" json:"principal,omitempty"`
+	Principal string `protobuf:"bytes,6,opt,name=principal,proto3" json:"principal,omitempty"`
+	// conn_id is the id of the stub's connection on the asking pod: a
+	// prompt the proxy relays is that connection's, wherever the session
+	// goes ("" from a pod of an older version: unknown).
+	ConnId        string `protobuf:"bytes,7,opt,name=conn_id,json=connId,proto3" json:"conn_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -922,6 +926,13 @@ func (x *Share) GetStubId() string {
 func (x *Share) GetPrincipal() string {
 	if x != nil {
 		return x.Principal
+	}
+	return ""
+}
+
+func (x *Share) GetConnId() string {
+	if x != nil {
+		return x.ConnId
 	}
 	return ""
 }
@@ -1394,7 +1405,7 @@ const file_cluster_proto_rawDesc = "" +
 	"\x05error\x18\x02 \x01(\tR\x05error\"\x06\n" +
 	"\x04Ping\"(\n" +
 	"\x04Pong\x12 \n" +
-	"\vincarnation\x18\x01 \x01(\tR\vincarnation\"\xa8\x01\n" +
+	"\vincarnation\x18\x01 \x01(\tR\vincarnation\"\xc1\x01\n" +
 	"\x05Share\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x12\n" +
@@ -1402,7 +1413,8 @@ const file_cluster_proto_rawDesc = "" +
 	"\x04open\x18\x03 \x01(\fR\x04open\x12!\n" +
 	"\fstub_address\x18\x04 \x01(\tR\vstubAddress\x12\x17\n" +
 	"\astub_id\x18\x05 \x01(\tR\x06stubId\x12\x1c\n" +
-	"\tprincipal\x18\x06 \x01(\tR\tprincipal\"b\n" +
+	"\tprincipal\x18\x06 \x01(\tR\tprincipal\x12\x17\n" +
+	"\aconn_id\x18\a \x01(\tR\x06connId\"b\n" +
 	"\n" +
 	"ShareReply\x12#\n" +
 	"\rproxy_address\x18\x01 \x01(\tR\fproxyAddress\x12\x19\n" +
