@@ -18,17 +18,18 @@ import (
 // one PostgreSQL: a pod's Share or TakeOver reaches the pod named by the
 // store's lease (its incarnation), and the frames between a stub and its
 // proxy cross the two actor systems through forwarders (podLink's). gate,
-// when set, holds every Share made to a pod until it is closed; slow, when
-// set, holds the stubs' relays to the proxies on a pod (relayHold);
-// proxies are the proxies made, on their pods, and served counts them by
-// pod.
+// when set, holds every Share made to a pod until it is closed, gateFrom
+// every Share a pod makes; slow, when set, holds the stubs' relays to the
+// proxies on a pod (relayHold); proxies are the proxies made, on their
+// pods, and served counts them by pod.
 type podNet struct {
-	mu      sync.Mutex
-	pods    map[string]*Server
-	gate    map[string]chan struct{}
-	slow    map[string]*relayHold
-	proxies []*actor.PID
-	served  map[string]int
+	mu       sync.Mutex
+	pods     map[string]*Server
+	gate     map[string]chan struct{}
+	gateFrom map[*Server]chan struct{}
+	slow     map[string]*relayHold
+	proxies  []*actor.PID
+	served   map[string]int
 	// behind: the proxy each forwarder a stub was given stands for, as a
 	// move names it (proxyOf).
 	behind map[forwarderOn]*actor.PID
@@ -59,13 +60,15 @@ type podOf struct {
 
 func (p podOf) Share(id, owner, principal, conn string, stub *actor.PID, init, open []byte) (*actor.PID, error) {
 	p.net.mu.Lock()
-	holder, gate := p.net.pods[owner], p.net.gate[owner]
+	holder, gate, gateFrom := p.net.pods[owner], p.net.gate[owner], p.net.gateFrom[p.here]
 	p.net.mu.Unlock()
 	if holder == nil || holder == p.here {
 		return nil, errors.New("no such pod")
 	}
-	if gate != nil {
-		<-gate
+	for _, g := range []chan struct{}{gateFrom, gate} {
+		if g != nil {
+			<-g
+		}
 	}
 	proxy, err := holder.ServeShare(id, principal, conn, forwarder(holder, p.here, stub), init, open)
 	if err != nil {
@@ -92,6 +95,20 @@ func (p podOf) Share(id, owner, principal, conn string, stub *actor.PID, init, o
 type relayHold struct {
 	caught  chan struct{}
 	release chan struct{}
+}
+
+// holdRelays holds the relays of the stubs to the proxies on pod inc (a
+// slow link) until the returned func is called; caught hears of each one
+// held.
+func (n *podNet) holdRelays(inc string) (caught <-chan struct{}, release func()) {
+	h := &relayHold{caught: make(chan struct{}, 1), release: make(chan struct{})}
+	n.mu.Lock()
+	if n.slow == nil {
+		n.slow = map[string]*relayHold{}
+	}
+	n.slow[inc] = h
+	n.mu.Unlock()
+	return h.caught, sync.OnceFunc(func() { close(h.release) })
 }
 
 // relayTo is a forwarder on pod on to proxy on pod to (incarnation owner),
@@ -132,11 +149,17 @@ func (p podOf) TakeOver(id, owner string) error {
 // threePods are three stores on one fresh PostgreSQL schema.
 func threePods() [3]*store.PGStore {
 	GinkgoHelper()
+	return [3]*store.PGStore(pgPods(3))
+}
+
+// pgPods are n stores on one fresh PostgreSQL schema.
+func pgPods(n int) []*store.PGStore {
+	GinkgoHelper()
 	srv := requirePG()
 	schema, dbURL, err := srv.NewSchema()
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(srv.DropSchema, schema)
-	var out [3]*store.PGStore
+	out := make([]*store.PGStore, n)
 	for i := range out {
 		st, err := store.NewPostgres(dbURL, store.WithLeaseTTL(time.Hour), store.WithLeaseRenew(30*time.Minute))
 		Expect(err).NotTo(HaveOccurred())
@@ -244,19 +267,7 @@ var _ = Describe("clients following a session to its next pod (PostgreSQL)", fun
 		Expect(pc.requests()).To(HaveLen(2), "b's prompt ran on c")
 	})
 
-	// holdRelays holds the relays of the stubs to the proxies on pod inc
-	// (a slow link) until the returned func is called; caught hears of
-	// each one held.
-	holdRelays := func(inc string) (caught <-chan struct{}, release func()) {
-		h := &relayHold{caught: make(chan struct{}, 1), release: make(chan struct{})}
-		net.mu.Lock()
-		if net.slow == nil {
-			net.slow = map[string]*relayHold{}
-		}
-		net.slow[inc] = h
-		net.mu.Unlock()
-		return h.caught, sync.OnceFunc(func() { close(h.release) })
-	}
+	holdRelays := func(inc string) (caught <-chan struct{}, release func()) { return net.holdRelays(inc) }
 	servedBy := func(inc string) func() int {
 		return func() int {
 			net.mu.Lock()
