@@ -140,8 +140,9 @@ type soFarEntry struct {
 // beginTurn notes the turn of prompt request id starting now. The time is
 // cut to microseconds, as the shared store keeps it, so that every pod
 // shows the same startedAt.
-// conn is the id of the prompt's connection, firstSeq the seq of the turn's
-// first history entry.
+// conn is the id of the connection the prompt's client is on
+// (sessionWho.client: through a stub, the stub's), firstSeq the seq of the
+// turn's first history entry.
 func (s *session) beginTurn(id protocol.RawMessage, conn string, firstSeq int64) {
 	now := time.Now().UTC().Truncate(time.Microsecond)
 	s.turn.soFar = turnSoFar{active: &ActiveTurn{State: turnRunningState, StartedAt: now.Format(time.RFC3339Nano),

@@ -36,8 +36,8 @@ type (
 		frames [][]byte
 		bytes  int
 		// answers are the answers of resumed turns that went to nobody
-		// (their prompt's connection was not here), by prompt id.
-		answers map[string][]byte
+		// (their prompt's connection was not here), by prompt.
+		answers map[promptKey][]byte
 		// tenure numbers the takes, so that the timer of an earlier one
 		// ends nothing.
 		tenure int
@@ -70,24 +70,27 @@ func (s *session) endFollowLog(ctx actor.Context, m *followWindowOver) {
 	}
 }
 
-// keepAnswer keeps the answer data of the prompt id, which went to
-// nobody here, for a client following the session here (claimFollow).
-func (f *followLog) keepAnswer(id protocol.RawMessage, data []byte) {
-	if !f.on || id == nil {
+// keepAnswer keeps the answer data of prompt p, which went to nobody
+// here, for a client following the session here (claimFollow).
+func (f *followLog) keepAnswer(p promptKey, data []byte) {
+	if !f.on || p.id == "" {
 		return
 	}
 	if f.answers == nil {
-		f.answers = map[string][]byte{}
+		f.answers = map[promptKey][]byte{}
 	}
-	f.answers[protocol.IDKey(id)] = data
+	f.answers[p] = data
 }
 
-// takeAnswer is the kept answer of the prompt id, once.
-func (f *followLog) takeAnswer(id protocol.RawMessage) ([]byte, bool) {
-	key := protocol.IDKey(id)
-	data, ok := f.answers[key]
-	delete(f.answers, key)
-	return data, ok
+// takeAnswer is the kept answer of prompt p, once.
+func (f *followLog) takeAnswer(p promptKey) ([]byte, bool) {
+	for k, data := range f.answers {
+		if k.names(p) {
+			delete(f.answers, k)
+			return data, true
+		}
+	}
+	return nil, false
 }
 
 // owesAnswers: a kept answer waits for its client.
@@ -125,14 +128,17 @@ func (s *session) followFrom(ctx actor.Context, m *attach) bool {
 // claim names the session owes client c: its running turn's, when that
 // turn's connection is gone (it answers c instead), or a resumed turn's
 // that ended before c came (its kept answer, sent after the follow's).
+// Each is c's client's own: the claim names ids, the connection whose
+// they are is c's (sessionWho.client), never the claim's say.
 func (s *session) claimFollow(c *client, claim *followClaim) {
 	owes := []protocol.RawMessage{}
 	var kept [][]byte
 	detached := func(p *actor.PID) bool { return p == nil || s.clients.find(p) == nil }
 	for _, id := range claim.Owed {
-		if s.turn.answerTo(id, c.pid, detached) {
+		p := keyOfPrompt(c.who.client, id)
+		if s.turn.answerTo(p, c.pid, detached) {
 			owes = append(owes, id)
-		} else if data, ok := s.followers.takeAnswer(id); ok {
+		} else if data, ok := s.followers.takeAnswer(p); ok {
 			owes = append(owes, id)
 			kept = append(kept, data)
 		}

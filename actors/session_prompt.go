@@ -121,7 +121,11 @@ func (s *session) startPrompt(ctx actor.Context, r *sessionRequest, user *llm.Me
 			return
 		}
 	}
-	opts := s.turnOptions(s.turn.claim(r.id, r.conn))
+	var client string
+	if c := s.clients.find(r.conn); c != nil {
+		client = c.who.client
+	}
+	opts := s.turnOptions(s.turn.claim(r.id, r.conn, client))
 	opts.compactOnly = command == "compact"
 	if s.deps.Trace != nil {
 		opts.trace = promptTraceParent(r)
@@ -130,11 +134,7 @@ func (s *session) startPrompt(ctx actor.Context, r *sessionRequest, user *llm.Me
 		}
 	}
 	s.spawnTurn(ctx, opts)
-	var connID string
-	if c := s.clients.find(r.conn); c != nil {
-		connID = c.who.connID
-	}
-	s.beginTurn(r.id, connID, firstSeq)
+	s.beginTurn(r.id, client, firstSeq)
 	s.markTurn(true)
 }
 

@@ -52,6 +52,9 @@ type (
 	}
 )
 
+// proxyConnPrefix begins the id of every proxy connection.
+const proxyConnPrefix = "share-"
+
 // shareInitID is the id of the proxy's initialize; its answer is dropped.
 var shareInitID = protocol.RawMessage(`"iac-code-share"`)
 
@@ -91,7 +94,7 @@ func (s *Server) ServeShare(sessionID, principal, conn string, stub *actor.PID, 
 	}
 	// The proxy is the stub's principal: the load is checked against the
 	// session's owner as any other (connection.owns).
-	proxy := s.ConnectAs("share-"+uuid.NewString(), Identity{Principal: principal, Remote: "pod " + stub.Address},
+	proxy := s.ConnectAs(proxyConnPrefix+uuid.NewString(), Identity{Principal: principal, Remote: "pod " + stub.Address},
 		relayOutlet{root: s.sys.Root, stub: stub})
 	s.deps.shares.proxies.Store(proxy.pid.Id, proxy.pid)
 	s.sys.Root.Send(proxy.pid, &shareStart{stub: stub, conn: conn, init: im, open: om})

@@ -185,7 +185,7 @@ func (s *session) resumeTurn(ctx actor.Context, prior *store.RunningTurn) {
 	step := store.NextStep(s.entries, first)
 	conn, _ := s.deps.conns.Load(prior.Conn)
 	promptConn, _ := conn.(*actor.PID)
-	turnID := s.turn.claim(protocol.RawMessage(prior.PromptRequest), promptConn)
+	turnID := s.turn.claim(protocol.RawMessage(prior.PromptRequest), promptConn, recordedClient(prior.Conn))
 	s.deps.turns.acquire(s.owner, 0) // taken on elsewhere: not refused for a limit here
 	s.countTurn()
 	started := prior.StartedAt.UTC()

@@ -89,9 +89,9 @@ func (s *session) takeOnceLetGo(ctx actor.Context) {
 	if s.phase.kind != phaseStub || s.stub.take == nil || s.stub.take.taken == nil {
 		return
 	}
-	resumed := resumedPromptKey(s.stub.take.taken.store)
-	isResumed := func(key string) bool { return key == resumed }
+	resumed, ok := resumedPrompt(s.stub.take.taken.store)
 	for _, l := range s.stub.legs {
+		isResumed := func(key string) bool { return ok && resumed.names(promptKey{client: l.who.client, id: key}) }
 		if l.state == legAttached || l.state == legSharing || l.state == legSettling || l.bounceDue(isResumed) {
 			return
 		}
@@ -99,15 +99,15 @@ func (s *session) takeOnceLetGo(ctx actor.Context) {
 	s.take(ctx)
 }
 
-// resumedPromptKey is the IDKey of the prompt of the turn left recorded in
-// st, which the take resumes; "" when none.
-func resumedPromptKey(st store.Session) string {
+// resumedPrompt is the prompt of the turn left recorded in st, which the
+// take resumes; false when none.
+func resumedPrompt(st store.Session) (promptKey, bool) {
 	if k, ok := st.(store.TurnKeeper); ok {
 		if prior := k.PriorTurn(); prior != nil {
-			return protocol.IDKey(protocol.RawMessage(prior.PromptRequest))
+			return keyOfPrompt(recordedClient(prior.Conn), protocol.RawMessage(prior.PromptRequest)), true
 		}
 	}
-	return ""
+	return promptKey{}, false
 }
 
 // bounceDue: l's old holder let the session go (its proxy said so, it is
@@ -157,9 +157,11 @@ func (s *session) stubTakeDue(ctx actor.Context) {
 }
 
 // legOwed are the prompts a leg relayed that reached a holder and were
-// not answered: the resumed turn may be of one of them.
+// not answered: the resumed turn may be of one of them. client is the
+// leg's connection's id (sessionWho.client), whose prompts they are.
 type legOwed struct {
 	conn    *actor.PID
+	client  string
 	prompts []protocol.RawMessage
 }
 
@@ -187,7 +189,7 @@ func (s *session) takeLegs(ctx actor.Context) (owed []legOwed, redo []*envelope)
 		if s.mcp.start == nil {
 			s.mcp.start = l.share.servers
 		}
-		o := legOwed{conn: l.conn}
+		o := legOwed{conn: l.conn, client: l.who.client}
 		for _, r := range l.relayedInOrder() {
 			if r.req != nil && r.req.sent && !r.req.bounced && r.req.method == protocol.MethodSessionPrompt {
 				o.prompts = append(o.prompts, r.req.id)
@@ -287,12 +289,13 @@ func (s *session) servedHere(ctx actor.Context, l *stubLeg, r legMessage) *envel
 func (s *session) settleOwed(ctx actor.Context, o legOwed) {
 	detached := func(p *actor.PID) bool { return p == nil || s.clients.find(p) == nil }
 	for _, id := range o.prompts {
+		p := keyOfPrompt(o.client, id)
 		if s.phase.kind != phaseLive {
 			s.respondTo(ctx, o.conn, id, cancelledPrompt(), nil)
-		} else if s.turn.answerTo(id, o.conn, detached) || s.turn.of(o.conn) && protocol.IDKey(s.turn.promptID) == protocol.IDKey(id) {
+		} else if s.turn.answerTo(p, o.conn, detached) || s.turn.of(o.conn) && protocol.IDKey(s.turn.promptID) == p.id {
 			continue
 		}
-		if data, ok := s.followers.takeAnswer(id); ok {
+		if data, ok := s.followers.takeAnswer(p); ok {
 			ctx.Send(o.conn, &outbound{frame: Frame{Data: data, SessionID: s.id}})
 			continue
 		}

@@ -1,6 +1,8 @@
 package actors
 
 import (
+	"strings"
+
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/iac-code/iac-code/protocol"
 	"github.com/iac-code/iac-code/store"
@@ -33,9 +35,12 @@ type turnSlot struct {
 	id int64
 	// promptID is the prompt the turn answers; promptConn asked it: its
 	// answer goes there even when the session moved to another connection
-	// meanwhile.
-	promptID   protocol.RawMessage
-	promptConn *actor.PID
+	// meanwhile. promptClient is the id of the connection its client is
+	// on (sessionWho.client): a turn resumed on another pod, whose
+	// promptConn is gone, is owed to that client (promptKey).
+	promptID     protocol.RawMessage
+	promptConn   *actor.PID
+	promptClient string
 	// counted: the running turn holds one of its owner's slots
 	// (MaxTurnsPerUser).
 	counted bool
@@ -50,27 +55,31 @@ func (t *turnSlot) pausing() bool    { return t.state == turnPausing }
 // of reports whether the running turn is the prompt of conn.
 func (t *turnSlot) of(conn *actor.PID) bool { return t.running() && conn.Equal(t.promptConn) }
 
-// claim takes the slot for the prompt id of conn, and numbers its turn
-// (spawned next, then run).
-func (t *turnSlot) claim(id protocol.RawMessage, conn *actor.PID) int64 {
-	t.promptID, t.promptConn = id, conn
+// claim takes the slot for the prompt id of conn, whose client is on
+// the connection named client, and numbers its turn (spawned next, then
+// run).
+func (t *turnSlot) claim(id protocol.RawMessage, conn *actor.PID, client string) int64 {
+	t.promptID, t.promptConn, t.promptClient = id, conn, client
 	t.id++
 	return t.id
 }
 
-// run: the turn's actor is pid.
+// prompt is the running turn's prompt as promptKey names it.
+func (t *turnSlot) prompt() promptKey { return keyOfPrompt(t.promptClient, t.promptID) }
+
 // answerTo makes conn the connection the running turn answers, when its
-// prompt is id and its own connection is gone (detached is true of it):
-// a client following the session here is owed that answer
+// prompt is the one p names and its own connection is gone (detached is
+// true of it): a client following the session here is owed that answer
 // (session_followlog.go). A turn being cancelled is not handed on.
-func (t *turnSlot) answerTo(id protocol.RawMessage, conn *actor.PID, detached func(*actor.PID) bool) bool {
-	if !t.running() || t.cancelling() || protocol.IDKey(id) != protocol.IDKey(t.promptID) || !detached(t.promptConn) {
+func (t *turnSlot) answerTo(p promptKey, conn *actor.PID, detached func(*actor.PID) bool) bool {
+	if !t.running() || t.cancelling() || !t.prompt().names(p) || !detached(t.promptConn) {
 		return false
 	}
 	t.promptConn = conn
 	return true
 }
 
+// run: the turn's actor is pid.
 func (t *turnSlot) run(pid *actor.PID) { t.state, t.pid = turnRunning, pid }
 
 // disown: the running turn, when conn's, is nobody's prompt any more (its
@@ -85,8 +94,37 @@ func (t *turnSlot) disown(conn *actor.PID) {
 // end frees the slot, and returns the prompt to answer.
 func (t *turnSlot) end() (promptID protocol.RawMessage, promptConn *actor.PID) {
 	promptID, promptConn = t.promptID, t.promptConn
-	t.state, t.pid, t.promptID, t.promptConn = turnIdle, nil, nil, nil
+	t.state, t.pid, t.promptID, t.promptConn, t.promptClient = turnIdle, nil, nil, nil, ""
 	return promptID, promptConn
+}
+
+// promptKey names a prompt across pods: the id of the connection its
+// client is on (sessionWho.client; "" when unknown) and its JSON-RPC id
+// (protocol.IDKey). Clients number their requests each on their own: two
+// clients of a session often send prompts of one id, so the id alone
+// names none.
+type promptKey struct{ client, id string }
+
+func keyOfPrompt(client string, id protocol.RawMessage) promptKey {
+	return promptKey{client: client, id: protocol.IDKey(id)}
+}
+
+// names reports whether k, a prompt the session owes, is the prompt p: the
+// same id from the same client's connection. A client unknown on either
+// side (named by a pod of an older version, which did not say) leaves the
+// id alone to decide, as it did then.
+func (k promptKey) names(p promptKey) bool {
+	return k.id == p.id && (k.client == p.client || k.client == "" || p.client == "")
+}
+
+// recordedClient is the client of a turn's prompt as the store recorded
+// it (store.RunningTurn.Conn): a proxy's own id, which a pod of an older
+// version recorded, names no client (unknown).
+func recordedClient(conn string) string {
+	if strings.HasPrefix(conn, proxyConnPrefix) {
+		return ""
+	}
+	return conn
 }
 
 // count: the turn holds one of its owner's slots.
@@ -136,6 +174,7 @@ func (s *session) endTurn(ctx actor.Context, m *turnFinished) {
 	s.saveMeta()
 	// Told before the answer, which stays the turn's last frame.
 	s.finishTurn(ctx)
+	client := s.turn.promptClient
 	promptID, promptConn := s.turn.end()
 	var (
 		result any
@@ -164,7 +203,7 @@ func (s *session) endTurn(ctx actor.Context, m *turnFinished) {
 		// its end is recorded (whoever loads the session sees it), and its
 		// answer kept for that connection, which may be following the
 		// session here (session_followlog.go).
-		s.followers.keepAnswer(promptID, answerData(promptID, result, e))
+		s.followers.keepAnswer(keyOfPrompt(client, promptID), answerData(promptID, result, e))
 	}
 	s.answerDrainers(ctx)
 	if s.phase.lettingGo() {

@@ -122,7 +122,9 @@ type RunningTurn struct {
 	// byte for byte as its client sent it.
 	PromptRequest []byte
 	// Conn is the id of the connection that sent the prompt, whose answer
-	// it is owed ("" when unknown).
+	// it is owed ("" when unknown); for a prompt relayed from a stub of
+	// another pod, the id of the stub's connection there, as the client
+	// knows it (not the proxy's).
 	Conn string
 	// FirstSeq is the Seq of the turn's first history entry (its prompt's
 	// user message; 0 when unknown): a resumed turn decides its next step
