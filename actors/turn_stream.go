@@ -4,10 +4,12 @@ import (
 	"sync"
 	"unicode/utf8"
 
+	"github.com/asynkron/protoactor-go/actor"
 	"github.com/google/uuid"
 
 	"github.com/iac-code/iac-code/llm"
 	"github.com/iac-code/iac-code/protocol"
+	"github.com/iac-code/iac-code/tools"
 )
 
 // maxMergedChunk bounds the text of one chunk notification made of several
@@ -198,4 +200,136 @@ func (c *modelCall) shownFrames(from, to int) [][]byte {
 		}
 	}
 	return frames
+}
+
+func (t *turn) callModel(ctx actor.Context) {
+	limit := t.deps.Config.MaxTurnRequests
+	if t.maxCalls > 0 {
+		limit = t.maxCalls
+	}
+	if t.pausing {
+		t.pauseNow(ctx) // a step boundary: the next step is for the next holder
+		return
+	}
+	if t.modelCalls >= limit {
+		t.finish(ctx, protocol.StopMaxTurnRequests, nil)
+		return
+	}
+	if !t.budget.admit(ctx) {
+		return // callModel again once the budget is checked
+	}
+	if t.needsCompaction() && t.startCompaction(ctx, 3) {
+		return
+	}
+	t.tools = t.currentTools()
+	t.stream(ctx, &llm.Request{
+		Model:      t.model,
+		System:     t.system,
+		SystemTurn: t.systemTurn,
+		Messages:   t.forModel(t.messages),
+		Tools:      t.tools.Defs(),
+		MaxTokens:  t.deps.llmConfig().MaxTokens,
+
+		ThinkingBudget: t.thinkingBudget,
+	})
+}
+
+// onBudgetChecked: under budget, the model call goes; over it, a turn that
+// has not called the model yet is refused, and one that has stops with
+// what it did so far (its current step, tool results included, is done).
+func (t *turn) onBudgetChecked(ctx actor.Context, m *budgetChecked) {
+	over := t.budget.checked(m)
+	switch {
+	case over == nil:
+		t.callModel(ctx)
+	case t.modelCalls == 0:
+		t.finish(ctx, "", errTokenBudget(over))
+	default:
+		if t.subagent == "" {
+			t.emit(ctx, protocol.ChunkUpdate{SessionUpdate: protocol.UpdateAgentMessageChunk, Content: protocol.Text(budgetStopText(over))})
+		}
+		t.finish(ctx, protocol.StopMaxTokens, nil)
+	}
+}
+
+// modelName is the model the turn's calls go to.
+func (t *turn) modelName() string {
+	if t.model != "" {
+		return t.model
+	}
+	return t.deps.llmConfig().Model
+}
+
+// forModel is msgs as the model takes them: images become text markers
+// for a model that takes none (the history keeps them).
+func (t *turn) forModel(msgs []llm.Message) []llm.Message {
+	if t.deps.llmConfig().AcceptsImages(t.model) {
+		return msgs
+	}
+	return llm.ImagesAsText(msgs)
+}
+
+// stream starts one model call in a goroutine: it sends the answer's text
+// to the client as it comes (see modelCall) and tells the actor when the
+// call returned.
+func (t *turn) stream(ctx actor.Context, req *llm.Request) {
+	t.modelCalls++
+	t.streaming = true
+	t.gen++
+	t.pending = nil
+	t.stop = ""
+
+	gen, self, root, provider, runCtx := t.gen, ctx.Self(), ctx.ActorSystem().Root, t.deps.Provider, t.ctx
+	to, sid := ctx.Parent(), t.sessionID
+	var call *modelCall
+	call = newModelCall(sid, !t.compacting && t.subagent == "", func(data []byte, shown int) {
+		root.Send(to, &outbound{frame: Frame{Data: data, SessionID: sid, pool: call.frames}, call: call, shown: shown})
+	})
+	t.call = call
+	if t.deps.Trace != nil {
+		cfg := t.deps.llmConfig()
+		model := req.Model
+		if model == "" {
+			model = cfg.Model
+		}
+		runCtx, t.chat = t.deps.Trace.StartChat(runCtx, cfg.Provider, model, sid)
+	}
+	go func() {
+		defer func() {
+			if r := recover(); r != nil {
+				root.Send(self, &goroutinePanic{p: recovered(r)})
+			}
+		}()
+		// call.add copies what it keeps of a delta's text.
+		err := provider.Stream(llm.BorrowText(runCtx), req, call.add)
+		call.end()
+		root.Send(self, &streamEnd{gen: gen, err: err})
+	}()
+}
+
+// currentTools are the turn's own tools plus the MCP tools available now
+// (a server that became ready or changed its tools since the last request
+// is seen here).
+//
+// The MCP actor replaces the list whole when a server's tools change, so
+// the same list pointer means the same tools: the registry made for it
+// (its map, sorted list and definitions) serves every request until then.
+func (t *turn) currentTools() *tools.Registry {
+	var cur *[]tools.Tool
+	if t.mcp != nil {
+		cur = t.mcp.p.Load()
+	}
+	if cur != nil && cur == t.toolsOf && t.tools != nil {
+		return t.tools
+	}
+	var extra []tools.Tool
+	if cur != nil {
+		for _, tl := range *cur {
+			if t.mcpKeep == nil || t.mcpKeep(tl) {
+				extra = append(extra, tl)
+			}
+		}
+	}
+	t.toolsOf = cur
+	return t.base.With(extra...)
 }
