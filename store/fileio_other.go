@@ -44,3 +44,19 @@ func syncDir(dir string) error {
 	}
 	return err
 }
+
+// fileIdent is what a path named when a file was opened (identOf).
+type fileIdent struct{ info os.FileInfo }
+
+// identOf is the identity of open file f.
+func identOf(f *os.File) (fileIdent, error) {
+	info, err := f.Stat()
+	return fileIdent{info}, err
+}
+
+// names reports whether path names the file of identity id still (not
+// removed, moved away or replaced since).
+func names(path string, id fileIdent) bool {
+	info, err := os.Stat(path)
+	return err == nil && id.info != nil && os.SameFile(info, id.info)
+}

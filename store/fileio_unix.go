@@ -108,3 +108,27 @@ func syncDir(dir string) error {
 	}
 	return nil
 }
+
+// fileIdent is what a path named when a file was opened (identOf): its
+// device and inode.
+type fileIdent struct{ dev, ino uint64 }
+
+// identOf is the identity of open file f, by an fstat(2) of it.
+func identOf(f *os.File) (fileIdent, error) {
+	var st syscall.Stat_t
+	sc, err := f.SyscallConn()
+	if err != nil {
+		return fileIdent{}, err
+	}
+	if cerr := sc.Control(func(fd uintptr) { err = syscall.Fstat(int(fd), &st) }); cerr != nil {
+		return fileIdent{}, cerr
+	}
+	return fileIdent{dev: uint64(st.Dev), ino: st.Ino}, err
+}
+
+// names reports whether path names the file of identity id still (not
+// removed, moved away or replaced since): one stat(2), into the stack.
+func names(path string, id fileIdent) bool {
+	var st syscall.Stat_t
+	return syscall.Stat(path, &st) == nil && uint64(st.Dev) == id.dev && st.Ino == id.ino
+}

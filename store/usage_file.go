@@ -32,16 +32,24 @@ type fileUsage struct {
 	// out is the day file last appended to (outName), kept open: a model
 	// call's count is one write, not an open, a write and a close.
 	// O_APPEND puts each write at the file's end whoever else appends.
-	outMu   sync.Mutex
-	out     *os.File
-	outName string
+	// outPath and outIdent are its path and what that named when opened:
+	// a day file removed or moved away meanwhile (an operator resetting
+	// the day's counts) is opened anew, not written on unseen.
+	outMu    sync.Mutex
+	out      *os.File
+	outName  string
+	outPath  string
+	outIdent fileIdent
 
 	mu   sync.Mutex
 	days map[string]*usageDay // by file name
 }
 
-// usageDay is what has been read of one day's file.
+// usageDay is what has been read of one day's file: the file it was
+// (info), up to offset. A file removed or replaced since counts from its
+// start again (an operator resetting the day's counts).
 type usageDay struct {
+	info   os.FileInfo
 	offset int64
 	totals map[usageKey]*UsageTotal
 }
@@ -87,19 +95,25 @@ func (f *fileUsage) add(principal, model string, at time.Time, u llm.Usage) erro
 	name := at.UTC().Format(usageDayLayout) + ".jsonl"
 	f.outMu.Lock()
 	defer f.outMu.Unlock()
-	if f.out == nil || f.outName != name {
+	if f.out == nil || f.outName != name || !names(f.outPath, f.outIdent) {
 		if !f.made.Load() {
 			if err := os.MkdirAll(f.dir, dirPerm); err != nil {
 				return err
 			}
 			f.made.Store(true)
 		}
-		fh, err := openFile(filepath.Join(f.dir, name), os.O_WRONLY|os.O_APPEND|os.O_CREATE, filePerm)
+		path := filepath.Join(f.dir, name)
+		fh, err := openFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, filePerm)
 		if err != nil {
 			return err
 		}
+		id, err := identOf(fh)
+		if err != nil {
+			_ = fh.Close()
+			return err
+		}
 		f.closeOut()
-		f.out, f.outName = fh, name
+		f.out, f.outName, f.outPath, f.outIdent = fh, name, path, id
 	}
 	if _, err := f.out.Write(line); err != nil {
 		f.closeOut() // opened again by the next count
@@ -137,7 +151,7 @@ func appendUsageCount(b []byte, key string, n int64) []byte {
 func (f *fileUsage) closeOut() {
 	if f.out != nil {
 		_ = f.out.Close()
-		f.out, f.outName = nil, ""
+		f.out, f.outName, f.outPath = nil, "", ""
 	}
 }
 
@@ -210,12 +224,23 @@ func (f *fileUsage) read(name string) (*usageDay, error) {
 	}
 	fh, err := os.Open(filepath.Join(f.dir, name))
 	if errors.Is(err, fs.ErrNotExist) {
+		if ud.info != nil { // removed: nothing counted that day any more
+			*ud = usageDay{totals: map[usageKey]*UsageTotal{}}
+		}
 		return ud, nil
 	}
 	if err != nil {
 		return nil, err
 	}
 	defer fh.Close()
+	info, err := fh.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if ud.info != nil && (!os.SameFile(info, ud.info) || info.Size() < ud.offset) {
+		*ud = usageDay{totals: map[usageKey]*UsageTotal{}} // replaced, or cut short
+	}
+	ud.info = info
 	if _, err := fh.Seek(ud.offset, io.SeekStart); err != nil {
 		return nil, err
 	}
