@@ -20,14 +20,16 @@ import (
 // proxy cross the two actor systems through forwarders (podLink's). gate,
 // when set, holds every Share made to a pod until it is closed, gateFrom
 // every Share a pod makes; slow, when set, holds the stubs' relays to the
-// proxies on a pod (relayHold); proxies are the proxies made, on their
-// pods, and served counts them by pod.
+// proxies on a pod (relayHold), slowBack the proxies' frames to the stubs
+// on a pod; proxies are the proxies made, on their pods, and served
+// counts them by pod.
 type podNet struct {
 	mu       sync.Mutex
 	pods     map[string]*Server
 	gate     map[string]chan struct{}
 	gateFrom map[*Server]chan struct{}
 	slow     map[string]*relayHold
+	slowBack map[*Server]*relayHold
 	proxies  []*actor.PID
 	served   map[string]int
 	// behind: the proxy each forwarder a stub was given stands for, as a
@@ -70,7 +72,7 @@ func (p podOf) Share(id, owner, principal, conn string, stub *actor.PID, init, o
 			<-g
 		}
 	}
-	proxy, err := holder.ServeShare(id, principal, conn, forwarder(holder, p.here, stub), init, open)
+	proxy, err := holder.ServeShare(id, principal, conn, p.net.backTo(holder, p.here, stub), init, open)
 	if err != nil {
 		return nil, err
 	}
@@ -101,7 +103,7 @@ type relayHold struct {
 // slow link) until the returned func is called; caught hears of each one
 // held.
 func (n *podNet) holdRelays(inc string) (caught <-chan struct{}, release func()) {
-	h := &relayHold{caught: make(chan struct{}, 1), release: make(chan struct{})}
+	h := newRelayHold()
 	n.mu.Lock()
 	if n.slow == nil {
 		n.slow = map[string]*relayHold{}
@@ -109,6 +111,23 @@ func (n *podNet) holdRelays(inc string) (caught <-chan struct{}, release func())
 	n.slow[inc] = h
 	n.mu.Unlock()
 	return h.caught, sync.OnceFunc(func() { close(h.release) })
+}
+
+func newRelayHold() *relayHold {
+	return &relayHold{caught: make(chan struct{}, 1), release: make(chan struct{})}
+}
+
+// pass returns once h lets a frame go on (at once for nil), telling
+// caught of the frame held.
+func (h *relayHold) pass() {
+	if h == nil {
+		return
+	}
+	select {
+	case h.caught <- struct{}{}:
+	default:
+	}
+	<-h.release
 }
 
 // relayTo is a forwarder on pod on to proxy on pod to (incarnation owner),
@@ -125,14 +144,39 @@ func (n *podNet) relayTo(on, to *Server, owner string, proxy *actor.PID) *actor.
 		n.mu.Lock()
 		hold := n.slow[owner]
 		n.mu.Unlock()
-		if hold != nil {
-			select {
-			case hold.caught <- struct{}{}:
-			default:
-			}
-			<-hold.release
-		}
+		hold.pass()
 		to.sys.Root.Send(proxy, m)
+	}))
+}
+
+// holdBack holds the frames of the proxies to the stubs on pod (a slow
+// link back) until the returned func is called; caught hears of each one
+// held.
+func (n *podNet) holdBack(pod *Server) (caught <-chan struct{}, release func()) {
+	h := newRelayHold()
+	n.mu.Lock()
+	if n.slowBack == nil {
+		n.slowBack = map[*Server]*relayHold{}
+	}
+	n.slowBack[pod] = h
+	n.mu.Unlock()
+	return h.caught, sync.OnceFunc(func() { close(h.release) })
+}
+
+// backTo is a forwarder on pod on to stub on pod to, as forwarder, whose
+// frames wait while the net holds them (slowBack).
+func (n *podNet) backTo(on, to *Server, stub *actor.PID) *actor.PID {
+	return on.sys.Root.Spawn(actor.PropsFromFunc(func(ctx actor.Context) {
+		switch ctx.Message().(type) {
+		case *clusterpb.Relay, *clusterpb.Repoint:
+		default:
+			return
+		}
+		n.mu.Lock()
+		hold := n.slowBack[to]
+		n.mu.Unlock()
+		hold.pass()
+		to.sys.Root.Send(stub, ctx.Message())
 	}))
 }
 
