@@ -285,19 +285,20 @@ func (s *session) servedHere(ctx actor.Context, l *stubLeg, r legMessage) *envel
 // settleOwed answers o's prompts the resumed turn is not of: cancelled,
 // as a follow answers a prompt whose turn was cut; the turn's own prompt
 // is answered to o's connection when the turn ends (or now, from the
-// follow log, when it ended already).
+// follow log, when it ended already). A take whose open failed (phase
+// failed) goes on with no turn: each prompt is answered cancelled, once.
 func (s *session) settleOwed(ctx actor.Context, o legOwed) {
 	detached := func(p *actor.PID) bool { return p == nil || s.clients.find(p) == nil }
 	for _, id := range o.prompts {
 		p := keyOfPrompt(o.client, id)
-		if s.phase.kind != phaseLive {
-			s.respondTo(ctx, o.conn, id, cancelledPrompt(), nil)
-		} else if s.turn.answerTo(p, o.conn, detached) || s.turn.of(o.conn) && protocol.IDKey(s.turn.promptID) == p.id {
-			continue
-		}
-		if data, ok := s.followers.takeAnswer(p); ok {
-			ctx.Send(o.conn, &outbound{frame: Frame{Data: data, SessionID: s.id}})
-			continue
+		if s.phase.kind == phaseLive {
+			if s.turn.answerTo(p, o.conn, detached) || s.turn.of(o.conn) && protocol.IDKey(s.turn.promptID) == p.id {
+				continue
+			}
+			if data, ok := s.followers.takeAnswer(p); ok {
+				ctx.Send(o.conn, &outbound{frame: Frame{Data: data, SessionID: s.id}})
+				continue
+			}
 		}
 		s.respondTo(ctx, o.conn, id, cancelledPrompt(), nil)
 	}

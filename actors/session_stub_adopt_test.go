@@ -2,14 +2,18 @@ package actors
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"path/filepath"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 
+	"github.com/iac-code/iac-code/llm"
 	"github.com/iac-code/iac-code/llm/llmtest"
 	"github.com/iac-code/iac-code/store"
+	"github.com/iac-code/iac-code/store/pgtest"
 )
 
 // A drain hands a paused turn to the pod where another client of the
@@ -116,5 +120,74 @@ var _ = Describe("a stub asked to adopt its session (PostgreSQL)", func() {
 			Eventually(func() string { return chatOf(x, 0, "agent_message_chunk") }, 5*time.Second).Should(Equal("done"))
 			Expect(toolUpdates(x, "tool_call", "c1")).To(Equal(1), "announced by the holder that recorded the step, not again by the adopter")
 		}
+	})
+})
+
+// The stub's take opens the session as any adopter does; when that fails
+// (a history left needing repair, which it cannot write), no turn goes on
+// with the prompts its legs relayed, and each is answered cancelled, once.
+var _ = Describe("a stub whose take of its session fails (PostgreSQL)", func() {
+	It("answers the prompt its leg relayed once, cancelled", func() {
+		srv := requirePG()
+		schema, dbURL, err := srv.NewSchema()
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(srv.DropSchema, schema)
+		// b reaches the database through a link the spec cuts
+		link, err := pgtest.NewProxy(fmt.Sprintf("127.0.0.1:%d", srv.Port()))
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(link.Close)
+		open := func(url string) *store.PGStore {
+			st, err := store.NewPostgres(url, store.WithLeaseTTL(time.Hour), store.WithLeaseRenew(30*time.Minute))
+			Expect(err).NotTo(HaveOccurred())
+			DeferCleanup(st.Close)
+			return st
+		}
+		stA, stB, other := open(dbURL), open(srv.URLAt(link.Addr(), "postgres")+"&search_path="+schema), open(dbURL)
+		model := llmtest.NewServer()
+		DeferCleanup(model.Close)
+		a, b := durableServer(stA, model), durableServer(stB, model)
+		DeferCleanup(link.Heal) // before b shuts down
+		net := &podNet{pods: map[string]*Server{stA.Incarnation(): a, stB.Incarnation(): b}, gate: map[string]chan struct{}{}}
+		a.SetHandover(podOf{net: net, here: a})
+		b.SetHandover(podOf{net: net, here: b})
+
+		h, g := connectTo(a), connectTo(b)
+		DeferCleanup(func() { h.conn.Close(2 * time.Second); g.conn.Close(2 * time.Second) })
+		cwd := GinkgoT().TempDir()
+		sid := h.result(h.call("session/new", map[string]any{"cwd": cwd, "mcpServers": []any{}}))["sessionId"].(string)
+		h.result(h.call("session/set_mode", map[string]any{"sessionId": sid, "modeId": "bypass"}))
+		g.result(g.call("session/load", map[string]any{"sessionId": sid, "cwd": cwd, "mcpServers": []any{}}))
+		model.Script(llmtest.Reply{ToolCalls: []llmtest.ToolCall{bashStep(filepath.Join(cwd, "steps"), "c1", "one", 0.3)}})
+		prompt := g.call("session/prompt", textPrompt(sid, "run"))
+		Eventually(toolRunning(g, "c1"), 5*time.Second, 5*time.Millisecond).Should(BeTrue())
+
+		By("a pauses the turn; another holder leaves the history ending in a call with no result, and no turn recorded")
+		_, release := net.holdBack(b) // a's word that it left waits: the leg stays with a
+		DeferCleanup(release)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		adopted := make(chan error, 1)
+		Expect(a.PauseTurns(ctx, func(id string, servers []byte) {
+			defer GinkgoRecover()
+			s, _, err := other.Open(id)
+			Expect(err).NotTo(HaveOccurred())
+			Expect(s.Append(store.Entry{Kind: store.KindMessage, Message: llm.Message{Role: llm.RoleAssistant,
+				Content: []llm.Block{{Type: llm.BlockToolUse, ToolCallID: "c9", Name: "bash", Input: json.RawMessage(`{}`)}}}})).To(Succeed())
+			Expect(s.Release()).To(Succeed()) // its turn's record with it
+			go func() { adopted <- b.AdoptHanded(id, servers) }()
+		})).To(Equal([]string{sid}))
+
+		By("b's stub holds the lease; its link to the database is cut before it takes the session")
+		Eventually(func() string {
+			holder, _ := stA.Holder(context.Background(), sid)
+			return holder.Owner
+		}, 5*time.Second, 10*time.Millisecond).Should(Equal(stB.Incarnation()))
+		link.Cut()
+		release()
+		Expect(<-adopted).To(HaveOccurred(), "the history's repair could not be written")
+
+		Eventually(func() map[string]any { return g.out.response(prompt) }, 10*time.Second, 10*time.Millisecond).Should(
+			HaveKeyWithValue("result", HaveKeyWithValue("stopReason", "cancelled")))
+		Consistently(func() int { return answersTo(g, prompt) }, 300*time.Millisecond).Should(Equal(1), "answered once")
 	})
 })
