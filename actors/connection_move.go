@@ -283,8 +283,12 @@ func (s *Server) adoptStub(ms MovedSession, who sessionWho, conn, proxy *actor.P
 	if stub, leg = s.adoptStubNamed(ms, who, conn, proxy, share, sessionActorName(ms.ID)); leg != nil {
 		return stub, leg
 	}
-	return s.adoptStubNamed(ms, who, conn, proxy, share, sessionActorName(ms.ID)+"~moved~"+who.connID)
+	return s.adoptStubNamed(ms, who, conn, proxy, share, movedStubName(ms.ID, who.connID))
 }
+
+// movedStubName names the stub of session id made beside the session for
+// the moved connection connID (adoptStub).
+func movedStubName(id, connID string) string { return sessionActorName(id) + "~moved~" + connID }
 
 func (s *Server) adoptStubNamed(ms MovedSession, who sessionWho, conn, proxy *actor.PID, share legShare, name string) (stub, leg *actor.PID) {
 	props := actor.PropsFromProducer(func() actor.Actor {

@@ -26,12 +26,14 @@ import (
 //
 // The resumed turn keeps the mark (its turn id, prompt connection, first
 // seq); its end clears it as any turn's. Its prompt is answered to the
-// connection that sent it when that connection is on this process;
-// otherwise only its end is recorded. A permission it needs is asked of
-// every attached client — none at first: the request waits for a client to
-// attach, which is asked then (attachClient). No attached client leaving
-// cancels it, as it is none of theirs; with no client left at its end the
-// session ends (ending(unattended)).
+// connection that sent it when that connection is on this process (and not
+// served through a stub beside the session, promptConnHere); otherwise its
+// end is recorded, and its answer kept for a client following the session
+// here. A permission it needs is asked of every attached client — none at
+// first: the request waits for a client to attach, which is asked then
+// (attachClient). No attached client leaving cancels it, as it is none of
+// theirs; with no client left at its end the session ends
+// (ending(unattended)).
 
 type (
 	// adoptTurn asks the session to hold its lease (Server.Adopt), taking
@@ -183,8 +185,7 @@ func (s *session) resumeTurn(ctx actor.Context, prior *store.RunningTurn) {
 		first = lastPromptSeq(s.entries)
 	}
 	step := store.NextStep(s.entries, first)
-	conn, _ := s.deps.conns.Load(prior.Conn)
-	promptConn, _ := conn.(*actor.PID)
+	promptConn := s.promptConnHere(ctx, prior.Conn)
 	turnID := s.turn.claim(protocol.RawMessage(prior.PromptRequest), promptConn, recordedClient(prior.Conn))
 	s.deps.turns.acquire(s.owner, 0) // taken on elsewhere: not refused for a limit here
 	s.countTurn()
@@ -217,6 +218,26 @@ func (s *session) resumeTurn(ctx actor.Context, prior *store.RunningTurn) {
 	s.markTurn(true)
 }
 
+// promptConnHere is the connection of this process that a resumed turn,
+// whose prompt came from the connection named conn, answers: that
+// connection when it is here, unless it reaches the session through a stub
+// made beside the session (moved in, movedStubName): that stub's follow is
+// owed the answer, kept for it (nil; session_followlog.go). Answered
+// directly, the answer would go past the turn's updates still on their way
+// through the stub, and the stub's follow, owed nothing, would answer the
+// prompt cancelled as well.
+func (s *session) promptConnHere(ctx actor.Context, conn string) *actor.PID {
+	c, _ := s.deps.conns.Load(conn)
+	pid, _ := c.(*actor.PID)
+	if pid == nil {
+		return nil
+	}
+	if _, beside := ctx.ActorSystem().ProcessRegistry.GetLocal(movedStubName(s.id, conn)); beside {
+		return nil
+	}
+	return pid
+}
+
 // lastPromptSeq is the seq of the history's last user message (a turn
 // recorded without its first seq starts there).
 func lastPromptSeq(entries []store.Entry) int64 {
@@ -229,5 +250,6 @@ func lastPromptSeq(entries []store.Entry) int64 {
 }
 
 // connections are this process's connection actors by connection id: a
-// resumed turn's prompt is answered to its connection when it is here.
+// resumed turn's prompt is answered to its connection when it is here
+// (promptConnHere).
 type connections struct{ sync.Map }

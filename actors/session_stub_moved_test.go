@@ -41,14 +41,7 @@ var _ = Describe("a moved-in stub beside its session (PostgreSQL)", func() {
 		prompt := m.call("session/prompt", textPrompt(sid, "run the steps"))
 		Eventually(toolRunning(m, "c1"), 5*time.Second, 5*time.Millisecond).Should(BeTrue())
 
-		pause := func(from, to *Server) {
-			GinkgoHelper()
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			adopted := make(chan error, 1)
-			Expect(from.PauseTurns(ctx, func(id string, servers []byte) { go func() { adopted <- to.AdoptHanded(id, servers) }() })).To(Equal([]string{sid}))
-			Expect(<-adopted).To(Succeed())
-		}
+		pause := func(from, to *Server) { GinkgoHelper(); handTurn(from, to, sid) }
 		By("a hands the session to b: the stub follows it there")
 		pause(a, b)
 		Eventually(toolRunning(m, "c2"), 5*time.Second, 5*time.Millisecond).Should(BeTrue())
@@ -72,7 +65,60 @@ var _ = Describe("a moved-in stub beside its session (PostgreSQL)", func() {
 		Expect(m.result(m.call("session/prompt", textPrompt(sid, "once more")))["stopReason"]).To(Equal("end_turn"))
 		Expect(chatOf(m, from, "agent_message_chunk")).To(Equal("again"))
 	})
+
+	It("answers its prompt once when the turn its own pod adopted back ends before the stub follows it home", func() {
+		_, model, a, b, net := twoDurablePods()
+		h, g := connectTo(a), connectTo(b)
+		DeferCleanup(func() { g.conn.Close(2 * time.Second) })
+		steps := filepath.Join(GinkgoT().TempDir(), "steps")
+		cwd := GinkgoT().TempDir()
+		sid := h.result(h.call("session/new", map[string]any{"cwd": cwd, "mcpServers": []any{}}))["sessionId"].(string)
+		h.result(h.call("session/set_mode", map[string]any{"sessionId": sid, "modeId": "bypass"}))
+		g.result(g.call("session/load", map[string]any{"sessionId": sid, "cwd": cwd, "mcpServers": []any{}}))
+		m := moveConn(g, b, a, net)
+		DeferCleanup(func() { m.conn.Close(2 * time.Second) })
+		// the session's one client is the moved connection, through its stub beside the session
+		h.conn.Close(2 * time.Second)
+
+		model.Script(llmtest.Reply{ToolCalls: []llmtest.ToolCall{bashStep(steps, "c1", "one", 0.3)}},
+			llmtest.Reply{ToolCalls: []llmtest.ToolCall{bashStep(steps, "c2", "two", 0.5)}},
+			llmtest.Reply{Text: "all done"})
+		prompt := m.call("session/prompt", textPrompt(sid, "run the steps"))
+		Eventually(toolRunning(m, "c1"), 5*time.Second, 5*time.Millisecond).Should(BeTrue())
+		pause := func(from, to *Server) { GinkgoHelper(); handTurn(from, to, sid) }
+		pause(a, b)
+		Eventually(toolRunning(m, "c2"), 5*time.Second, 5*time.Millisecond).Should(BeTrue())
+
+		By("b hands the session back to a; b's word that it left is on its way to the stub (a slow link)")
+		_, release := net.holdBack(a)
+		DeferCleanup(release)
+		pause(b, a)
+		Eventually(func() int64 { return a.Metrics().TurnsResumed.Load() }, 5*time.Second).Should(Equal(int64(1)))
+		Eventually(func() int64 { return a.Metrics().RunningTurns.Load() }, 5*time.Second).Should(BeZero(), "the turn a resumed ended")
+		Consistently(func() int { return answersTo(m, prompt) }, 200*time.Millisecond).Should(BeZero(),
+			"the moved connection reaches the session through its stub, which has not followed it yet")
+
+		By("the stub follows the session home and is owed the turn's answer")
+		release()
+		Eventually(func() map[string]any { return m.out.response(prompt) }, 10*time.Second, 10*time.Millisecond).Should(
+			HaveKeyWithValue("result", HaveKeyWithValue("stopReason", "end_turn")))
+		Consistently(func() int { return answersTo(m, prompt) }, defaultFollowTimeout+500*time.Millisecond).Should(Equal(1),
+			"answered once: not cancelled by the stub, which waits up to the follow timeout before it settles a prompt not owed")
+		Expect(fileLines(steps)).To(Equal([]string{"one", "two"}), "each step ran once")
+		Eventually(func() string { return chatOf(m, 0, "agent_message_chunk") }, 5*time.Second).Should(Equal("all done"))
+	})
 })
+
+// handTurn drains pod from, which hands the paused turn of session sid,
+// its only one, to pod to, and waits for to to adopt it.
+func handTurn(from, to *Server, sid string) {
+	GinkgoHelper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	adopted := make(chan error, 1)
+	Expect(from.PauseTurns(ctx, func(id string, servers []byte) { go func() { adopted <- to.AdoptHanded(id, servers) }() })).To(Equal([]string{sid}))
+	Expect(<-adopted).To(Succeed())
+}
 
 // moveConn moves x's connection from pod from to pod to as a drain does
 // (StartMove, MoveIn, Repoint, Finish, Restore; the transport's outbox is
