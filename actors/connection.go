@@ -2,7 +2,6 @@ package actors
 
 import (
 	"errors"
-	"slices"
 	"strings"
 	"time"
 
@@ -52,10 +51,19 @@ type (
 		err    *protocol.Error
 	}
 	// drain cancels every running turn and is answered once all are answered.
-	// from is the connection draining a session (nil when sent to a connection).
-	drain       struct{ from *actor.PID }
+	// from is the connection draining a session (nil when sent to a
+	// connection), which the session answers with sessionIdle of the same
+	// seq: the connection waits for the last drain it sent to the session's
+	// actor, not for an earlier actor of that name (stopped since).
+	drain struct {
+		from *actor.PID
+		seq  uint64
+	}
 	drained     struct{}
-	sessionIdle struct{ sessionID string }
+	sessionIdle struct {
+		sessionID string
+		seq       uint64
+	}
 	// cancelTurns cancels running turns started by conn (every one, or only
 	// the prompt with requestID): sent by the transport to its connection
 	// (conn nil), and by the connection to its sessions.
@@ -93,11 +101,13 @@ type connection struct {
 	pending  map[int64]pendingRequest
 	nextID   int64
 	// drainer is the future waiting for drain (the sessions it waits for
-	// have waitIdle); joining are sessions opened while draining (a load
+	// have idleWait); joining are sessions opened while draining (a load
 	// that waited for its owner check), sent drain once the requests
 	// deferred behind them are on their way (joinDrain).
 	drainer *actor.PID
 	joining []string
+	// drainSeq numbers the drains sent to sessions (sessionRecord.idleWait).
+	drainSeq uint64
 	// reading counts the owner reads under way (at most maxOwnerReads);
 	// readQueue are the sessions whose read waits for one to end, in order.
 	reading   int
@@ -197,8 +207,8 @@ func (c *connection) Receive(ctx actor.Context) {
 			}
 		}
 	case *sessionIdle:
-		if r := c.sessions.get(m.sessionID); r != nil {
-			r.waitIdle = false
+		if r := c.sessions.get(m.sessionID); r != nil && r.idleWait == m.seq {
+			r.idleWait = 0
 			c.sessions.tidy(m.sessionID)
 		}
 		c.finishDrain(ctx)
@@ -224,23 +234,29 @@ func (c *connection) Receive(ctx actor.Context) {
 		// A session that stopped (closed, evicted, crashed) is forgotten.
 		var gone []string
 		for id, r := range c.sessions {
+			if r.stopping != nil && r.stopping.Equal(m.Who) {
+				// The stopping actor's, not that of one spawned anew under
+				// its name since it left the registry (live: an attach it
+				// gave back, a load): a PID is its name.
+				gone = append(gone, id)
+				continue
+			}
 			if r.live != nil && r.live.Equal(m.Who) {
 				c.sessions.forget(id)
-			}
-			if r.stopping != nil && r.stopping.Equal(m.Who) {
-				gone = append(gone, id)
 			}
 		}
 		for _, id := range gone {
 			c.stopped(ctx, id) // may respawn a session of that name
 		}
-		// Attaches it never took (left in its mailbox as it stopped, or
-		// a dead letter: its Watch is answered Terminated too) are opened
-		// anew, after what it sent before it stopped (the attaches it
-		// took): Terminated, a system message, overtakes them.
-		id := strings.TrimPrefix(m.Who.Id, sessionActorPrefix)
-		if r := c.sessions.get(id); r != nil && len(r.attaching) > 0 && m.Who.Address == ctx.Self().Address {
-			ctx.Send(ctx.Self(), &untakenAttaches{id: id, sent: slices.Clone(r.attaching)})
+		// What it sent before it stopped (the attaches it took, or gives
+		// back) is still queued: Terminated, a system message, overtook it.
+		// A drain waits for it (sessionGone, behind it), and the attaches
+		// it never took (left in its mailbox as it stopped, or a dead
+		// letter: its Watch is answered Terminated too) are opened anew then.
+		if id, ok := strings.CutPrefix(m.Who.Id, sessionActorPrefix); ok && m.Who.Address == ctx.Self().Address {
+			r := c.sessions.of(id)
+			r.settling++
+			ctx.Send(ctx.Self(), &sessionGone{id: id, untaken: r.untaken()})
 		}
 	case *sessionLeft:
 		// The session's actor answers what was passed on to it before this
@@ -266,24 +282,28 @@ func (c *connection) Receive(ctx actor.Context) {
 			c.stopped(ctx, m.id)
 		}
 	case *attachTaken:
+		// Its answer follows, then the answer to a drain sent after it.
 		if r := c.sessions.get(m.id); r != nil {
-			i := slices.IndexFunc(r.attaching, func(a *attachRequest) bool { return protocol.IDKey(a.reqID) == protocol.IDKey(m.reqID) })
-			if i >= 0 {
-				r.attaching = slices.Delete(r.attaching, i, i+1)
-				c.sessions.tidy(m.id)
+			r.taken(m.reqID)
+			c.sessions.tidy(m.id)
+		}
+	case *attachHeld:
+		c.sessions.of(m.id).held(m.id, m.reqID)
+	case *sessionGone:
+		r := c.sessions.of(m.id)
+		r.settling--
+		for _, a := range m.untaken {
+			if r.reopened(a) {
+				c.reattach(ctx, a)
 			}
 		}
-	case *untakenAttaches:
-		if r := c.sessions.get(m.id); r != nil {
-			for _, a := range m.sent {
-				if i := slices.Index(r.attaching, a); i >= 0 {
-					r.attaching = slices.Delete(r.attaching, i, i+1)
-					c.reattach(ctx, a)
-				}
-			}
-		}
+		c.sessions.tidy(m.id)
+		c.finishDrain(ctx)
 	case *attachAgain:
 		a := m.attach
+		if r := c.sessions.get(m.id); r != nil {
+			r.givenBack(a.reqID)
+		}
 		c.reattach(ctx, &attachRequest{id: m.id, kind: a.kind, reqID: a.reqID, cwd: a.cwd, servers: a.servers, dirs: a.dirs, follow: a.follow})
 	case *actor.Stopping:
 		for _, r := range c.sessions {
@@ -300,6 +320,7 @@ func (c *connection) reattach(ctx actor.Context, a *attachRequest) {
 	c.sessions.tidy(a.id)
 	c.openSession(ctx, a.id, a.kind, a.reqID, a.cwd, "", a.servers, a.dirs, a.follow)
 	c.joinDrain(ctx)
+	c.finishDrain(ctx)
 }
 
 func (c *connection) send(data []byte, sessionID string) {
@@ -486,9 +507,9 @@ func (c *connection) retire(ctx actor.Context, m *retireRequest) {
 func (c *connection) startDrain(ctx actor.Context) {
 	c.drainer = ctx.Sender()
 	for id, r := range c.sessions {
-		r.waitIdle = r.live != nil
+		r.idleWait = 0
 		if r.live != nil {
-			ctx.Send(r.live, &drain{from: ctx.Self()})
+			c.drainSession(ctx, r)
 		} else {
 			c.sessions.tidy(id)
 		}
@@ -502,11 +523,18 @@ func (c *connection) startDrain(ctx actor.Context) {
 func (c *connection) joinDrain(ctx actor.Context) {
 	for _, id := range c.joining {
 		if r := c.sessions.get(id); r != nil && r.live != nil && c.drainer != nil {
-			r.waitIdle = true
-			ctx.Send(r.live, &drain{from: ctx.Self()})
+			c.drainSession(ctx, r)
 		}
 	}
 	c.joining = nil
+}
+
+// drainSession sends a drain to r's actor and waits for its answer (the
+// last one sent).
+func (c *connection) drainSession(ctx actor.Context, r *sessionRecord) {
+	c.drainSeq++
+	r.idleWait = c.drainSeq
+	ctx.Send(r.live, &drain{from: ctx.Self(), seq: c.drainSeq})
 }
 
 // finishDrain answers the drain once no session runs a turn and no request

@@ -107,6 +107,7 @@ type attachRequest struct {
 	servers []protocol.McpServerConfig
 	dirs    []string
 	follow  *followClaim
+	state   attachState
 }
 
 // openSession spawns the session actor, which opens its store entry, starts
@@ -131,7 +132,7 @@ func (c *connection) openSession(ctx actor.Context, id string, kind startKind, r
 	pid, err := ctx.ActorSystem().Root.SpawnNamed(props, name)
 	if errors.Is(err, actor.ErrNameExists) {
 		pid = actor.NewPID(ctx.ActorSystem().Address(), name)
-		r.attaching = append(r.attaching, &attachRequest{id: id, kind: kind, reqID: reqID, cwd: cwd, servers: servers, dirs: dirs, follow: follow})
+		r.keep(&attachRequest{id: id, kind: kind, reqID: reqID, cwd: cwd, servers: servers, dirs: dirs, follow: follow})
 		ctx.Request(pid, &attach{kind: kind, reqID: reqID, cwd: cwd, conn: ctx.Self(), who: c.sessionWho(),
 			servers: servers, notices: notices, caps: c.caps, dirs: dirs, compaction: c.compaction, booleanOptions: c.booleanOptions,
 			follow: follow})

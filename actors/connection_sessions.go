@@ -31,13 +31,17 @@ type sessionRecord struct {
 	// what runs once it is known (checkOwner); its requests wait in
 	// deferred meanwhile, as for stopping.
 	checking func(actor.Context, bool)
-	// attaching: the attaches sent to a live session that it has not yet
-	// said it took (attachTaken), in the order sent: when it stopped
-	// before it got them (dropped with its mailbox, or a dead letter),
-	// they are opened anew at its Terminated.
+	// attaching: the attaches sent to a live session not yet answered by
+	// it nor opened anew, in the order sent, each in its state
+	// (connection_attach.go): a drain waits for them.
 	attaching []*attachRequest
-	// waitIdle: a drain waits for the session's turn of this connection.
-	waitIdle bool
+	// settling counts the Terminated of its actors whose messages sent
+	// before they stopped are still queued (sessionGone, behind them).
+	settling int
+	// idleWait: a drain waits for the session's turn of this connection:
+	// the seq of the last drain sent to its actor (0: none), which its
+	// sessionIdle of that seq ends.
+	idleWait uint64
 	// deletingLive: a session/delete of it, live on other connections,
 	// waits for it to end there (session_delete.go).
 	deletingLive bool
@@ -50,7 +54,7 @@ type sessionRecord struct {
 // empty: the record holds nothing.
 func (r *sessionRecord) empty() bool {
 	return r.live == nil && r.sent == 0 && !r.known && r.servers == nil && r.stopping == nil && len(r.deferred) == 0 &&
-		r.checking == nil && len(r.attaching) == 0 && !r.waitIdle && !r.deletingLive && !r.moved
+		r.checking == nil && len(r.attaching) == 0 && r.settling == 0 && r.idleWait == 0 && !r.deletingLive && !r.moved
 }
 
 // sessionRecords are a connection's records, by session id.
@@ -96,10 +100,13 @@ func (rs sessionRecords) liveCount() int {
 }
 
 // waiting reports whether a drain still waits for something of a session:
-// its turn, an owner check, a deferred request.
+// its turn, an owner check, a deferred request, an attach its actor did not
+// take yet or gives back (the load is answered once opened anew), an actor
+// let go of until it is gone and what it sent before it went is handled.
 func (rs sessionRecords) waiting() bool {
 	for _, r := range rs {
-		if r.waitIdle || r.checking != nil || len(r.deferred) > 0 {
+		if r.idleWait != 0 || r.checking != nil || len(r.deferred) > 0 || len(r.attaching) > 0 ||
+			r.stopping != nil || r.settling > 0 {
 			return true
 		}
 	}

@@ -131,9 +131,9 @@ type session struct {
 	entries   []store.Entry
 	// turn: the turn slot (session_turn.go).
 	turn turnSlot
-	// drainers are closing connections waiting for the end of the turn of
-	// their prompt (drainFor).
-	drainers []*actor.PID
+	// drainers are the drains of closing connections waiting for the end
+	// of the turn of their prompt (drainFor).
+	drainers []*drain
 	// queue: prompts waiting for the running turn (session_queue.go).
 	queue promptQueue
 
@@ -297,7 +297,7 @@ func (s *session) stepLive(ctx actor.Context, e envelope) {
 	case *clientAnswer:
 		s.permissionAnswered(ctx, m)
 	case *drain:
-		s.drainFor(ctx, m.from)
+		s.drainFor(ctx, m)
 	case *actor.Terminated:
 		s.previewGone(ctx, m.Who) // only tools' actors are watched
 	}

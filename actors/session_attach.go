@@ -367,7 +367,8 @@ func (s *session) closeShared(ctx actor.Context, r *sessionRequest) bool {
 // is its own prompts only; the turn of another connection's prompt runs on.
 // Its session/new or load still waiting for MCP servers is answered now,
 // before the connection goes.
-func (s *session) drainFor(ctx actor.Context, from *actor.PID) {
+func (s *session) drainFor(ctx actor.Context, m *drain) {
+	from := m.from
 	if from == nil {
 		from = s.conn
 	}
@@ -377,10 +378,10 @@ func (s *session) drainFor(ctx actor.Context, from *actor.PID) {
 		s.cancelHeldPrompt(ctx)
 	}
 	if !s.turn.of(from) {
-		ctx.Send(from, &sessionIdle{sessionID: s.id})
+		ctx.Send(from, &sessionIdle{sessionID: s.id, seq: m.seq})
 		return
 	}
-	s.drainers = append(s.drainers, from)
+	s.drainers = append(s.drainers, &drain{from: from, seq: m.seq})
 	s.cancelTurn(ctx)
 }
 
@@ -388,7 +389,7 @@ func (s *session) drainFor(ctx actor.Context, from *actor.PID) {
 // it is over.
 func (s *session) answerDrainers(ctx actor.Context) {
 	for _, d := range s.drainers {
-		ctx.Send(d, &sessionIdle{sessionID: s.id})
+		ctx.Send(d.from, &sessionIdle{sessionID: s.id, seq: d.seq})
 	}
 	s.drainers = nil
 }

@@ -277,10 +277,11 @@ func (s *session) stepStopped(ctx actor.Context, e envelope) {
 		s.respondTo(ctx, m.conn, m.id, nil, why)
 	case *drain:
 		if m.from != nil {
-			ctx.Send(m.from, &sessionIdle{sessionID: s.id})
+			ctx.Send(m.from, &sessionIdle{sessionID: s.id, seq: m.seq})
 		}
 	case *attach:
 		s.phase.reattach = append(s.phase.reattach, m)
+		ctx.Send(m.conn, &attachHeld{id: s.id, reqID: m.reqID})
 	case *leftHeard:
 		s.heard(ctx, m.conn)
 	case *detach:

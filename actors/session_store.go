@@ -41,15 +41,24 @@ type (
 		id     string
 		attach *attach
 	}
-	// untakenAttaches: the attaches sent to a session actor that stopped,
-	// opened anew if it did not take them (connection.attaching).
-	untakenAttaches struct {
-		id   string
-		sent []*attachRequest
+	// sessionGone follows a session actor's Terminated in its connection's
+	// mailbox, behind what the actor sent before it stopped: the attaches
+	// sent to it that it did not take are opened anew, and a drain no longer
+	// waits for it (sessionRecord.settling).
+	sessionGone struct {
+		id      string
+		untaken []*attachRequest
 	}
 	// attachTaken tells the connection that sent an attach that the
 	// session's actor took it: it answers it (connection.attaching).
 	attachTaken struct {
+		id    string
+		reqID protocol.RawMessage
+	}
+	// attachHeld follows attachTaken when the actor took the attach once
+	// stopped: it gives it back once gone (attachAgain), and the
+	// connection's drain waits for it meanwhile.
+	attachHeld struct {
 		id    string
 		reqID protocol.RawMessage
 	}
@@ -60,6 +69,7 @@ func (*leftHeard) IgnoreDeadLetterLogging()   {}
 func (*leftUnheard) IgnoreDeadLetterLogging() {}
 func (*attachAgain) IgnoreDeadLetterLogging() {}
 func (*attachTaken) IgnoreDeadLetterLogging() {}
+func (*attachHeld) IgnoreDeadLetterLogging()  {}
 
 // storeError is the client's view of a store failure to open a session:
 // held by another process, gone, out of descriptors, or internal (logged

@@ -450,7 +450,7 @@ func (s *session) stepStub(ctx actor.Context, e envelope) {
 		// that pod's clients a session/cancel would end too.
 		s.relayFor(ctx, l, &protocol.Message{Method: shareCancelTurns})
 	case *drain:
-		ctx.Send(m.from, &sessionIdle{sessionID: s.id})
+		ctx.Send(m.from, &sessionIdle{sessionID: s.id, seq: m.seq})
 	case *detach:
 		if l := st.legOf(m.conn); l != nil {
 			s.dropLeg(ctx, l)
