@@ -423,8 +423,7 @@ func (s *session) stepStub(ctx actor.Context, e envelope) {
 		l := st.legOf(m.conn)
 		if m.follow != nil {
 			// followed to a pod that shares it from another: not here
-			s.respondTo(ctx, m.conn, m.reqID, nil, protocol.ErrInvalidParams(map[string]string{
-				"_meta": "the session is held by another pod"}))
+			s.refuseFollow(ctx, m)
 			return
 		}
 		if l == nil {
@@ -482,6 +481,13 @@ func (s *session) stepStub(ctx actor.Context, e envelope) {
 			}
 		}
 	}
+}
+
+// refuseFollow answers a follow that reached the stub: another pod holds
+// the session.
+func (s *session) refuseFollow(ctx actor.Context, m *attach) {
+	s.respondTo(ctx, m.conn, m.reqID, nil, protocol.ErrInvalidParams(map[string]string{
+		"_meta": "the session is held by another pod"}))
 }
 
 // fromProxy passes one frame of l's proxy to l's connection.
