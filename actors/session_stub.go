@@ -422,8 +422,11 @@ func (s *session) stepStub(ctx actor.Context, e envelope) {
 	case *attach:
 		l := st.legOf(m.conn)
 		if m.follow != nil {
-			// followed to a pod that shares it from another: not here
-			s.refuseFollow(ctx, m)
+			// followed to a pod that shares it from another: not here,
+			// unless this stub is taking the session
+			if !s.followDuringTake(e) {
+				s.refuseFollow(ctx, m)
+			}
 			return
 		}
 		if l == nil {
@@ -474,6 +477,9 @@ func (s *session) stepStub(ctx actor.Context, e envelope) {
 		}
 		s.store = nil
 		s.answerAdopter(ctx, fmt.Errorf("session %s: its stub here stopped before it took the session", s.id))
+		if t := st.take; t != nil {
+			s.refuseFollows(ctx, t)
+		}
 		s.answerUnanswered(ctx)
 		for _, l := range st.legs {
 			for _, to := range l.outAsked {
@@ -484,7 +490,7 @@ func (s *session) stepStub(ctx actor.Context, e envelope) {
 }
 
 // refuseFollow answers a follow that reached the stub: another pod holds
-// the session.
+// the session (the stub is not taking it, or could not).
 func (s *session) refuseFollow(ctx actor.Context, m *attach) {
 	s.respondTo(ctx, m.conn, m.reqID, nil, protocol.ErrInvalidParams(map[string]string{
 		"_meta": "the session is held by another pod"}))

@@ -30,10 +30,14 @@ import (
 
 type (
 	// stubTake is the stub taking the session: start is how the session
-	// came here; taken, the store's answer, once it holds the lease.
+	// came here; taken, the store's answer, once it holds the lease;
+	// follows, the follows of other pods' stubs that reached it meanwhile
+	// (it is the session's next holder): served once it holds the session,
+	// as its legs' connections become its clients, refused if it cannot.
 	stubTake struct {
-		start startKind
-		taken *opened
+		start   startKind
+		taken   *opened
+		follows []*envelope
 	}
 	// stubTakeDue: the legs had their time to let go of the old holder.
 	stubTakeDue struct{}
@@ -68,6 +72,7 @@ func (s *session) stubOpened(ctx actor.Context, m *opened) {
 		s.log.Info().Err(m.err).Msg("adopt: the stub could not take the session; its clients go on following it")
 		s.start, s.stub.take = t.start, nil
 		s.answerAdopter(ctx, m.err)
+		s.refuseFollows(ctx, t)
 		if len(s.stub.legs) == 0 {
 			s.endStub(ctx, stubHolderGone) // its last connection left meanwhile
 			return
@@ -134,15 +139,34 @@ func (l *stubLeg) bounceDue(goesOn func(key string) bool) bool {
 
 // take makes the stub the session's holder (see above).
 func (s *session) take(ctx actor.Context) {
-	m := s.stub.take.taken
-	s.store = m.store
+	t := s.stub.take
+	s.store = t.taken.store
 	owed, redo := s.takeLegs(ctx)
-	s.openWith(ctx, m.entries, nil)
+	s.openWith(ctx, t.taken.entries, nil)
 	for _, o := range owed {
 		s.settleOwed(ctx, o)
 	}
-	s.stash = append(redo, s.stash...)
+	s.stash = slices.Concat(redo, t.follows, s.stash)
 	s.unstash(ctx)
+}
+
+// followDuringTake keeps a follow that reached the stub while it takes
+// the session (see stubTake), and reports whether it did.
+func (s *session) followDuringTake(e envelope) bool {
+	if s.stub.take == nil {
+		return false
+	}
+	s.stub.take.follows = append(s.stub.take.follows, stashed(e))
+	return true
+}
+
+// refuseFollows refuses the follows t kept: the stub did not take the
+// session, which another pod holds.
+func (s *session) refuseFollows(ctx actor.Context, t *stubTake) {
+	for _, e := range t.follows {
+		s.refuseFollow(ctx, e.msg.(*attach))
+	}
+	t.follows = nil
 }
 
 // stubTakeDue: a leg still served by the old holder, or waiting for its
