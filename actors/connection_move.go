@@ -411,7 +411,7 @@ func (s *session) legOut(ctx actor.Context, e envelope, m *legOut) {
 		return
 	}
 	if s.phase.kind == phaseStub {
-		if l := s.stub.legOf(m.conn); l != nil && l.state != legAttached && s.stub.ending == "" {
+		if l := s.stub.legOf(m.conn); l != nil && l.state.kind != legAttached && s.stub.ending == "" {
 			l.outAsked = append(l.outAsked, e.sender)
 			return
 		}
@@ -425,7 +425,7 @@ func (s *session) legInfoOf(ctx actor.Context, conn *actor.PID) *legInfo {
 	if s.phase.kind == phaseStub {
 		l := s.stub.legOf(conn)
 		info.legged = l != nil
-		if l != nil && l.proxy != nil && l.state == legAttached {
+		if l != nil && l.proxy != nil && l.state.kind == legAttached {
 			info.stub, info.holder, info.proxy = true, s.stub.holder, l.proxy
 			info.cwd, info.dirs = l.share.cwd, l.share.dirs
 		}
@@ -499,7 +499,7 @@ func (s *session) addMovedLeg(ctx actor.Context, m *adoptLeg) *actor.PID {
 	if s.phase.kind != phaseStub || s.stub.holder != m.holder || s.stub.legOf(m.conn) != nil {
 		return nil
 	}
-	l := &stubLeg{conn: m.conn, who: m.who, state: legAttached, pid: ctx.Spawn(legProps), proxy: m.proxy,
+	l := &stubLeg{conn: m.conn, who: m.who, state: legState{kind: legAttached}, pid: ctx.Spawn(legProps), proxy: m.proxy,
 		pending: map[string]*relayedRequest{}, answered: map[string]bool{}, share: m.share}
 	s.stub.legs = append(s.stub.legs, l)
 	ctx.Watch(m.proxy)

@@ -45,12 +45,12 @@ import (
 // waits for it (legSettling, bounceDue) before it settles, within
 // followTimeout.
 
-// legState is where one leg of the stub is; become changes it.
-type legState uint8
+// legKind is where one leg of the stub is.
+type legKind uint8
 
 const (
 	// legSharing: its first Share is under way; messages wait.
-	legSharing legState = iota
+	legSharing legKind = iota
 	// legAttached: its proxy serves it.
 	legAttached
 	// legFollowing: the session left its holder; the next one is looked up.
@@ -64,12 +64,29 @@ const (
 	legSettling
 )
 
-var legStateNames = [...]string{"sharing", "attached", "following", "rejoining", "settling"}
+var legKindNames = [...]string{"sharing", "attached", "following", "rejoining", "settling"}
 
-func (k legState) String() string { return legStateNames[k] }
+func (k legKind) String() string { return legKindNames[k] }
 
-// legStates are the states each leg state may become.
-var legStates = [...][]legState{
+// legState is the leg's kind with what only that kind has; become sets it
+// whole, so that entering a state resets what the last one had.
+type legState struct {
+	kind legKind
+	// formerLeft: following, rejoining or settling; the last holder the
+	// leg followed the session away from said the session left (it is
+	// not gone): it answers "moved" to what it got after (bounceDue).
+	formerLeft bool
+	// owes: settling; the prompts the holder that answered its follow
+	// owes it.
+	owes map[string]bool
+}
+
+// owedThere: the holder that answered the leg's follow owes it the prompt
+// key (settling).
+func (st legState) owedThere(key string) bool { return st.owes[key] }
+
+// legalLegKinds are the kinds each leg kind may become.
+var legalLegKinds = [...][]legKind{
 	legSharing:   {legAttached, legFollowing},
 	legAttached:  {legFollowing},
 	legFollowing: {legRejoining},
@@ -77,10 +94,15 @@ var legStates = [...][]legState{
 	legSettling:  {legAttached, legFollowing},
 }
 
-// become moves l to state to, and reports whether it did.
+// become moves l to state to, and reports whether it did. Whether its
+// former holder said the session left stays with the follow: rejoining
+// and settling keep it; following is told it anew.
 func (l *stubLeg) become(to legState) bool {
-	if !slices.Contains(legStates[l.state], to) {
+	if !slices.Contains(legalLegKinds[l.state.kind], to.kind) {
 		return false
+	}
+	if to.kind == legRejoining || to.kind == legSettling {
+		to.formerLeft = l.state.formerLeft
 	}
 	l.state = to
 	return true
@@ -187,17 +209,14 @@ func (l *stubLeg) stopFormer(ctx actor.Context) {
 // proxy is let go of (its frames still come, to former), what that
 // proxy asked l's client is withdrawn, and the next holder is looked up.
 func (s *session) followLeg(ctx actor.Context, l *stubLeg, dead string) {
+	// Its former holder said the session left when its proxy did
+	// (shareLeft); a Share that failed is no holder: the last one's word
+	// stands.
+	left := dead == "" && (l.proxy != nil || l.state.formerLeft)
 	// A stub stopping spawns no more leg actors: it would wait for them.
-	if s.stub.ending != "" || !l.become(legFollowing) {
+	if s.stub.ending != "" || !l.become(legState{kind: legFollowing, formerLeft: left}) {
 		return
 	}
-	switch {
-	case dead != "":
-		l.formerLeft = false
-	case l.proxy != nil:
-		l.formerLeft = true // its proxy said the session left (shareLeft)
-	}
-	l.owes = nil // of a follow it settled from no more
 	if l.proxy != nil {
 		ctx.Unwatch(l.proxy)
 	}
@@ -257,7 +276,7 @@ func (s *session) holderRead(ctx actor.Context, m *holderRead) {
 		s.log.Info().Str("from", st.holder).Str("to", owner).Dur("took", time.Since(st.follow.since)).Msg("share: following the session to its new holder")
 		st.holder, st.follow.since = owner, time.Time{}
 		for _, l := range st.legs {
-			if l.state == legFollowing {
+			if l.state.kind == legFollowing {
 				s.rejoin(ctx, l)
 			}
 		}
@@ -290,7 +309,7 @@ func (s *session) incarnation() string {
 // rejoin asks the new holder for a proxy for l, sent the follow: a
 // session/resume (no replay) naming the prompts l is owed.
 func (s *session) rejoin(ctx actor.Context, l *stubLeg) {
-	l.become(legRejoining)
+	l.become(legState{kind: legRejoining})
 	claim := followClaim{Drains: s.deps.shares.draining.Load()}
 	for _, r := range l.pending {
 		if r.sent && !r.bounced && r.method == protocol.MethodSessionPrompt {
@@ -323,28 +342,26 @@ func (s *session) followAnswered(ctx actor.Context, l *stubLeg, msg *protocol.Me
 		Meta map[string]followAnswer `json:"_meta"`
 	}
 	_ = protocol.Unmarshal(msg.Result, &res)
-	l.owes = map[string]bool{}
+	settling := legState{kind: legSettling, owes: map[string]bool{}}
 	for _, id := range res.Meta[followMetaKey].Owes {
-		l.owes[protocol.IDKey(id)] = true
+		settling.owes[protocol.IDKey(id)] = true
 	}
-	if l.bounceDue(l.owedThere) {
-		l.become(legSettling)
+	if l.bounceDue(settling.owedThere) {
+		l.become(settling)
 		self, root, leg := ctx.Self(), ctx.ActorSystem().Root, l.pid
 		time.AfterFunc(s.followTimeout(), func() { root.Send(self, &legSettleDue{leg: leg}) })
 		return
 	}
-	s.settle(ctx, l)
+	s.settle(ctx, l, settling.owes)
 }
 
 // settle attaches l to the holder that answered its follow: the requests
 // the old holder did not answer are sent again, but those the new holder
 // owes, and the prompts whose turn was cut (or whose "moved" did not come
 // in time), answered cancelled; then what waited, all in the order the
-// connection sent them.
-func (s *session) settle(ctx actor.Context, l *stubLeg) {
-	owes := l.owes
-	l.owes = nil
-	l.become(legAttached)
+// connection sent them. owes are the prompts that holder owes it.
+func (s *session) settle(ctx actor.Context, l *stubLeg, owes map[string]bool) {
+	l.become(legState{kind: legAttached})
 	l.stopFormer(ctx)
 	var again []relayed
 	for key, r := range l.pending {
@@ -385,27 +402,24 @@ func (s *session) fromFormerProxy(ctx actor.Context, l *stubLeg, body []byte) {
 		return
 	}
 	r.bounced = true
-	switch l.state {
+	switch l.state.kind {
 	case legAttached:
 		s.sendRelayed(ctx, l, r.msg)
 	case legSettling:
-		if !l.bounceDue(l.owedThere) {
-			s.settle(ctx, l)
+		if !l.bounceDue(l.state.owedThere) {
+			s.settle(ctx, l, l.state.owes)
 		}
 	default:
 		s.takeOnceLetGo(ctx) // it may have waited for this answer (bounceDue)
 	}
 }
 
-// owedThere: the holder that answered l's follow owes it the prompt key.
-func (l *stubLeg) owedThere(key string) bool { return l.owes[key] }
-
 // settleDue: l waited for its old holder's "moved" as long as it follows
 // a session; it settles now.
 func (s *session) settleDue(ctx actor.Context, m *legSettleDue) {
-	if l := s.stub.legAt(m.leg); l != nil && l.state == legSettling {
+	if l := s.stub.legAt(m.leg); l != nil && l.state.kind == legSettling {
 		s.log.Warn().Str("holder", s.stub.holder).Msg("share: the old holder's answer to a prompt it got after the session left did not come; the leg goes on")
-		s.settle(ctx, l)
+		s.settle(ctx, l, l.state.owes)
 	}
 }
 

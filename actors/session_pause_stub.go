@@ -95,7 +95,7 @@ func (s *session) isProxy(ctx actor.Context, pid *actor.PID) bool {
 // it (owed, answered by the adopter), and its share is c's initialize and
 // the session's open as it stands.
 func (s *session) followingLeg(ctx actor.Context, c *client, promptID protocol.RawMessage, promptConn *actor.PID) *stubLeg {
-	l := &stubLeg{conn: c.pid, who: c.who, state: legFollowing, pid: ctx.Spawn(legProps), pending: map[string]*relayedRequest{},
+	l := &stubLeg{conn: c.pid, who: c.who, state: legState{kind: legFollowing}, pid: ctx.Spawn(legProps), pending: map[string]*relayedRequest{},
 		share: legShare{init: shareInit(c.caps, c.notices, s.compactionUpdates, s.booleanOptions), cwd: s.meta.Cwd,
 			servers: s.mcp.configured, dirs: s.meta.AdditionalDirectories, caps: c.caps, notices: c.notices}}
 	if promptID != nil && c.pid.Equal(promptConn) {

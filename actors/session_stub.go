@@ -45,7 +45,8 @@ type (
 	stubLeg struct {
 		conn *actor.PID
 		who  sessionWho
-		// state says whether its proxy serves it (legState).
+		// state says whether its proxy serves it, with what only that
+		// state has (legState).
 		state legState
 		// pid is the leg actor the proxy writes to; proxy is nil while its
 		// Share is under way. Until the leg is attached the messages for
@@ -56,13 +57,6 @@ type (
 		// former are the leg actors of the proxies of the holders it
 		// followed the session away from (session_follow.go).
 		former []*actor.PID
-		// formerLeft: the last holder it followed the session away from
-		// said the session left (it is not gone): it answers "moved" to
-		// what it got after (session_stub_adopt.go, bounceDue).
-		formerLeft bool
-		// owes: the prompts the holder that answered its follow owes it,
-		// while it settles (legSettling).
-		owes map[string]bool
 		// pending are the requests relayed and not answered, by IDKey.
 		pending map[string]*relayedRequest
 		closeID protocol.RawMessage
@@ -172,7 +166,7 @@ func (st *sessionStub) legOfProxy(pid *actor.PID) *stubLeg {
 // one client served through proxy, whose frames come to leg.
 func (s *session) becomeStub(ctx actor.Context, sc *shareCall, proxy *actor.PID) {
 	c := s.clients.only()
-	l := &stubLeg{conn: c.pid, who: c.who, state: legAttached, pid: sc.stub, proxy: proxy, pending: map[string]*relayedRequest{},
+	l := &stubLeg{conn: c.pid, who: c.who, state: legState{kind: legAttached}, pid: sc.stub, proxy: proxy, pending: map[string]*relayedRequest{},
 		share: legShare{init: sc.init, cwd: s.startCwd, servers: s.mcp.start, dirs: s.startDirs, caps: c.caps, notices: c.notices}}
 	l.expectStart(s.startReq, startMethod(s.start), s.openRequest(s.start, s.startReq, s.startCwd, s.mcp.start, s.startDirs))
 	s.stub = &sessionStub{holder: sc.holder, legs: []*stubLeg{l}}
@@ -207,7 +201,7 @@ func (s *session) relayFor(ctx actor.Context, l *stubLeg, m *protocol.Message) {
 	} else {
 		l.seq++
 	}
-	if l.state != legAttached {
+	if l.state.kind != legAttached {
 		l.waiting = append(l.waiting, relayed{seq: l.seq, msg: m})
 		return
 	}
@@ -226,7 +220,7 @@ func (s *session) sendRelayed(ctx actor.Context, l *stubLeg, m *protocol.Message
 // session: the holding pod is asked for a proxy of its own (off the actor,
 // as the first Share was), which is sent the connection's load.
 func (s *session) addLeg(ctx actor.Context, m *attach) {
-	l := &stubLeg{conn: m.conn, who: m.who, state: legSharing, pid: ctx.Spawn(legProps), pending: map[string]*relayedRequest{},
+	l := &stubLeg{conn: m.conn, who: m.who, state: legState{kind: legSharing}, pid: ctx.Spawn(legProps), pending: map[string]*relayedRequest{},
 		share: legShare{init: shareInit(m.caps, m.notices, m.compaction, m.booleanOptions), cwd: m.cwd, servers: m.servers, dirs: m.dirs,
 			caps: m.caps, notices: m.notices}}
 	open := s.openRequest(m.kind, m.reqID, m.cwd, m.servers, m.dirs)
@@ -277,14 +271,14 @@ func (s *session) legShared(ctx actor.Context, m *legShared) {
 	}
 	l.proxy = m.proxy
 	ctx.Watch(m.proxy)
-	if l.state == legRejoining {
+	if l.state.kind == legRejoining {
 		if r := l.rejoined; r != nil {
 			l.rejoined = nil
 			s.followAnswered(ctx, l, r)
 		}
 		return // attached once the follow is answered (followAnswered)
 	}
-	l.become(legAttached)
+	l.become(legState{kind: legAttached})
 	s.flushWaiting(ctx, l)
 	s.answerLegOut(ctx, l)
 }

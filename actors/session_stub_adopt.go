@@ -97,7 +97,7 @@ func (s *session) takeOnceLetGo(ctx actor.Context) {
 	resumed, ok := resumedPrompt(s.stub.take.taken.store)
 	for _, l := range s.stub.legs {
 		isResumed := func(key string) bool { return ok && resumed.names(promptKey{client: l.who.client, id: key}) }
-		if l.state == legAttached || l.state == legSharing || l.state == legSettling || l.bounceDue(isResumed) {
+		if k := l.state.kind; k == legAttached || k == legSharing || k == legSettling || l.bounceDue(isResumed) {
 			return
 		}
 	}
@@ -126,7 +126,7 @@ func resumedPrompt(st store.Session) (promptKey, bool) {
 // be answered as one whose turn was cut (cancelled) though it never ran.
 // The wait is bounded by stubTakeDue, or legSettleDue.
 func (l *stubLeg) bounceDue(goesOn func(key string) bool) bool {
-	if !l.formerLeft {
+	if !l.state.formerLeft {
 		return false
 	}
 	for key, r := range l.pending {
