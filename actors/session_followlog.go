@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"slices"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -36,11 +37,18 @@ type (
 		frames [][]byte
 		bytes  int
 		// answers are the answers of resumed turns that went to nobody
-		// (their prompt's connection was not here), by prompt.
-		answers map[promptKey][]byte
+		// (their prompt's connection was not here), in the order kept: a
+		// list, not a map by prompt, as a prompt is found by promptKey.names
+		// (an unknown client is any client), never by its key alone.
+		answers []keptAnswer
 		// tenure numbers the takes, so that the timer of an earlier one
 		// ends nothing.
 		tenure int
+	}
+	// keptAnswer is the answer data of prompt, kept (keepAnswer).
+	keptAnswer struct {
+		prompt promptKey
+		data   []byte
 	}
 	// followWindowOver ends the log of tenure.
 	followWindowOver struct{ tenure int }
@@ -76,18 +84,22 @@ func (f *followLog) keepAnswer(p promptKey, data []byte) {
 	if !f.on || p.id == "" {
 		return
 	}
-	if f.answers == nil {
-		f.answers = map[promptKey][]byte{}
+	for i, a := range f.answers {
+		if a.prompt == p {
+			f.answers[i].data = data // kept again: the last answer stands
+			return
+		}
 	}
-	f.answers[p] = data
+	f.answers = append(f.answers, keptAnswer{prompt: p, data: data})
 }
 
-// takeAnswer is the kept answer of prompt p, once.
+// takeAnswer is the kept answer of prompt p, once: the first kept that
+// names it.
 func (f *followLog) takeAnswer(p promptKey) ([]byte, bool) {
-	for k, data := range f.answers {
-		if k.names(p) {
-			delete(f.answers, k)
-			return data, true
+	for i, a := range f.answers {
+		if a.prompt.names(p) {
+			f.answers = slices.Delete(f.answers, i, i+1)
+			return a.data, true
 		}
 	}
 	return nil, false
