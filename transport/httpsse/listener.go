@@ -110,8 +110,14 @@ func (l *resilientListener) reserve() {
 	}
 }
 
+// Close closes the listener once: Shutdown closes it before fasthttp's
+// Shutdown does (see Edge.serveMu), which must not report an error for it.
 func (l *resilientListener) Close() error {
 	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return nil
+	}
 	if l.spare != nil {
 		_ = l.spare.Close()
 		l.spare = nil

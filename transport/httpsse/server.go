@@ -82,12 +82,21 @@ type Edge struct {
 	nextHandle uint64
 
 	streams atomic.Int64
+	// fresh is Serve's listener, which evicts silent connections at the cap.
+	// Set under serveMu.
+	fresh *freshListener
+	// serveMu orders Serve's start against Shutdown: fasthttp's Shutdown
+	// closes only the listeners its Serve has registered, and returns at
+	// once when there is none yet, so a Serve just starting would go on
+	// accepting after Shutdown. Shutdown closes fresh itself, and Serve does
+	// not start once the edge is closing. serving counts the Serve calls
+	// still running; Shutdown returns after them.
+	serveMu sync.Mutex
+	serving sync.WaitGroup
 	// late counts the streams that run from the hijack handler (see route),
 	// which fasthttp's graceful shutdown does not wait for; lateRuns holds
 	// their writers by net.Conn until the hijack handler or the close of
 	// the connection (connState) starts them.
-	// fresh is Serve's listener, which evicts silent connections at the cap.
-	fresh    *freshListener
 	late     sync.WaitGroup
 	lateRuns sync.Map
 	// phase is the edge's edgePhase (lifecycle.go).
@@ -147,11 +156,21 @@ func New(srv *actors.Server, cfg Config, log zerolog.Logger) *Edge {
 }
 
 // Serve accepts connections on ln until Shutdown. It returns nil after a
-// Shutdown. Running out of descriptors does not end it (see
+// Shutdown; called after Shutdown began, it closes ln and returns nil at
+// once. Running out of descriptors does not end it (see
 // resilientListener).
 func (e *Edge) Serve(ln net.Listener) error {
-	go e.reaper()
+	e.serveMu.Lock()
+	if e.closing() {
+		e.serveMu.Unlock()
+		_ = ln.Close()
+		return nil
+	}
 	e.fresh = newFreshListener(newResilientListener(ln, e.log), e.cfg.MaxConnections, e.log)
+	e.serving.Add(1)
+	e.serveMu.Unlock()
+	defer e.serving.Done()
+	go e.reaper()
 	return e.hs.Serve(e.fresh)
 }
 
@@ -213,10 +232,19 @@ func isLoopback(host string) bool {
 
 // Shutdown stops accepting connections, closes every ACP connection (running
 // turns are cancelled and their answers flushed to the streams), ends the
-// streams and waits for the HTTP server to finish, or for ctx.
+// streams and waits for the HTTP server to finish and Serve to return, or
+// for ctx. A Serve called after it does not start.
 func (e *Edge) Shutdown(ctx context.Context) error {
 	e.enter(edgeClosing)
 	e.quitOnce.Do(func() { close(e.quit) })
+	// From here no Serve starts (serveMu); the one that did may not have
+	// handed its listener to fasthttp yet.
+	e.serveMu.Lock()
+	ln := e.fresh
+	e.serveMu.Unlock()
+	if ln != nil {
+		_ = ln.Close()
+	}
 	httpDone := make(chan error, 1)
 	go func() { httpDone <- e.hs.ShutdownWithContext(ctx) }()
 
@@ -240,6 +268,16 @@ func (e *Edge) Shutdown(ctx context.Context) error {
 	case <-ctx.Done():
 	}
 	err := <-httpDone
+	// Serve returns at once on its closed listener.
+	served := make(chan struct{})
+	go func() { e.serving.Wait(); close(served) }()
+	select {
+	case <-served:
+	case <-ctx.Done():
+		if err == nil {
+			err = ctx.Err()
+		}
+	}
 	late := make(chan struct{})
 	go func() { e.late.Wait(); close(late) }()
 	select {
