@@ -128,35 +128,10 @@ var _ = Describe("a stub asked to adopt its session (PostgreSQL)", func() {
 // with the prompts its legs relayed, and each is answered cancelled, once.
 var _ = Describe("a stub whose take of its session fails (PostgreSQL)", func() {
 	It("answers the prompt its leg relayed once, cancelled", func() {
-		srv := requirePG()
-		schema, dbURL, err := srv.NewSchema()
-		Expect(err).NotTo(HaveOccurred())
-		DeferCleanup(srv.DropSchema, schema)
-		// b reaches the database through a link the spec cuts
-		link, err := pgtest.NewProxy(fmt.Sprintf("127.0.0.1:%d", srv.Port()))
-		Expect(err).NotTo(HaveOccurred())
-		DeferCleanup(link.Close)
-		open := func(url string) *store.PGStore {
-			st, err := store.NewPostgres(url, store.WithLeaseTTL(time.Hour), store.WithLeaseRenew(30*time.Minute))
-			Expect(err).NotTo(HaveOccurred())
-			DeferCleanup(st.Close)
-			return st
-		}
-		stA, stB, other := open(dbURL), open(srv.URLAt(link.Addr(), "postgres")+"&search_path="+schema), open(dbURL)
-		model := llmtest.NewServer()
-		DeferCleanup(model.Close)
-		a, b := durableServer(stA, model), durableServer(stB, model)
-		DeferCleanup(link.Heal) // before b shuts down
-		net := &podNet{pods: map[string]*Server{stA.Incarnation(): a, stB.Incarnation(): b}, gate: map[string]chan struct{}{}}
-		a.SetHandover(podOf{net: net, here: a})
-		b.SetHandover(podOf{net: net, here: b})
+		pods := newLinkedPods()
+		a, b, stA, stB, other, model, net, link := pods.a, pods.b, pods.stA, pods.stB, pods.other, pods.model, pods.net, pods.link
 
-		h, g := connectTo(a), connectTo(b)
-		DeferCleanup(func() { h.conn.Close(2 * time.Second); g.conn.Close(2 * time.Second) })
-		cwd := GinkgoT().TempDir()
-		sid := h.result(h.call("session/new", map[string]any{"cwd": cwd, "mcpServers": []any{}}))["sessionId"].(string)
-		h.result(h.call("session/set_mode", map[string]any{"sessionId": sid, "modeId": "bypass"}))
-		g.result(g.call("session/load", map[string]any{"sessionId": sid, "cwd": cwd, "mcpServers": []any{}}))
+		_, g, sid, cwd := sharedSession(a, b)
 		model.Script(llmtest.Reply{ToolCalls: []llmtest.ToolCall{bashStep(filepath.Join(cwd, "steps"), "c1", "one", 0.3)}})
 		prompt := g.call("session/prompt", textPrompt(sid, "run"))
 		Eventually(toolRunning(g, "c1"), 5*time.Second, 5*time.Millisecond).Should(BeTrue())
@@ -191,3 +166,53 @@ var _ = Describe("a stub whose take of its session fails (PostgreSQL)", func() {
 		Consistently(func() int { return answersTo(g, prompt) }, 300*time.Millisecond).Should(Equal(1), "answered once")
 	})
 })
+
+// linkedPods are two servers over one PostgreSQL that find each other
+// (podNet), as twoDurablePods are, but b reaches the database through
+// link, which a spec cuts (pgtest.Proxy); other is one more store on it.
+type linkedPods struct {
+	a, b            *Server
+	stA, stB, other *store.PGStore
+	model           *llmtest.Server
+	net             *podNet
+	link            *pgtest.Proxy
+}
+
+func newLinkedPods() linkedPods {
+	GinkgoHelper()
+	srv := requirePG()
+	schema, dbURL, err := srv.NewSchema()
+	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(srv.DropSchema, schema)
+	link, err := pgtest.NewProxy(fmt.Sprintf("127.0.0.1:%d", srv.Port()))
+	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(link.Close)
+	open := func(url string) *store.PGStore {
+		st, err := store.NewPostgres(url, store.WithLeaseTTL(time.Hour), store.WithLeaseRenew(30*time.Minute))
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(st.Close)
+		return st
+	}
+	p := linkedPods{link: link, model: llmtest.NewServer()}
+	p.stA, p.stB, p.other = open(dbURL), open(srv.URLAt(link.Addr(), "postgres")+"&search_path="+schema), open(dbURL)
+	DeferCleanup(p.model.Close)
+	p.a, p.b = durableServer(p.stA, p.model), durableServer(p.stB, p.model)
+	DeferCleanup(link.Heal) // before b shuts down
+	p.net = &podNet{pods: map[string]*Server{p.stA.Incarnation(): p.a, p.stB.Incarnation(): p.b}, gate: map[string]chan struct{}{}}
+	p.a.SetHandover(podOf{net: p.net, here: p.a})
+	p.b.SetHandover(podOf{net: p.net, here: p.b})
+	return p
+}
+
+// sharedSession is a session that a's client h opens, in bypass mode, and
+// b's client g loads (through a stub on b), and the directory it runs in.
+func sharedSession(a, b *Server) (h, g *harness, sid, cwd string) {
+	GinkgoHelper()
+	h, g = connectTo(a), connectTo(b)
+	DeferCleanup(func() { h.conn.Close(2 * time.Second); g.conn.Close(2 * time.Second) })
+	cwd = GinkgoT().TempDir()
+	sid = h.result(h.call("session/new", map[string]any{"cwd": cwd, "mcpServers": []any{}}))["sessionId"].(string)
+	h.result(h.call("session/set_mode", map[string]any{"sessionId": sid, "modeId": "bypass"}))
+	g.result(g.call("session/load", map[string]any{"sessionId": sid, "cwd": cwd, "mcpServers": []any{}}))
+	return h, g, sid, cwd
+}
