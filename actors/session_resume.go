@@ -26,13 +26,15 @@ import (
 //
 // The resumed turn keeps the mark (its turn id, prompt connection, first
 // seq); its end clears it as any turn's. Its prompt is answered to the
-// connection that sent it when that connection is on this process (and not
-// served through a stub beside the session, promptConnHere); otherwise its
-// end is recorded, and its answer kept for a client following the session
-// here. A permission it needs is asked of every attached client — none at
-// first: the request waits for a client to attach, which is asked then
-// (attachClient). No attached client leaving cancels it, as it is none of
-// theirs; with no client left at its end the session ends
+// connection that sent it when that connection is on this process, which
+// serves no other pod's clients (promptConnHere). In cluster mode the
+// answer is owed only to a claim: a leg of this pod's stub still waiting
+// for it (its take, settleOwed) or a client following the session here
+// (claimFollow); otherwise its end is recorded, and its answer kept for
+// such a claim. A permission it needs is asked of every attached client —
+// none at first: the request waits for a client to attach, which is asked
+// then (attachClient). No attached client leaving cancels it, as it is
+// none of theirs; with no client left at its end the session ends
 // (ending(unattended)).
 
 type (
@@ -185,7 +187,7 @@ func (s *session) resumeTurn(ctx actor.Context, prior *store.RunningTurn) {
 		first = lastPromptSeq(s.entries)
 	}
 	step := store.NextStep(s.entries, first)
-	promptConn := s.promptConnHere(ctx, prior.Conn)
+	promptConn := s.promptConnHere(prior.Conn)
 	turnID := s.turn.claim(protocol.RawMessage(prior.PromptRequest), promptConn, recordedClient(prior.Conn))
 	s.deps.turns.acquire(s.owner, 0) // taken on elsewhere: not refused for a limit here
 	s.countTurn()
@@ -219,22 +221,24 @@ func (s *session) resumeTurn(ctx actor.Context, prior *store.RunningTurn) {
 }
 
 // promptConnHere is the connection of this process that a resumed turn,
-// whose prompt came from the connection named conn, answers: that
-// connection when it is here, unless it reaches the session through a stub
-// made beside the session (moved in, movedStubName): that stub's follow is
-// owed the answer, kept for it (nil; session_followlog.go). Answered
-// directly, the answer would go past the turn's updates still on their way
-// through the stub, and the stub's follow, owed nothing, would answer the
-// prompt cancelled as well.
-func (s *session) promptConnHere(ctx actor.Context, conn string) *actor.PID {
+// whose prompt came from the connection named conn, answers directly: that
+// connection when it is here and this process serves no other pod's
+// clients (no Handover: no stub). In cluster mode a connection of this pod
+// is owed a resumed turn's answer only where a leg of a stub here still
+// waits for it — the stub taking the session (settleOwed) or following it
+// (claimFollow, the answer kept for it: nil). The store's record names
+// whose prompt it is, not a debt of its own: a stub that ended (holder
+// gone, answerUnanswered) answered the prompt already, cancelled, and its
+// connection loading the session again, or this pod adopting it, must not
+// answer it a second time; a stub made beside the session for a moved-in
+// connection is answered through its follow, after the turn's updates it
+// passes on.
+func (s *session) promptConnHere(conn string) *actor.PID {
+	if s.deps.Handover != nil {
+		return nil
+	}
 	c, _ := s.deps.conns.Load(conn)
 	pid, _ := c.(*actor.PID)
-	if pid == nil {
-		return nil
-	}
-	if _, beside := ctx.ActorSystem().ProcessRegistry.GetLocal(movedStubName(s.id, conn)); beside {
-		return nil
-	}
 	return pid
 }
 
