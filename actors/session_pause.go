@@ -152,7 +152,7 @@ func (s *session) pausedTurn(ctx actor.Context, m *turnPaused) {
 		s.endTurn(ctx, &turnFinished{stopReason: protocol.StopCancelled, usage: m.usage})
 		return
 	}
-	promptID, promptConn := s.turn.end()
+	promptID, promptConn, _ := s.turn.end()
 	s.releaseTurnCount()
 	s.withdrawAsked(ctx) // asked again by the next holder
 	s.dropPermissionAsks(ctx)

@@ -91,11 +91,13 @@ func (t *turnSlot) disown(conn *actor.PID) {
 	}
 }
 
-// end frees the slot, and returns the prompt to answer.
-func (t *turnSlot) end() (promptID protocol.RawMessage, promptConn *actor.PID) {
-	promptID, promptConn = t.promptID, t.promptConn
+// end frees the slot, and returns the prompt to answer: its id, the
+// connection its answer goes to, and its key (a resumed turn's answer is
+// kept by it when that connection is not here).
+func (t *turnSlot) end() (promptID protocol.RawMessage, promptConn *actor.PID, prompt promptKey) {
+	promptID, promptConn, prompt = t.promptID, t.promptConn, t.prompt()
 	t.state, t.pid, t.promptID, t.promptConn, t.promptClient = turnIdle, nil, nil, nil, ""
-	return promptID, promptConn
+	return promptID, promptConn, prompt
 }
 
 // promptKey names a prompt across pods: the id of the connection its
@@ -174,8 +176,7 @@ func (s *session) endTurn(ctx actor.Context, m *turnFinished) {
 	s.saveMeta()
 	// Told before the answer, which stays the turn's last frame.
 	s.finishTurn(ctx)
-	client := s.turn.promptClient
-	promptID, promptConn := s.turn.end()
+	promptID, promptConn, prompt := s.turn.end()
 	var (
 		result any
 		e      *protocol.Error
@@ -203,7 +204,7 @@ func (s *session) endTurn(ctx actor.Context, m *turnFinished) {
 		// its end is recorded (whoever loads the session sees it), and its
 		// answer kept for that connection, which may be following the
 		// session here (session_followlog.go).
-		s.followers.keepAnswer(keyOfPrompt(client, promptID), answerData(promptID, result, e))
+		s.followers.keepAnswer(prompt, answerData(promptID, result, e))
 	}
 	s.answerDrainers(ctx)
 	if s.phase.lettingGo() {
