@@ -60,6 +60,7 @@ type anthropicProvider struct {
 	cfg    Config
 	svc    anthropic.MessageService
 	compat bool
+	warm   *warmConns
 }
 
 // NewAnthropic builds the Anthropic Messages provider. A missing API key is
@@ -75,9 +76,10 @@ func NewAnthropic(cfg Config) (Provider, error) {
 	compat := cfg.Provider != "anthropic"
 	// NewMessageService, unlike anthropic.NewClient, reads no ANTHROPIC_*
 	// variables or profile files: only LoadConfig's sources apply.
+	hc, warm := newHTTPClient(base + "/")
 	opts := []option.RequestOption{
 		option.WithBaseURL(base + "/"),
-		option.WithHTTPClient(newHTTPClient()),
+		option.WithHTTPClient(hc),
 		option.WithMaxRetries(0),
 	}
 	if cfg.APIKey != "" {
@@ -89,7 +91,14 @@ func NewAnthropic(cfg Config) (Provider, error) {
 	if compat {
 		opts = append(opts, option.WithHeader("anthropic-version", "2023-06-01"))
 	}
-	return &anthropicProvider{cfg: cfg, svc: anthropic.NewMessageService(opts...), compat: compat}, nil
+	return &anthropicProvider{cfg: cfg, svc: anthropic.NewMessageService(opts...), compat: compat, warm: warm}, nil
+}
+
+// Warm implements Warmer.
+func (p *anthropicProvider) Warm() {
+	if p.cfg.APIKey != "" {
+		p.warm.Warm()
+	}
 }
 
 // Stream implements Provider.
@@ -100,6 +109,8 @@ func (p *anthropicProvider) Stream(ctx context.Context, req *Request, emit func(
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	p.warm.began()
+	defer p.warm.ended()
 	params, err := p.params(req)
 	if err != nil {
 		return err

@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/iac-code/iac-code/llm"
 )
 
 // sseServer answers every chat completion with a two-chunk stream and
@@ -69,17 +71,7 @@ func TestModelConnectionsAreReused(t *testing.T) {
 		release := make(chan struct{})
 		gate = func() { arrived.Done(); <-release }
 		go func() { arrived.Wait(); close(release) }()
-		var wg sync.WaitGroup
-		for range 8 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				if _, err := stream(t, p, userRequest("x")); err != nil {
-					t.Error(err)
-				}
-			}()
-		}
-		wg.Wait()
+		streamAtOnce(t, p, 8)
 	}
 	round()
 	if n := conns.Load(); n < 8 {
@@ -91,6 +83,22 @@ func TestModelConnectionsAreReused(t *testing.T) {
 	if n := conns.Load() - before; n > 2 {
 		t.Fatalf("a second round of 8 concurrent calls dialled %d new connections", n)
 	}
+}
+
+// streamAtOnce makes n calls of p at once and waits for them.
+func streamAtOnce(t *testing.T, p llm.Provider, n int) {
+	t.Helper()
+	var wg sync.WaitGroup
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := stream(t, p, userRequest("x")); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
 }
 
 // A server that keeps the response open after [DONE] costs the call at

@@ -85,6 +85,9 @@ type limitProvider struct {
 	l     Limit
 }
 
+// Warm implements Warmer.
+func (lp *limitProvider) Warm() { warm(lp.inner) }
+
 func (lp *limitProvider) Stream(ctx context.Context, req *Request, emit func(Event)) error {
 	caller := callerOf(ctx)
 	var (

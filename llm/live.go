@@ -60,6 +60,15 @@ func (l *Live) Reload() (Config, error) {
 	return cfg, nil
 }
 
+// Warm implements Warmer with the current provider: a session was opened
+// and will likely call the model soon.
+func (l *Live) Warm() {
+	l.mu.RLock()
+	p := l.p
+	l.mu.RUnlock()
+	warm(p)
+}
+
 // Stream implements Provider with the current provider.
 func (l *Live) Stream(ctx context.Context, req *Request, emit func(Event)) error {
 	l.mu.RLock()

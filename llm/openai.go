@@ -72,14 +72,18 @@ type openAIProvider struct {
 	// maxCompletion: send max_completion_tokens instead of max_tokens.
 	maxCompletion bool
 	tools         toolCache
+	warm          *warmConns
 }
 
 // maxIdleModelConns bounds the idle connections kept to the model host.
 const maxIdleModelConns = 256
 
-// newHTTPClient is the client both providers use.
-func newHTTPClient() *http.Client {
+// newHTTPClient is the client both providers use, for requests to base,
+// and the connections it dials ahead (nil if the default transport is not
+// net/http's).
+func newHTTPClient(base string) (*http.Client, *warmConns) {
 	var transport http.RoundTripper = http.DefaultTransport
+	var warm *warmConns
 	if t, ok := transport.(*http.Transport); ok {
 		t = t.Clone()
 		// A server that accepts but never answers fails instead of hanging
@@ -90,11 +94,12 @@ func newHTTPClient() *http.Client {
 		// 2, so most model calls would dial and handshake again).
 		t.MaxIdleConnsPerHost = maxIdleModelConns
 		if t.DialContext != nil {
-			t.DialContext = dialAhead(t.DialContext)
+			warm = newWarmConns(t.DialContext, base, t.Proxy)
+			t.DialContext = dialAhead(warm.DialContext)
 		}
 		transport = t
 	}
-	return &http.Client{Transport: transport}
+	return &http.Client{Transport: transport}, warm
 }
 
 // NewOpenAI builds the OpenAI-compatible provider. A missing API key is not an
@@ -109,16 +114,17 @@ func NewOpenAI(cfg Config) (Provider, error) {
 	preset, _ := cfg.Preset()
 	// NewChatCompletionService, unlike openai.NewClient, ignores OPENAI_*
 	// environment variables: only LoadConfig's sources configure this provider.
+	hc, warm := newHTTPClient(base)
 	opts := []option.RequestOption{
 		option.WithBaseURL(base),
-		option.WithHTTPClient(newHTTPClient()),
+		option.WithHTTPClient(hc),
 		// Retries belong to WithRetry, which knows whether output was shown.
 		option.WithMaxRetries(0),
 	}
 	if cfg.APIKey != "" {
 		opts = append(opts, option.WithAPIKey(cfg.APIKey))
 	}
-	p := &openAIProvider{cfg: cfg, preset: preset, chat: openai.NewChatCompletionService(opts...)}
+	p := &openAIProvider{cfg: cfg, preset: preset, chat: openai.NewChatCompletionService(opts...), warm: warm}
 	p.maxCompletion = preset.MaxCompletionTokens || isOpenAIHost(base)
 	return p, nil
 }
@@ -147,6 +153,13 @@ func (c Config) thinkingStyle() (Preset, ThinkingStyle) {
 	return p, p.Thinking
 }
 
+// Warm implements Warmer.
+func (p *openAIProvider) Warm() {
+	if p.cfg.HasCredentials() {
+		p.warm.Warm()
+	}
+}
+
 // Stream implements Provider.
 func (p *openAIProvider) Stream(ctx context.Context, req *Request, emit func(Event)) error {
 	if !p.cfg.HasCredentials() {
@@ -155,6 +168,8 @@ func (p *openAIProvider) Stream(ctx context.Context, req *Request, emit func(Eve
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	p.warm.began()
+	defer p.warm.ended()
 	call, err := p.call(req)
 	if err != nil {
 		return err

@@ -31,6 +31,20 @@ type Provider interface {
 	Stream(ctx context.Context, req *Request, emit func(Event)) error
 }
 
+// Warmer is a Provider that can get ready for a session's first call
+// before it is made (the built-in providers dial the model host ahead,
+// warm.go). Warm does not wait.
+type Warmer interface {
+	Warm()
+}
+
+// warm warms p if it can.
+func warm(p Provider) {
+	if w, ok := p.(Warmer); ok {
+		w.Warm()
+	}
+}
+
 // BorrowText marks ctx for Stream: its emit copies whatever it keeps of the
 // Text of text and thinking deltas before it returns, so the decoders pass
 // that text aliasing their read buffer, valid only during the call, instead

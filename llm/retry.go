@@ -188,6 +188,9 @@ func visible(t EventType) bool {
 	return false
 }
 
+// Warm implements Warmer.
+func (r *retryProvider) Warm() { warm(r.inner) }
+
 func (r *retryProvider) Stream(ctx context.Context, req *Request, emit func(Event)) error {
 	pol := &r.policy
 	for attempt := 1; ; attempt++ {
