@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -26,7 +27,11 @@ type scriptedProvider struct {
 	mu    sync.Mutex
 	calls []func(ctx context.Context, emit func(llm.Event)) error
 	seen  []*llm.Request
+	// warms counts Warm: a session told the provider a call may come.
+	warms atomic.Int32
 }
+
+func (p *scriptedProvider) Warm() { p.warms.Add(1) }
 
 func (p *scriptedProvider) Stream(ctx context.Context, req *llm.Request, emit func(llm.Event)) error {
 	p.mu.Lock()

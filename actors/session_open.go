@@ -6,6 +6,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/iac-code/iac-code/llm"
 	"github.com/iac-code/iac-code/protocol"
 	"github.com/iac-code/iac-code/store"
 )
@@ -81,6 +82,7 @@ func (s *session) openWith(ctx actor.Context, entries []store.Entry, err error) 
 	}
 	s.configureMCP(ctx, s.mcp.start, s.meta.Cwd)
 	s.prefetchInstructions()
+	s.warmModel()
 	if prior != nil {
 		s.resumeTurn(ctx, prior) // before the answer, which shows it running
 	}
@@ -94,6 +96,19 @@ func (s *session) openWith(ctx actor.Context, entries []store.Entry, err error) 
 	if s.adopter != nil {
 		s.answerAdopter(ctx, nil)
 		s.endUnattended(ctx)
+	}
+}
+
+// warmModel lets the provider dial the model host as a client opens the
+// session, so that its first prompt does not wait for the connection
+// (llm/warm.go). A session restored or adopted without a client waits for
+// none.
+func (s *session) warmModel() {
+	if s.start == startRestore || s.start == startAdopt {
+		return
+	}
+	if w, ok := s.deps.Provider.(llm.Warmer); ok {
+		w.Warm()
 	}
 }
 
