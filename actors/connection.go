@@ -125,13 +125,8 @@ type connection struct {
 	compaction     bool
 	booleanOptions bool
 	// stub: this connection is the proxy of a session actor of another pod
-	// (session_remote.go); stubDrains: that pod drains, and its client may
-	// go with it: the proxy's turns then go on (session_pause_stub.go).
-	stub       *actor.PID
-	stubDrains bool
-	// stubConn is the id of the stub's connection on its pod, whose client
-	// this proxy serves ("" when that pod did not say: an older version).
-	stubConn string
+	// (session_remote.go), nil for any other.
+	stub *proxiedStub
 	// movedLegs: a connection moved here, until its restore: the legs of
 	// its sessions' stubs (connection_move.go).
 	movedLegs map[string]*actor.PID
@@ -217,7 +212,7 @@ func (c *connection) Receive(ctx actor.Context) {
 	case *ownerChecked:
 		c.ownerKnown(ctx, m)
 	case *actor.Terminated:
-		if c.stub != nil && m.Who.Equal(c.stub) {
+		if c.stub != nil && m.Who.Equal(c.stub.leg) {
 			// A proxy whose stub went away (session_remote.go). When the
 			// stub's pod died (not its client leaving), the turns its
 			// client prompted go on: a crash loses no turn (issue 29).
@@ -308,7 +303,7 @@ func (c *connection) Receive(ctx actor.Context) {
 	case *actor.Stopping:
 		for _, r := range c.sessions {
 			if r.live != nil {
-				ctx.Send(r.live, &detach{conn: ctx.Self(), keepTurn: c.stubDrains})
+				ctx.Send(r.live, &detach{conn: ctx.Self(), keepTurn: c.stub.draining()})
 			}
 		}
 	}

@@ -391,9 +391,9 @@ func (c *connection) repoint(ctx actor.Context, m *clusterpb.Repoint) {
 		return
 	}
 	to := actor.NewPID(m.LegAddress, m.LegId)
-	ctx.Unwatch(c.stub)
+	ctx.Unwatch(c.stub.leg)
 	c.out.Send(Frame{Data: protocol.EncodeNotification(legMovedMethod, nil)})
-	c.stub, c.stubDrains = to, false // its client is back on a live pod
+	c.stub.leg, c.stub.drains = to, false // its client is back on a live pod
 	c.out = relayOutlet{root: ctx.ActorSystem().Root, stub: to}
 	ctx.Watch(to)
 	c.log.Info().Str("leg", to.Address).Msg("share: the client's connection moved; frames follow it")

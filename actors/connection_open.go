@@ -240,7 +240,7 @@ func (c *connection) reopenOwned(ctx actor.Context, m *protocol.Message, method 
 	default:
 		follow := c.followOf(m)
 		if follow != nil && follow.Drains {
-			c.stubDrains = true
+			c.stub.drains = true
 		}
 		c.openSession(ctx, ref.SessionID, startResume, m.ID, ref.Cwd, "", servers, dirs, follow)
 	}

@@ -21,7 +21,7 @@ import (
 // move asked while a leg still follows waits for it to rejoin (legOut). A
 // connection that cannot move (a WebSocket) goes at shutdown; the turn
 // goes on without it: the leg's follow said its pod drains
-// (followClaim.Drains), the proxy noted it (connection.stubDrains) and
+// (followClaim.Drains), the proxy noted it (proxiedStub.drains) and
 // its detach keeps the turn (detach.keepTurn: answered to nobody, its end
 // recorded, as a turn resumed after a crash). A repoint (the connection
 // moved: a live client again) clears it, so a moved client that leaves

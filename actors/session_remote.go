@@ -42,6 +42,17 @@ type (
 		conn       string
 		init, open *protocol.Message
 	}
+	// proxiedStub is the stub a proxy connection serves (connection.stub):
+	// leg is the stub's leg actor its frames go to; conn the id of the
+	// stub's connection on its pod, whose client this proxy serves (""
+	// when that pod did not say: an older version); drains: that pod
+	// drains, and its client may go with it: the proxy's turns then go
+	// on (session_pause_stub.go).
+	proxiedStub struct {
+		leg    *actor.PID
+		conn   string
+		drains bool
+	}
 	// remoteTag tags a request of the proxy that the stub's connection
 	// asks its client: the proxy's id is answered as sent; key matches it (protocol.IDKey), as a
 	// $/cancel_request of the proxy does.
@@ -68,6 +79,9 @@ const shareEnd = "$/iac-code/share_end"
 
 // endShare tells a proxy connection that its pod ends the sharing.
 type endShare struct{}
+
+// draining: p's pod drains (false for a connection that is no proxy).
+func (p *proxiedStub) draining() bool { return p != nil && p.drains }
 
 // relayOutlet writes a proxy connection's frames to its stub.
 type relayOutlet struct {
@@ -141,7 +155,7 @@ func (c *connection) endShare(ctx actor.Context) {
 
 // startShare (connection side): this connection is the proxy of a stub.
 func (c *connection) startShare(ctx actor.Context, m *shareStart) {
-	c.stub, c.stubConn = m.stub, m.conn
+	c.stub = &proxiedStub{leg: m.stub, conn: m.conn}
 	ctx.Watch(m.stub)
 	c.dispatch(ctx, m.init)
 	c.dispatch(ctx, m.open)

@@ -192,7 +192,7 @@ type sessionWho struct {
 func (c *connection) sessionWho() sessionWho {
 	client := c.id
 	if c.stub != nil {
-		client = c.stubConn
+		client = c.stub.conn
 	}
 	return sessionWho{Identity: c.who, connID: c.id, client: client}
 }
