@@ -39,7 +39,7 @@ func runCompare(ctx context.Context, names, args []string, o *bench.Options, c *
 			fmt.Fprintln(stderr, "acp-bench --compare:", err)
 			return 2
 		}
-		ref, err = compare.Build(ctx, root, c.compareRef, root+"/bin/compare", stderr)
+		ref, err = compare.Build(ctx, root, c.compareRef, root+"/bin/compare", o.Bin, stderr)
 		if err != nil {
 			fmt.Fprintln(stderr, "acp-bench --compare:", err)
 			return 2

@@ -3,6 +3,7 @@ package compare
 import (
 	"bytes"
 	"context"
+	"debug/buildinfo"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -99,7 +100,7 @@ func TestBuildRef(t *testing.T) {
 
 	cache := t.TempDir()
 	var log bytes.Buffer
-	r, err := Build(context.Background(), repo, "HEAD~1", cache, &log)
+	r, err := Build(context.Background(), repo, "HEAD~1", cache, "", &log)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, log.String())
 	}
@@ -111,11 +112,64 @@ func TestBuildRef(t *testing.T) {
 		t.Fatalf("a profiling build of a ref without one: %s", r.Prof)
 	}
 	log.Reset()
-	again, err := Build(context.Background(), repo, r.Commit, cache, &log)
+	again, err := Build(context.Background(), repo, r.Commit, cache, "", &log)
 	if err != nil || again.Server != r.Server || strings.Contains(log.String(), "building") {
 		t.Fatalf("second build not cached: %v %q", err, log.String())
 	}
-	if _, err := Build(context.Background(), repo, "no-such-ref", cache, &log); err == nil {
+	if _, err := Build(context.Background(), repo, "no-such-ref", cache, "", &log); err == nil {
 		t.Fatal("unknown ref accepted")
+	}
+}
+
+// The ref is built with cgo on or off as the binary it is compared with,
+// whatever the environment says.
+func TestBuildRefLikeTheComparedBinary(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds binaries")
+	}
+	repo := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(repo, "cmd/iac-code"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, data := range map[string]string{
+		"go.mod":               "module example.com/x\n\ngo 1.22\n",
+		"cmd/iac-code/main.go": "package main\n\nfunc main() {}\n",
+	} {
+		if err := os.WriteFile(filepath.Join(repo, name), []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, args := range [][]string{{"init", "-q"}, {"add", "."}, {"commit", "-q", "-m", "v1"}} {
+		cmd := exec.Command("git", append([]string{"-C", repo, "-c", "user.name=t", "-c", "user.email=t@t"}, args...)...)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, out)
+		}
+	}
+	for _, c := range []struct{ like, env string }{{"0", "1"}, {"1", "0"}} {
+		like := filepath.Join(t.TempDir(), "after")
+		build := exec.Command("go", "build", "-o", like, "./cmd/iac-code")
+		build.Dir, build.Env = repo, append(os.Environ(), "CGO_ENABLED="+c.like)
+		if out, err := build.CombinedOutput(); err != nil {
+			t.Fatalf("build the compared binary: %v\n%s", err, out)
+		}
+		t.Setenv("CGO_ENABLED", c.env)
+		var log bytes.Buffer
+		r, err := Build(context.Background(), repo, "HEAD", t.TempDir(), like, &log)
+		if err != nil {
+			t.Fatalf("%v\n%s", err, log.String())
+		}
+		info, err := buildinfo.ReadFile(r.Server)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got string
+		for _, s := range info.Settings {
+			if s.Key == "CGO_ENABLED" {
+				got = s.Value
+			}
+		}
+		if got != c.like {
+			t.Fatalf("compared with a CGO_ENABLED=%s build, the environment saying %s: the ref was built with %q", c.like, c.env, got)
+		}
 	}
 }
