@@ -420,6 +420,29 @@ func answerData(id protocol.RawMessage, result any, e *protocol.Error) []byte {
 	return protocol.EncodeResult(id, result)
 }
 
+// crashing answers, when the message being served panicked, the prompt
+// of the session's turn -32603, once: the session's guardian (stopOnCrash)
+// stops the actor, whose mailbox, the turn's end with it, is never served,
+// and closing the store clears the turn's record, so nothing resumes it.
+// The prompt is owed from the slot's claim to its end (endTurn,
+// pausedTurn): a panic in endTurn before its answer is a crash mid-turn
+// too. A resumed turn whose prompt's connection is not here is answered
+// by no one here (endTurn keeps its answer for a follower). The panic goes
+// on to the guardian, which logs it with its stack.
+func (s *session) crashing(ctx actor.Context) {
+	r := recover()
+	if r == nil {
+		return
+	}
+	p := recovered(r)
+	if promptID, promptConn, _ := s.turn.end(); promptID != nil && promptConn != nil {
+		errorID := newErrorID()
+		s.log.Error().Str("error_id", errorID).Interface("panic", p.value).Msg("session crashed; its turn's prompt answered")
+		s.respondTo(ctx, promptConn, promptID, nil, protocol.ErrInternal(fmt.Sprint(p.value), errorID))
+	}
+	panic(p)
+}
+
 // stopped is the actor's end, whatever its phase: what it holds is let go
 // of (timers, turn slot, store handle, jail) and what waits is answered.
 func (s *session) stopped(ctx actor.Context) {

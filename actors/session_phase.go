@@ -204,6 +204,7 @@ func (s *session) stop(ctx actor.Context) {
 
 // Receive does the work of every phase around the phase's step.
 func (s *session) Receive(ctx actor.Context) {
+	defer s.crashing(ctx)
 	switch ctx.Message().(type) {
 	case *idleTick, *releaseTick:
 	default:

@@ -69,10 +69,11 @@ func (reportAndStop) HandleFailure(sys *actor.ActorSystem, sup actor.Supervisor,
 
 // stopOnCrash is the guardian of session actors: a session that panics is
 // logged and stopped (its history is on disk; a later load brings it back)
-// rather than restarted with its state reset. protoactor registers a
-// guardian actor per distinct strategy value, for good: there is one
-// stopOnCrash per server (Deps.sessionGuardian), used by pointer (its
-// logger cannot be a map key). One per session spawn was one more
+// rather than restarted with its state reset; the prompt of its turn is
+// answered by the session as it panics (session.crashing). protoactor
+// registers a guardian actor per distinct strategy value, for good: there
+// is one stopOnCrash per server (Deps.sessionGuardian), used by pointer
+// (its logger cannot be a map key). One per session spawn was one more
 // registered process per session, never freed.
 type stopOnCrash struct{ log zerolog.Logger }
 

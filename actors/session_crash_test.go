@@ -1,0 +1,122 @@
+package actors
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+
+	"github.com/iac-code/iac-code/llm"
+	"github.com/iac-code/iac-code/store"
+)
+
+// crashingStore is a real file store whose session handles panic, once
+// armed, in the next call of one method (a bug in a store): the session
+// actor, which calls its handle itself, panics serving that message.
+type crashingStore struct {
+	store.Store
+	// armed: the method whose next call panics ("" none); disarmed by it.
+	armed atomic.Pointer[string]
+}
+
+func (c *crashingStore) arm(method string) { c.armed.Store(&method) }
+
+func (c *crashingStore) crashIn(method string) {
+	if m := c.armed.Load(); m != nil && *m == method && c.armed.CompareAndSwap(m, nil) {
+		panic("store exploded in " + method)
+	}
+}
+
+// fileHandle is a file store's session handle with the interfaces the
+// session looks for on it.
+type fileHandle interface {
+	store.Session
+	store.TurnKeeper
+	store.TurnMarker
+}
+
+type crashingSession struct {
+	fileHandle
+	c *crashingStore
+}
+
+func (s crashingSession) Append(es ...store.Entry) error {
+	s.c.crashIn("Append")
+	return s.fileHandle.Append(es...)
+}
+
+func (s crashingSession) Sync() error {
+	s.c.crashIn("Sync")
+	return s.fileHandle.Sync()
+}
+
+func (c *crashingStore) Create(m store.Meta) (store.Session, error) {
+	s, err := c.Store.Create(m)
+	if err != nil {
+		return nil, err
+	}
+	return crashingSession{s.(fileHandle), c}, nil
+}
+
+func (c *crashingStore) Open(id string) (store.Session, []store.Entry, error) {
+	s, es, err := c.Store.Open(id)
+	if err != nil {
+		return nil, nil, err
+	}
+	return crashingSession{s.(fileHandle), c}, es, nil
+}
+
+var _ = Describe("a session actor that crashes while a turn runs", func() {
+	var (
+		p  *scriptedProvider
+		st *crashingStore
+		h  *harness
+	)
+	BeforeEach(func() {
+		p = &scriptedProvider{}
+		fs, err := store.New(GinkgoT().TempDir())
+		Expect(err).NotTo(HaveOccurred())
+		st = &crashingStore{Store: fs}
+		h = newHarnessOn(st, Config{}, p)
+	})
+	AfterEach(func() { h.close() })
+
+	answers := func(id float64) int {
+		n := 0
+		for _, f := range h.out.all() {
+			if f["id"] == id && f["method"] == nil {
+				n++
+			}
+		}
+		return n
+	}
+
+	DescribeTable("answers the turn's prompt once, -32603 with an error id, and the session serves the next prompt",
+		func(method string) {
+			// The model's reply arms the store: the session panics recording
+			// it (Append: the turn still runs), or in the turn's end
+			// (Sync: the slot was let go of, its prompt not answered yet).
+			p.then(func(_ context.Context, emit func(llm.Event)) error {
+				emit(llm.Event{Type: llm.EventTextDelta, Text: "a reply"})
+				st.arm(method)
+				emit(llm.Event{Type: llm.EventStop, StopReason: llm.StopEndTurn})
+				return nil
+			})
+			sid := h.newSession(GinkgoT().TempDir())
+			id := h.call("session/prompt", textPrompt(sid, "crash"))
+			e := h.errorOf(id)
+			Expect(e["code"]).To(Equal(-32603.0))
+			Expect(e["message"]).To(ContainSubstring("store exploded in " + method))
+			Expect(e["data"]).To(HaveKey("error_id"))
+			Consistently(func() int { return answers(id) }, 300*time.Millisecond, 10*time.Millisecond).Should(Equal(1))
+
+			// The crashed actor is gone; the session comes back from disk.
+			Expect(h.result(h.call("session/prompt", textPrompt(sid, "again")))["stopReason"]).To(Equal("end_turn"))
+			Expect(p.requests()).To(HaveLen(2))
+		},
+		Entry("recording the turn's reply", "Append"),
+		Entry("ending the turn", "Sync"),
+	)
+})
