@@ -109,13 +109,11 @@ func (p *anthropicProvider) Stream(ctx context.Context, req *Request, emit func(
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	p.warm.began()
-	defer p.warm.ended()
 	params, err := p.params(req)
 	if err != nil {
 		return err
 	}
-	return streamCall(ctx, "anthropic", p.cfg.Retry.idleTimeout(),
+	return streamCall(ctx, "anthropic", p.cfg.Retry.idleTimeout(), p.warm,
 		func(rctx context.Context, resp **http.Response) openedStream {
 			return p.svc.NewStreaming(rctx, params, option.WithResponseInto(resp))
 		},

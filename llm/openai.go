@@ -168,8 +168,6 @@ func (p *openAIProvider) Stream(ctx context.Context, req *Request, emit func(Eve
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	p.warm.began()
-	defer p.warm.ended()
 	call, err := p.call(req)
 	if err != nil {
 		return err
@@ -178,7 +176,7 @@ func (p *openAIProvider) Stream(ctx context.Context, req *Request, emit func(Eve
 	if err != nil {
 		return err
 	}
-	return streamCall(ctx, "openai_compatible", p.cfg.Retry.idleTimeout(),
+	return streamCall(ctx, "openai_compatible", p.cfg.Retry.idleTimeout(), p.warm,
 		func(rctx context.Context, resp **http.Response) openedStream {
 			// The request ChatCompletionService.NewStreaming sends, byte for
 			// byte (TestOpenAIRequestOnTheWire): the same path, options and

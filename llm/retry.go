@@ -349,12 +349,15 @@ type openedStream interface {
 // streamCall is the part of a streaming model call both protocols share:
 // open the request under an idle watch, map request failures, decode the
 // body, and turn failures caused by cancel or idleness into those errors.
-func streamCall(ctx context.Context, name string, idleTimeout time.Duration,
+// warm (may be nil) counts the call and learns the response's protocol.
+func streamCall(ctx context.Context, name string, idleTimeout time.Duration, warm *warmConns,
 	open func(ctx context.Context, resp **http.Response) openedStream,
 	requestError func(error, *http.Response) error,
 	decode func(io.Reader) error,
 	redact func(error) error,
 ) error {
+	warm.began()
+	defer warm.ended()
 	rctx, idle := watchIdle(ctx, idleTimeout)
 	var resp *http.Response
 	stream := open(rctx, &resp)
@@ -379,6 +382,7 @@ func streamCall(ctx context.Context, name string, idleTimeout time.Duration,
 	if resp == nil || resp.Body == nil {
 		return errors.New(name + ": no response")
 	}
+	warm.answered(resp)
 	idle.reset()
 	if err := decode(idle.body(resp.Body)); err != nil {
 		return fail(err, redact)

@@ -50,7 +50,10 @@ type warmConns struct {
 	// wanted counts the sessions opened that have not called the model
 	// yet (Warm, less calls begun and connections expired unused).
 	wanted int
-	expiry *time.Timer
+	// multiplexed: the host answered over HTTP/2, where one connection
+	// carries every call: while one is open, none is dialled ahead.
+	multiplexed bool
+	expiry      *time.Timer
 }
 
 type warmConn struct {
@@ -108,6 +111,9 @@ func (w *warmConns) Warm() {
 	defer w.mu.Unlock()
 	if w.wanted < w.max {
 		w.wanted++
+	}
+	if w.multiplexed && w.open > 0 {
+		return
 	}
 	ready := max(w.open-w.busy, 0) + len(w.idle) + w.dialing
 	if ready >= w.wanted || len(w.idle)+w.dialing >= w.max {
@@ -216,6 +222,16 @@ func (w *warmConns) ended() {
 	}
 	w.mu.Lock()
 	w.busy--
+	w.mu.Unlock()
+}
+
+// answered notes the protocol a call was answered with.
+func (w *warmConns) answered(resp *http.Response) {
+	if w == nil {
+		return
+	}
+	w.mu.Lock()
+	w.multiplexed = resp.ProtoMajor >= 2
 	w.mu.Unlock()
 }
 

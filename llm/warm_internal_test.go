@@ -136,3 +136,31 @@ func TestWarmConnectionsAreBounded(t *testing.T) {
 		t.Fatalf("open %d, idle %d; want 4 and 0", w.open, len(w.idle))
 	}
 }
+
+// Over HTTP/2 one connection carries every call: while it is open nothing
+// is dialled ahead; once it is gone, the next session opened dials again.
+func TestWarmDialsNothingBesideAnHTTP2Connection(t *testing.T) {
+	ln, accepted := listen(t)
+	w := newTestWarm(ln)
+	conn, err := w.DialContext(context.Background(), "tcp", w.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-accepted
+	w.began()
+	w.answered(&http.Response{ProtoMajor: 2})
+	w.Warm() // the call in flight leaves no idle connection: over HTTP/1.1 this would dial
+	select {
+	case <-accepted:
+		t.Fatal("dialled ahead beside an HTTP/2 connection")
+	case <-time.After(100 * time.Millisecond):
+	}
+	w.ended()
+	conn.Close()
+	w.Warm()
+	select {
+	case <-accepted:
+	case <-time.After(5 * time.Second):
+		t.Fatal("nothing dialled once the HTTP/2 connection was closed")
+	}
+}
