@@ -447,6 +447,13 @@ func (s *session) stepStub(ctx actor.Context, e envelope) {
 		s.relayFor(ctx, l, &protocol.Message{Method: shareCancelTurns})
 	case *drain:
 		ctx.Send(m.from, &sessionIdle{sessionID: s.id, seq: m.seq})
+	case *leftHeard:
+		// A proxy told the paused session left (stayForClients) holds what
+		// it got since, as for an actor that stops; this one stays, a
+		// stub: it will not stop for the proxy, whose held requests are
+		// answered "moved" now (after what it passed on before, answered
+		// above), which its stub waits for (bounceDue).
+		ctx.Send(m.conn, &sessionMoved{id: s.id, pid: ctx.Self()})
 	case *detach:
 		if l := st.legOf(m.conn); l != nil {
 			s.dropLeg(ctx, l)

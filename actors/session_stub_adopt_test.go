@@ -26,11 +26,12 @@ var _ = Describe("a stub asked to adopt its session (PostgreSQL)", func() {
 		model  *llmtest.Server
 		a, b   *Server
 		h, g   *harness
+		net    *podNet
 		sid    string
 		steps  string
 	)
 	BeforeEach(func() {
-		stores, model, a, b, _ = twoDurablePods()
+		stores, model, a, b, net = twoDurablePods()
 		h, g = connectTo(a), connectTo(b)
 		DeferCleanup(func() { h.conn.Close(2 * time.Second); g.conn.Close(2 * time.Second) })
 		steps = filepath.Join(GinkgoT().TempDir(), "steps")
@@ -77,12 +78,19 @@ var _ = Describe("a stub asked to adopt its session (PostgreSQL)", func() {
 		Expect(holder.Owner).To(Equal(stores[1].Incarnation()))
 	})
 
-	It("serves what its client sent while it took the session, in order, after the resumed turn", func() {
+	// nextDuringTake runs a step of a turn prompted by g's client, has a
+	// pause it and b adopt it, g's client sending one more prompt as a
+	// lets go; both prompts are answered end_turn, the second after the
+	// resumed turn. hold runs once the step runs, before the pause; what
+	// it returns, once PauseTurns returns.
+	nextDuringTake := func(hold func() (release func())) {
+		GinkgoHelper()
 		model.Script(llmtest.Reply{ToolCalls: []llmtest.ToolCall{step("c1", "one", 0.5)}},
 			llmtest.Reply{Text: "first"},
 			llmtest.Reply{Text: "second"})
 		prompt := g.call("session/prompt", textPrompt(sid, "run"))
 		Eventually(toolRunning(g, "c1"), 5*time.Second, 5*time.Millisecond).Should(BeTrue())
+		release := hold()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		var next float64
@@ -91,11 +99,36 @@ var _ = Describe("a stub asked to adopt its session (PostgreSQL)", func() {
 			next = g.call("session/prompt", textPrompt(sid, "next")) // sent while the session has no holder
 			go func() { adopted <- b.AdoptHanded(id, servers) }()
 		})).To(Equal([]string{sid}))
+		release()
 		Expect(<-adopted).To(Succeed())
 		Expect(g.result(prompt)["stopReason"]).To(Equal("end_turn"))
-		Expect(g.result(next)["stopReason"]).To(Equal("end_turn"))
+		Expect(g.result(next)["stopReason"]).To(Equal("end_turn"), "served by b, not cancelled")
 		Expect(chatOf(g, 0, "agent_message_chunk")).To(Equal("firstsecond"))
 		Expect(lines()).To(Equal([]string{"one"}))
+	}
+
+	It("serves what its client sent while it took the session, in order, after the resumed turn", func() {
+		nextDuringTake(func() func() { return func() {} })
+	})
+
+	// a's proxy got the prompt after it heard the session left: it holds
+	// such a request until the session's actor stops, and that actor,
+	// staying as the stub of a's own client h, has to tell it it will not
+	// (leftHeard): then the proxy answers "moved", which b's stub waits
+	// for (bounceDue) before it takes the session and serves the prompt.
+	It("serves a prompt its client sent that reached the old holder as it let go, after the resumed turn, not cancelled", func() {
+		nextDuringTake(func() func() {
+			By("a's word that the session left waits on its way to b; the prompt is relayed to a's proxy meanwhile")
+			_, releaseBack := net.holdBack(b)
+			DeferCleanup(releaseBack)
+			relayed, releaseRelays := net.holdRelays(stores[0].Incarnation())
+			DeferCleanup(releaseRelays)
+			return func() {
+				Eventually(relayed, 5*time.Second).Should(Receive(), "the leg, still served by a, relays the prompt to a")
+				releaseRelays()
+				releaseBack()
+			}
+		})
 	})
 
 	It("asks again a permission pending at the drain, of its clients; the call is announced once", func() {
