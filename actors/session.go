@@ -217,7 +217,7 @@ func (s *session) stepLive(ctx actor.Context, e envelope) {
 	case *mcpAwaitOver:
 		s.mcpAwaited(ctx, m)
 	case *cancelTurns:
-		if s.turn.of(m.conn) && cancelsID(m.requestID, s.turn.promptID) {
+		if s.turn.of(m.conn) && cancelsID(m.requestID, s.turn.prompt.id) {
 			s.cancelTurn(ctx)
 		}
 		if h := s.mcp.held; h != nil && m.conn.Equal(h.conn) &&
@@ -435,10 +435,10 @@ func (s *session) crashing(ctx actor.Context) {
 		return
 	}
 	p := recovered(r)
-	if promptID, promptConn, _ := s.turn.end(); promptID != nil && promptConn != nil {
+	if prompt := s.turn.end(); prompt.id != nil && prompt.conn != nil {
 		errorID := newErrorID()
 		s.log.Error().Str("error_id", errorID).Interface("panic", p.value).Msg("session crashed; its turn's prompt answered")
-		s.respondTo(ctx, promptConn, promptID, nil, protocol.ErrInternal(fmt.Sprint(p.value), errorID))
+		s.respondTo(ctx, prompt.conn, prompt.id, nil, protocol.ErrInternal(fmt.Sprint(p.value), errorID))
 	}
 	panic(p)
 }

@@ -201,7 +201,7 @@ func (s *session) emitNotice(ctx actor.Context, update any) {
 
 // promptCaps are the capabilities of the client whose prompt runs: its
 // editor serves the turn's fs/* and terminal/* calls.
-func (s *session) promptCaps() tools.ClientCaps { return s.clients.capsOf(s.turn.promptConn) }
+func (s *session) promptCaps() tools.ClientCaps { return s.clients.capsOf(s.turn.prompt.conn) }
 
 // forwardRequest sends a tool's request to the connection whose prompt
 // runs (its editor's buffers and terminals), if the tool's turn still runs:
@@ -209,11 +209,11 @@ func (s *session) promptCaps() tools.ClientCaps { return s.clients.capsOf(s.turn
 // refused request is answered at once, so the tool does not wait for
 // nothing; so is one whose connection left (its turn is being cancelled).
 func (s *session) forwardRequest(ctx actor.Context, m *outboundRequest) {
-	if !s.turn.running() || m.turn != s.turn.id || s.clients.find(s.turn.promptConn) == nil {
+	if !s.turn.running() || m.turn != s.turn.id || s.clients.find(s.turn.prompt.conn) == nil {
 		ctx.Send(m.replyTo, &clientAnswer{tag: m.tag, err: protocol.NewError(protocol.CodeRequestCancelled, "the turn has ended", nil)})
 		return
 	}
-	ctx.Send(s.turn.promptConn, m)
+	ctx.Send(s.turn.prompt.conn, m)
 }
 
 func (s *session) attach(ctx actor.Context, m *attach) {
@@ -249,7 +249,7 @@ func (s *session) attach(ctx actor.Context, m *attach) {
 
 // attachClient attaches m.conn. In move mode the connection attached until
 // now loses the session: its running prompt ends cancelled (answered to it,
-// see promptConn), what it waited for is answered, a drain of it is over,
+// see turnPrompt.conn), what it waited for is answered, a drain of it is over,
 // and its later requests are answered "Session moved to another
 // connection". In share mode a permission request pending is asked of the
 // newcomer too.

@@ -152,7 +152,7 @@ func (s *session) pausedTurn(ctx actor.Context, m *turnPaused) {
 		s.endTurn(ctx, &turnFinished{stopReason: protocol.StopCancelled, usage: m.usage})
 		return
 	}
-	promptID, promptConn, _ := s.turn.end()
+	prompt := s.turn.end()
 	s.releaseTurnCount()
 	s.withdrawAsked(ctx) // asked again by the next holder
 	s.dropPermissionAsks(ctx)
@@ -166,7 +166,7 @@ func (s *session) pausedTurn(ctx actor.Context, m *turnPaused) {
 	if s.phase.paused {
 		s.leaveMCPParcel() // handed over with the session (PauseTurns)
 	}
-	if s.stayForClients(ctx, promptID, promptConn) {
+	if s.stayForClients(ctx, prompt) {
 		return
 	}
 	s.finishEnding(ctx)

@@ -31,8 +31,8 @@ import (
 // pod follow it through, and reports whether it did: in cluster mode, with
 // the lease let go of keeping the turn and a client of this pod attached.
 // Otherwise the session ends as before (finishEnding), its clients told
-// it left. promptID and promptConn are the paused turn's prompt.
-func (s *session) stayForClients(ctx actor.Context, promptID protocol.RawMessage, promptConn *actor.PID) bool {
+// it left. prompt is the paused turn's.
+func (s *session) stayForClients(ctx actor.Context, prompt turnPrompt) bool {
 	if !s.phase.paused || s.deps.Handover == nil {
 		return false
 	}
@@ -53,7 +53,7 @@ func (s *session) stayForClients(ctx actor.Context, promptID protocol.RawMessage
 	p := s.phase
 	legs := make([]*stubLeg, 0, len(own))
 	for _, c := range own {
-		legs = append(legs, s.followingLeg(ctx, c, promptID, promptConn))
+		legs = append(legs, s.followingLeg(ctx, c, prompt))
 	}
 	if s.mcp.pid != nil {
 		ctx.Stop(s.mcp.pid) // its servers start again at the adopter
@@ -94,13 +94,13 @@ func (s *session) isProxy(ctx actor.Context, pid *actor.PID) bool {
 // session: the leg's follow names the paused turn's prompt when c sent
 // it (owed, answered by the adopter), and its share is c's initialize and
 // the session's open as it stands.
-func (s *session) followingLeg(ctx actor.Context, c *client, promptID protocol.RawMessage, promptConn *actor.PID) *stubLeg {
+func (s *session) followingLeg(ctx actor.Context, c *client, prompt turnPrompt) *stubLeg {
 	l := &stubLeg{conn: c.pid, who: c.who, state: legState{kind: legFollowing}, pid: ctx.Spawn(legProps), pending: map[string]*relayedRequest{},
 		share: legShare{init: shareInit(c.caps, c.notices, s.compactionUpdates, s.booleanOptions), cwd: s.meta.Cwd,
 			servers: s.mcp.configured, dirs: s.meta.AdditionalDirectories, caps: c.caps, notices: c.notices}}
-	if promptID != nil && c.pid.Equal(promptConn) {
+	if prompt.id != nil && c.pid.Equal(prompt.conn) {
 		l.seq++
-		l.pending[protocol.IDKey(promptID)] = &relayedRequest{relayed: relayed{seq: l.seq}, id: promptID,
+		l.pending[protocol.IDKey(prompt.id)] = &relayedRequest{relayed: relayed{seq: l.seq}, id: prompt.id,
 			method: protocol.MethodSessionPrompt, sent: true}
 	}
 	return l

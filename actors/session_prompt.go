@@ -125,7 +125,7 @@ func (s *session) startPrompt(ctx actor.Context, r *sessionRequest, user *llm.Me
 	if c := s.clients.find(r.conn); c != nil {
 		client = c.who.client
 	}
-	opts := s.turnOptions(s.turn.claim(r.id, r.conn, client))
+	opts := s.turnOptions(s.turn.claim(turnPrompt{id: r.id, conn: r.conn, client: client}))
 	opts.compactOnly = command == "compact"
 	if s.deps.Trace != nil {
 		opts.trace = promptTraceParent(r)

@@ -188,7 +188,7 @@ func (s *session) resumeTurn(ctx actor.Context, prior *store.RunningTurn) {
 	}
 	step := store.NextStep(s.entries, first)
 	promptConn := s.promptConnHere(prior.Conn)
-	turnID := s.turn.claim(protocol.RawMessage(prior.PromptRequest), promptConn, recordedClient(prior.Conn))
+	turnID := s.turn.claim(turnPrompt{id: protocol.RawMessage(prior.PromptRequest), conn: promptConn, client: recordedClient(prior.Conn)})
 	s.deps.turns.acquire(s.owner, 0) // taken on elsewhere: not refused for a limit here
 	s.countTurn()
 	started := prior.StartedAt.UTC()

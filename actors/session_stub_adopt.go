@@ -316,7 +316,7 @@ func (s *session) settleOwed(ctx actor.Context, o legOwed) {
 	for _, id := range o.prompts {
 		p := keyOfPrompt(o.client, id)
 		if s.phase.kind == phaseLive {
-			if s.turn.answerTo(p, o.conn, detached) || s.turn.of(o.conn) && protocol.IDKey(s.turn.promptID) == p.id {
+			if s.turn.answerTo(p, o.conn, detached) || s.turn.of(o.conn) && protocol.IDKey(s.turn.prompt.id) == p.id {
 				continue
 			}
 			if data, ok := s.followers.takeAnswer(p); ok {

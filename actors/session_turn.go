@@ -33,14 +33,9 @@ type turnSlot struct {
 	// id numbers the turns; a tool's request to the client is sent only
 	// while its turn runs.
 	id int64
-	// promptID is the prompt the turn answers; promptConn asked it: its
-	// answer goes there even when the session moved to another connection
-	// meanwhile. promptClient is the id of the connection its client is
-	// on (sessionWho.client): a turn resumed on another pod, whose
-	// promptConn is gone, is owed to that client (promptKey).
-	promptID     protocol.RawMessage
-	promptConn   *actor.PID
-	promptClient string
+	// prompt is the prompt the running turn answers, claimed with the
+	// slot and handed back by its end; zero while the slot is free.
+	prompt turnPrompt
 	// counted: the running turn holds one of its owner's slots
 	// (MaxTurnsPerUser).
 	counted bool
@@ -48,34 +43,45 @@ type turnSlot struct {
 	soFar turnSoFar
 }
 
+// turnPrompt is the prompt a turn answers: id is its JSON-RPC id; conn
+// asked it: its answer goes there even when the session moved to another
+// connection meanwhile (nil: it is answered to no one here, a turn
+// resumed from another pod or disowned). client is the id of the
+// connection its client is on (sessionWho.client): a turn resumed on
+// another pod, whose conn is gone, is owed to that client (promptKey).
+type turnPrompt struct {
+	id     protocol.RawMessage
+	conn   *actor.PID
+	client string
+}
+
+// key is p as promptKey names it.
+func (p turnPrompt) key() promptKey { return keyOfPrompt(p.client, p.id) }
+
 func (t *turnSlot) running() bool    { return t.state != turnIdle }
 func (t *turnSlot) cancelling() bool { return t.state == turnCancelling }
 func (t *turnSlot) pausing() bool    { return t.state == turnPausing }
 
 // of reports whether the running turn is the prompt of conn.
-func (t *turnSlot) of(conn *actor.PID) bool { return t.running() && conn.Equal(t.promptConn) }
+func (t *turnSlot) of(conn *actor.PID) bool { return t.running() && conn.Equal(t.prompt.conn) }
 
-// claim takes the slot for the prompt id of conn, whose client is on
-// the connection named client, and numbers its turn (spawned next, then
-// run).
-func (t *turnSlot) claim(id protocol.RawMessage, conn *actor.PID, client string) int64 {
-	t.promptID, t.promptConn, t.promptClient = id, conn, client
+// claim takes the slot for prompt p and numbers its turn (spawned next,
+// then run).
+func (t *turnSlot) claim(p turnPrompt) int64 {
+	t.prompt = p
 	t.id++
 	return t.id
 }
-
-// prompt is the running turn's prompt as promptKey names it.
-func (t *turnSlot) prompt() promptKey { return keyOfPrompt(t.promptClient, t.promptID) }
 
 // answerTo makes conn the connection the running turn answers, when its
 // prompt is the one p names and its own connection is gone (detached is
 // true of it): a client following the session here is owed that answer
 // (session_followlog.go). A turn being cancelled is not handed on.
 func (t *turnSlot) answerTo(p promptKey, conn *actor.PID, detached func(*actor.PID) bool) bool {
-	if !t.running() || t.cancelling() || !t.prompt().names(p) || !detached(t.promptConn) {
+	if !t.running() || t.cancelling() || !t.prompt.key().names(p) || !detached(t.prompt.conn) {
 		return false
 	}
-	t.promptConn = conn
+	t.prompt.conn = conn
 	return true
 }
 
@@ -87,17 +93,16 @@ func (t *turnSlot) run(pid *actor.PID) { t.state, t.pid = turnRunning, pid }
 // no one.
 func (t *turnSlot) disown(conn *actor.PID) {
 	if t.of(conn) {
-		t.promptConn = nil
+		t.prompt.conn = nil
 	}
 }
 
-// end frees the slot, and returns the prompt to answer: its id, the
-// connection its answer goes to, and its key (a resumed turn's answer is
-// kept by it when that connection is not here).
-func (t *turnSlot) end() (promptID protocol.RawMessage, promptConn *actor.PID, prompt promptKey) {
-	promptID, promptConn, prompt = t.promptID, t.promptConn, t.prompt()
-	t.state, t.pid, t.promptID, t.promptConn, t.promptClient = turnIdle, nil, nil, nil, ""
-	return promptID, promptConn, prompt
+// end frees the slot, and returns the prompt to answer (a resumed turn's
+// answer is kept by its key when its connection is not here).
+func (t *turnSlot) end() turnPrompt {
+	p := t.prompt
+	t.state, t.pid, t.prompt = turnIdle, nil, turnPrompt{}
+	return p
 }
 
 // promptKey names a prompt across pods: the id of the connection its
@@ -176,7 +181,7 @@ func (s *session) endTurn(ctx actor.Context, m *turnFinished) {
 	s.saveMeta()
 	// Told before the answer, which stays the turn's last frame.
 	s.finishTurn(ctx)
-	promptID, promptConn, prompt := s.turn.end()
+	prompt := s.turn.end()
 	var (
 		result any
 		e      *protocol.Error
@@ -197,14 +202,14 @@ func (s *session) endTurn(ctx actor.Context, m *turnFinished) {
 	if s.lease.fenced == nil && !s.phase.lettingGo() {
 		s.releaseBetweenTurns()
 	}
-	if promptConn != nil {
-		s.respondTo(ctx, promptConn, promptID, result, e)
-	} else if promptID != nil {
+	if prompt.conn != nil {
+		s.respondTo(ctx, prompt.conn, prompt.id, result, e)
+	} else if prompt.id != nil {
 		// A resumed turn whose prompt's connection is not on this process:
 		// its end is recorded (whoever loads the session sees it), and its
 		// answer kept for that connection, which may be following the
 		// session here (session_followlog.go).
-		s.followers.keepAnswer(prompt, answerData(promptID, result, e))
+		s.followers.keepAnswer(prompt.key(), answerData(prompt.id, result, e))
 	}
 	s.answerDrainers(ctx)
 	if s.phase.lettingGo() {
