@@ -72,10 +72,18 @@ func (k legKind) String() string { return legKindNames[k] }
 // whole, so that entering a state resets what the last one had.
 type legState struct {
 	kind legKind
+	// former: following, rejoining or settling; the leg actors of the
+	// proxies of the holders the leg followed the session away from: their
+	// frames still come (fromFormerProxy) until it settles (stopFormer).
+	former []*actor.PID
 	// formerLeft: following, rejoining or settling; the last holder the
 	// leg followed the session away from said the session left (it is
 	// not gone): it answers "moved" to what it got after (bounceDue).
 	formerLeft bool
+	// rejoined: rejoining (following keeps it, see become); the answer to
+	// its follow, come before its Share returned the proxy (the proxy
+	// answers as soon as it is made): taken once it has (legShared).
+	rejoined *protocol.Message
 	// owes: settling; the prompts the holder that answered its follow
 	// owes it.
 	owes map[string]bool
@@ -94,15 +102,26 @@ var legalLegKinds = [...][]legKind{
 	legSettling:  {legAttached, legFollowing},
 }
 
-// become moves l to state to, and reports whether it did. Whether its
-// former holder said the session left stays with the follow: rejoining
-// and settling keep it; following is told it anew.
+// become moves l to state to, and reports whether it did. What the leg
+// followed the session away from stays with the follow: rejoining and
+// settling keep its former proxies' leg actors and whether the last
+// holder said the session left; following adds the leg's actor of the
+// moment to the former (followLeg spawns it another) and is told the word
+// anew. A follow's answer that came before its Share returned (rejoined)
+// is kept by following and rejoining: a leg that follows the session on
+// before that Share returns takes it at its next rejoin. Attached, the
+// leg has none of these (settle stops the former first).
 func (l *stubLeg) become(to legState) bool {
 	if !slices.Contains(legalLegKinds[l.state.kind], to.kind) {
 		return false
 	}
-	if to.kind == legRejoining || to.kind == legSettling {
-		to.formerLeft = l.state.formerLeft
+	switch to.kind {
+	case legFollowing:
+		to.former, to.rejoined = append(l.state.former, l.pid), l.state.rejoined
+	case legRejoining:
+		to.former, to.formerLeft, to.rejoined = l.state.former, l.state.formerLeft, l.state.rejoined
+	case legSettling:
+		to.former, to.formerLeft = l.state.former, l.state.formerLeft
 	}
 	l.state = to
 	return true
@@ -187,7 +206,7 @@ func (f *stubFollow) looking() bool { return !f.since.IsZero() }
 
 func (st *sessionStub) legOfFormer(pid *actor.PID) *stubLeg {
 	for _, l := range st.legs {
-		for _, f := range l.former {
+		for _, f := range l.state.former {
 			if f.Equal(pid) {
 				return l
 			}
@@ -197,16 +216,16 @@ func (st *sessionStub) legOfFormer(pid *actor.PID) *stubLeg {
 }
 
 // stopFormer stops the leg actors of l's former proxies (which stop with
-// them).
+// them), as l is attached (become drops them) or dropped.
 func (l *stubLeg) stopFormer(ctx actor.Context) {
-	for _, f := range l.former {
+	for _, f := range l.state.former {
 		ctx.Stop(f)
 	}
-	l.former = nil
 }
 
 // followLeg: l's holder let the session go (or died: dead names it). Its
-// proxy is let go of (its frames still come, to former), what that
+// proxy is let go of (its frames still come, to the leg actor become
+// adds to the state's former), what that
 // proxy asked l's client is withdrawn, and the next holder is looked up.
 func (s *session) followLeg(ctx actor.Context, l *stubLeg, dead string) {
 	// Its former holder said the session left when its proxy did
@@ -221,7 +240,6 @@ func (s *session) followLeg(ctx actor.Context, l *stubLeg, dead string) {
 		ctx.Unwatch(l.proxy)
 	}
 	withdraw(ctx, l.conn, legRequests{leg: l.pid})
-	l.former = append(l.former, l.pid)
 	l.pid, l.proxy = ctx.Spawn(legProps), nil
 	st := s.stub
 	if dead != "" {
@@ -361,8 +379,8 @@ func (s *session) followAnswered(ctx actor.Context, l *stubLeg, msg *protocol.Me
 // in time), answered cancelled; then what waited, all in the order the
 // connection sent them. owes are the prompts that holder owes it.
 func (s *session) settle(ctx actor.Context, l *stubLeg, owes map[string]bool) {
-	l.become(legState{kind: legAttached})
 	l.stopFormer(ctx)
+	l.become(legState{kind: legAttached})
 	var again []relayed
 	for key, r := range l.pending {
 		switch {

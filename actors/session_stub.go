@@ -46,7 +46,8 @@ type (
 		conn *actor.PID
 		who  sessionWho
 		// state says whether its proxy serves it, with what only that
-		// state has (legState).
+		// state has (legState): the former proxies it follows the session
+		// away from, a follow's answer come early.
 		state legState
 		// pid is the leg actor the proxy writes to; proxy is nil while its
 		// Share is under way. Until the leg is attached the messages for
@@ -54,9 +55,6 @@ type (
 		pid     *actor.PID
 		proxy   *actor.PID
 		waiting []relayed
-		// former are the leg actors of the proxies of the holders it
-		// followed the session away from (session_follow.go).
-		former []*actor.PID
 		// pending are the requests relayed and not answered, by IDKey.
 		pending map[string]*relayedRequest
 		closeID protocol.RawMessage
@@ -69,10 +67,6 @@ type (
 		// outAsked are the moves of the leg's connection waiting for it
 		// to rejoin the session's next holder (legOut).
 		outAsked []*actor.PID
-		// rejoined: the answer to its follow, come before its Share
-		// returned the proxy (the proxy answers as soon as it is made):
-		// taken once it has (legShared).
-		rejoined *protocol.Message
 		// seq numbers the messages relayed, in order; share is what asks a
 		// holder for a proxy: the proxy's initialize and the leg's open.
 		seq   uint64
@@ -272,8 +266,8 @@ func (s *session) legShared(ctx actor.Context, m *legShared) {
 	l.proxy = m.proxy
 	ctx.Watch(m.proxy)
 	if l.state.kind == legRejoining {
-		if r := l.rejoined; r != nil {
-			l.rejoined = nil
+		if r := l.state.rejoined; r != nil {
+			l.state.rejoined = nil
 			s.followAnswered(ctx, l, r)
 		}
 		return // attached once the follow is answered (followAnswered)
@@ -512,7 +506,7 @@ func (s *session) fromProxy(ctx actor.Context, l *stubLeg, body []byte) {
 		}
 		if id == protocol.IDKey(followID) {
 			if l.proxy == nil {
-				l.rejoined = msg // the Share's answer is on its way
+				l.state.rejoined = msg // the Share's answer is on its way
 				return
 			}
 			s.followAnswered(ctx, l, msg)
