@@ -2,7 +2,7 @@ package actors
 
 import (
 	"context"
-	"sync/atomic"
+	"sync"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -13,18 +13,37 @@ import (
 )
 
 // crashingStore is a real file store whose session handles panic, once
-// armed, in the next call of one method (a bug in a store): the session
+// armed, in a later call of one method (a bug in a store): the session
 // actor, which calls its handle itself, panics serving that message.
 type crashingStore struct {
 	store.Store
-	// armed: the method whose next call panics ("" none); disarmed by it.
-	armed atomic.Pointer[string]
+	mu sync.Mutex
+	// armed: the method whose call panics ("" none), once skip more calls
+	// of it went through; disarmed by the panic.
+	armed string
+	skip  int
 }
 
-func (c *crashingStore) arm(method string) { c.armed.Store(&method) }
+func (c *crashingStore) arm(method string) { c.armAfter(method, 0) }
+
+// armAfter arms method to panic in its call after the next skip.
+func (c *crashingStore) armAfter(method string, skip int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.armed, c.skip = method, skip
+}
 
 func (c *crashingStore) crashIn(method string) {
-	if m := c.armed.Load(); m != nil && *m == method && c.armed.CompareAndSwap(m, nil) {
+	c.mu.Lock()
+	hit := c.armed == method && c.skip == 0
+	switch {
+	case hit:
+		c.armed = ""
+	case c.armed == method:
+		c.skip--
+	}
+	c.mu.Unlock()
+	if hit {
 		panic("store exploded in " + method)
 	}
 }
@@ -119,4 +138,45 @@ var _ = Describe("a session actor that crashes while a turn runs", func() {
 		Entry("recording the turn's reply", "Append"),
 		Entry("ending the turn", "Sync"),
 	)
+
+	It("answers -32603 once a prompt whose user message it was recording as it crashed", func() {
+		sid := h.newSession(GinkgoT().TempDir())
+		st.arm("Append") // the prompt's user message, before its turn runs
+		id := h.call("session/prompt", textPrompt(sid, "crash"))
+		e := h.errorOf(id)
+		Expect(e["code"]).To(Equal(-32603.0))
+		Expect(e["message"]).To(ContainSubstring("store exploded in Append"))
+		Consistently(func() int { return answers(id) }, 300*time.Millisecond, 10*time.Millisecond).Should(Equal(1))
+		Expect(h.result(h.call("session/prompt", textPrompt(sid, "again")))["stopReason"]).To(Equal("end_turn"))
+		Expect(p.requests()).To(HaveLen(1), "the crashed prompt never reached the model")
+	})
+
+	It("answers -32603 once a queued prompt it was starting as it crashed, after the turn before it", func() {
+		release := make(chan struct{})
+		p.then(func(ctx context.Context, emit func(llm.Event)) error {
+			select {
+			case <-release:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			emit(llm.Event{Type: llm.EventTextDelta, Text: "first"})
+			emit(llm.Event{Type: llm.EventStop, StopReason: llm.StopEndTurn})
+			return nil
+		})
+		sid := h.newSession(GinkgoT().TempDir())
+		first := h.call("session/prompt", textPrompt(sid, "first"))
+		second := h.call("session/prompt", textPrompt(sid, "second"))
+		// Answered by the session after it queued the second prompt (one
+		// mailbox, in the order the connection sent them).
+		h.result(h.call("session/set_mode", map[string]any{"sessionId": sid, "modeId": "default"}))
+		st.armAfter("Append", 1) // the first turn's reply is written; the second prompt's start panics
+		close(release)
+		Expect(h.result(first)["stopReason"]).To(Equal("end_turn"))
+		e := h.errorOf(second)
+		Expect(e["code"]).To(Equal(-32603.0))
+		Expect(e["message"]).To(ContainSubstring("store exploded in Append"))
+		Consistently(func() []int { return []int{answers(first), answers(second)} }, 300*time.Millisecond, 10*time.Millisecond).
+			Should(Equal([]int{1, 1}))
+		Expect(p.requests()).To(HaveLen(1), "the second prompt never reached the model")
+	})
 })

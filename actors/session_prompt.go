@@ -110,6 +110,13 @@ func (s *session) startPrompt(ctx actor.Context, r *sessionRequest, user *llm.Me
 		return
 	}
 	s.countTurn()
+	var client string
+	if c := s.clients.find(r.conn); c != nil {
+		client = c.who.client
+	}
+	// The prompt is the slot's from here: a panic writing it (the session
+	// crashing) answers it (crashing), as one in its turn does.
+	turnID := s.turn.claim(turnPrompt{id: r.id, conn: r.conn, client: client})
 	s.clearInterrupted()
 	s.echoPrompt(ctx, user, expanded)
 	firstSeq := s.store.LastSeq() + 1
@@ -117,15 +124,12 @@ func (s *session) startPrompt(ctx actor.Context, r *sessionRequest, user *llm.Me
 		s.record(ctx, *user)
 		if s.lease.fenced != nil {
 			s.releaseTurnCount()
+			s.turn.end()
 			s.respondError(ctx, r.id, s.lease.fenced)
 			return
 		}
 	}
-	var client string
-	if c := s.clients.find(r.conn); c != nil {
-		client = c.who.client
-	}
-	opts := s.turnOptions(s.turn.claim(turnPrompt{id: r.id, conn: r.conn, client: client}))
+	opts := s.turnOptions(turnID)
 	opts.compactOnly = command == "compact"
 	if s.deps.Trace != nil {
 		opts.trace = promptTraceParent(r)
