@@ -485,6 +485,8 @@ func (s *session) release(ctx actor.Context) {
 	s.store = nil
 	s.lease.unfence()
 	s.cancelStashed(ctx, nil, nil)
+	// A close, a detach or a pause answered them already; a crash did not.
+	s.cancelHeldPrompt(ctx)
 	s.cancelQueued(ctx, nil, nil)
 	s.closeSandbox()
 }

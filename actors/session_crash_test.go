@@ -10,6 +10,7 @@ import (
 
 	"github.com/iac-code/iac-code/llm"
 	"github.com/iac-code/iac-code/store"
+	"github.com/iac-code/iac-code/tools/mcp/mcptest"
 )
 
 // crashingStore is a real file store whose session handles panic, once
@@ -69,6 +70,11 @@ func (s crashingSession) Append(es ...store.Entry) error {
 func (s crashingSession) Sync() error {
 	s.c.crashIn("Sync")
 	return s.fileHandle.Sync()
+}
+
+func (s crashingSession) SaveMeta(m store.Meta) error {
+	s.c.crashIn("SaveMeta")
+	return s.fileHandle.SaveMeta(m)
 }
 
 func (c *crashingStore) Create(m store.Meta) (store.Session, error) {
@@ -178,5 +184,23 @@ var _ = Describe("a session actor that crashes while a turn runs", func() {
 		Consistently(func() []int { return []int{answers(first), answers(second)} }, 300*time.Millisecond, 10*time.Millisecond).
 			Should(Equal([]int{1, 1}))
 		Expect(p.requests()).To(HaveLen(1), "the second prompt never reached the model")
+	})
+
+	It("answers a prompt held for its MCP prompt, and the prompt queued behind it, cancelled once each", func() {
+		server, err := mcptest.Build(GinkgoT().TempDir())
+		Expect(err).NotTo(HaveOccurred())
+		h.result(h.call("initialize", map[string]any{"protocolVersion": 1}))
+		sid := h.result(h.call("session/new", map[string]any{"cwd": GinkgoT().TempDir(), "mcpServers": []any{
+			map[string]any{"name": "srv", "command": server, "args": []any{}, "env": []any{}}}}))["sessionId"].(string)
+		held := h.call("session/prompt", textPrompt(sid, "/mcp__srv__slow 3"))
+		queued := h.call("session/prompt", textPrompt(sid, "plain words"))
+		Consistently(func() map[string]any { return h.out.response(held) }, 200*time.Millisecond).Should(BeNil(), "prompts/get runs")
+		st.arm("SaveMeta")
+		h.call("session/set_mode", map[string]any{"sessionId": sid, "modeId": "plan"}) // its write panics
+		Expect(h.result(held)["stopReason"]).To(Equal("cancelled"))
+		Expect(h.result(queued)["stopReason"]).To(Equal("cancelled"))
+		Consistently(func() []int { return []int{answers(held), answers(queued)} }, 300*time.Millisecond, 10*time.Millisecond).
+			Should(Equal([]int{1, 1}))
+		Expect(p.requests()).To(BeEmpty())
 	})
 })
