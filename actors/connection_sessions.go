@@ -113,10 +113,13 @@ func (rs sessionRecords) waiting() bool {
 	return false
 }
 
-// forget: the connection no longer uses session id's actor.
+// forget: the connection no longer uses session id's actor, which is gone.
+// A drain no longer waits for its turn: an actor that crashed (or stopped
+// with the drain still in its mailbox) answers no sessionIdle; what it sent
+// before it went is waited for still (settling).
 func (rs sessionRecords) forget(id string) {
 	if r := rs[id]; r != nil {
-		r.live, r.sent = nil, 0
+		r.live, r.sent, r.idleWait = nil, 0, 0
 		rs.tidy(id)
 	}
 }

@@ -203,4 +203,22 @@ var _ = Describe("a session actor that crashes while a turn runs", func() {
 			Should(Equal([]int{1, 1}))
 		Expect(p.requests()).To(BeEmpty())
 	})
+
+	It("lets a closing connection go once the session crashed ending the turn the close waits for", func() {
+		p.then(func(ctx context.Context, emit func(llm.Event)) error {
+			emit(llm.Event{Type: llm.EventTextDelta, Text: "partial"})
+			<-ctx.Done()
+			return ctx.Err()
+		})
+		sid := h.newSession(GinkgoT().TempDir())
+		id := h.call("session/prompt", textPrompt(sid, "crash as you stop"))
+		Eventually(func() []map[string]any { return h.out.updates() }, 5*time.Second).Should(ContainElement(
+			HaveKeyWithValue("sessionUpdate", "agent_message_chunk")), "the turn runs")
+		st.arm("Sync") // the cancelled turn's end panics
+		began := time.Now()
+		h.conn.Close(4 * time.Second)
+		Expect(time.Since(began)).To(BeNumerically("<", time.Second), "the close waited for a turn whose session was gone")
+		Expect(answers(id)).To(Equal(1))
+		Expect(h.errorOf(id)["code"]).To(Equal(-32603.0))
+	})
 })
