@@ -315,8 +315,22 @@ func (c *connection) Receive(ctx actor.Context) {
 }
 
 // reattach opens anew the session of an attach its actor never served (it
-// stopped).
+// stopped). A pod that drains (PauseTurns ran) does not: the session would
+// be held again by the pod that let go of it, to move a second time or be
+// stranded as the pod stops. The attach is answered as a request for a
+// session that left is (stepStopped, sessionLeft): "moved", its record
+// moved until its client loads it again, from the pod its connection goes
+// to (or a stub's follow looks for the session elsewhere).
 func (c *connection) reattach(ctx actor.Context, a *attachRequest) {
+	if c.deps.shares.draining.Load() {
+		if r := c.sessions.of(a.id); r.live == nil {
+			r.known, r.servers, r.moved = false, nil, true
+		}
+		c.fail(a.reqID, errSessionMoved())
+		c.sessions.tidy(a.id)
+		c.finishDrain(ctx)
+		return
+	}
 	c.sessions.tidy(a.id)
 	c.openSession(ctx, a.id, a.kind, a.reqID, a.cwd, "", a.servers, a.dirs, a.follow)
 	c.joinDrain(ctx)
