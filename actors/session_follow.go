@@ -80,9 +80,9 @@ type legState struct {
 	// leg followed the session away from said the session left (it is
 	// not gone): it answers "moved" to what it got after (bounceDue).
 	formerLeft bool
-	// rejoined: rejoining (following keeps it, see become); the answer to
-	// its follow, come before its Share returned the proxy (the proxy
-	// answers as soon as it is made): taken once it has (legShared).
+	// rejoined: rejoining; the answer to its follow, come before its Share
+	// returned the proxy (the proxy answers as soon as it is made): taken
+	// once it has (legShared).
 	rejoined *protocol.Message
 	// owes: settling; the prompts the holder that answered its follow
 	// owes it.
@@ -108,8 +108,10 @@ var legalLegKinds = [...][]legKind{
 // holder said the session left; following adds the leg's actor of the
 // moment to the former (followLeg spawns it another) and is told the word
 // anew. A follow's answer that came before its Share returned (rejoined)
-// is kept by following and rejoining: a leg that follows the session on
-// before that Share returns takes it at its next rejoin. Attached, the
+// is that rejoin's alone: a leg that follows the session on before that
+// Share returns drops it, as its next rejoin asks another proxy, on the
+// leg's next actor, which answers that follow itself (an answer kept
+// would settle the leg twice, once on the holder it left). Attached, the
 // leg has none of these (settle stops the former first).
 func (l *stubLeg) become(to legState) bool {
 	if !slices.Contains(legalLegKinds[l.state.kind], to.kind) {
@@ -117,10 +119,8 @@ func (l *stubLeg) become(to legState) bool {
 	}
 	switch to.kind {
 	case legFollowing:
-		to.former, to.rejoined = append(l.state.former, l.pid), l.state.rejoined
-	case legRejoining:
-		to.former, to.formerLeft, to.rejoined = l.state.former, l.state.formerLeft, l.state.rejoined
-	case legSettling:
+		to.former = append(l.state.former, l.pid)
+	case legRejoining, legSettling:
 		to.former, to.formerLeft = l.state.former, l.state.formerLeft
 	}
 	l.state = to

@@ -22,16 +22,23 @@ import (
 // every Share a pod makes; slow, when set, holds the stubs' relays to the
 // proxies on a pod (relayHold), slowBack the proxies' frames to the stubs
 // on a pod; proxies are the proxies made, on their pods, and served
-// counts them by pod.
+// counts them by pod. gateAfter, when set, holds every Share made to a pod
+// once its proxy is made, until it is closed (the proxy answers, its Share
+// has not returned); slowFrom holds the frames of the proxies on a pod to
+// their stubs; heard, when set, is told of every frame of a proxy on its
+// way to its stub.
 type podNet struct {
-	mu       sync.Mutex
-	pods     map[string]*Server
-	gate     map[string]chan struct{}
-	gateFrom map[*Server]chan struct{}
-	slow     map[string]*relayHold
-	slowBack map[*Server]*relayHold
-	proxies  []*actor.PID
-	served   map[string]int
+	mu        sync.Mutex
+	pods      map[string]*Server
+	gate      map[string]chan struct{}
+	gateFrom  map[*Server]chan struct{}
+	gateAfter map[string]chan struct{}
+	slow      map[string]*relayHold
+	slowBack  map[*Server]*relayHold
+	slowFrom  map[*Server]*relayHold
+	heard     func(from *Server, body []byte)
+	proxies   []*actor.PID
+	served    map[string]int
 	// behind: the proxy each forwarder a stub was given stands for, as a
 	// move names it (proxyOf).
 	behind map[forwarderOn]*actor.PID
@@ -75,6 +82,12 @@ func (p podOf) Share(id, owner, principal, conn string, stub *actor.PID, init, o
 	proxy, err := holder.ServeShare(id, principal, conn, p.net.backTo(holder, p.here, stub), init, open)
 	if err != nil {
 		return nil, err
+	}
+	p.net.mu.Lock()
+	after := p.net.gateAfter[owner]
+	p.net.mu.Unlock()
+	if after != nil {
+		<-after
 	}
 	toProxy := p.net.relayTo(p.here, holder, owner, proxy)
 	p.net.mu.Lock()
@@ -153,18 +166,30 @@ func (n *podNet) relayTo(on, to *Server, owner string, proxy *actor.PID) *actor.
 // link back) until the returned func is called; caught hears of each one
 // held.
 func (n *podNet) holdBack(pod *Server) (caught <-chan struct{}, release func()) {
+	return n.holdIn(&n.slowBack, pod)
+}
+
+// holdFrom holds the frames of the proxies on pod to their stubs (a slow
+// link from it), as holdBack does.
+func (n *podNet) holdFrom(pod *Server) (caught <-chan struct{}, release func()) {
+	return n.holdIn(&n.slowFrom, pod)
+}
+
+// holdIn sets a hold of the frames back for pod in holds (slowBack or
+// slowFrom).
+func (n *podNet) holdIn(holds *map[*Server]*relayHold, pod *Server) (caught <-chan struct{}, release func()) {
 	h := newRelayHold()
 	n.mu.Lock()
-	if n.slowBack == nil {
-		n.slowBack = map[*Server]*relayHold{}
+	if *holds == nil {
+		*holds = map[*Server]*relayHold{}
 	}
-	n.slowBack[pod] = h
+	(*holds)[pod] = h
 	n.mu.Unlock()
 	return h.caught, sync.OnceFunc(func() { close(h.release) })
 }
 
 // backTo is a forwarder on pod on to stub on pod to, as forwarder, whose
-// frames wait while the net holds them (slowBack).
+// frames wait while the net holds them (slowBack, slowFrom).
 func (n *podNet) backTo(on, to *Server, stub *actor.PID) *actor.PID {
 	return on.sys.Root.Spawn(actor.PropsFromFunc(func(ctx actor.Context) {
 		switch ctx.Message().(type) {
@@ -173,8 +198,12 @@ func (n *podNet) backTo(on, to *Server, stub *actor.PID) *actor.PID {
 			return
 		}
 		n.mu.Lock()
-		hold := n.slowBack[to]
+		hold, from, heard := n.slowBack[to], n.slowFrom[on], n.heard
 		n.mu.Unlock()
+		if m, ok := ctx.Message().(*clusterpb.Relay); ok && heard != nil {
+			heard(on, m.Body)
+		}
+		from.pass()
 		hold.pass()
 		to.sys.Root.Send(stub, ctx.Message())
 	}))
