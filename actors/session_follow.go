@@ -82,12 +82,20 @@ type legState struct {
 	formerLeft bool
 	// rejoined: rejoining; the answer to its follow, come before its Share
 	// returned the proxy (the proxy answers as soon as it is made): taken
-	// once it has (legShared).
+	// once it has (legShared). Set, the follow is answered (followAwaited).
 	rejoined *protocol.Message
 	// owes: settling; the prompts the holder that answered its follow
 	// owes it.
 	owes map[string]bool
 }
+
+// followAwaited: the leg's follow is asked and not answered yet
+// (rejoining, its answer not come early). An answer with followID is the
+// follow's then, and only then: the proxy asked was sent nothing else (what
+// the connection sends waits), so no request of the leg's client can be
+// answered; at any other time the id is a client's, who may use any id,
+// and so is the answer (fromProxy).
+func (st legState) followAwaited() bool { return st.kind == legRejoining && st.rejoined == nil }
 
 // owedThere: the holder that answered the leg's follow owes it the prompt
 // key (settling).
@@ -150,7 +158,7 @@ func (s *session) followTimeout() time.Duration {
 }
 
 // followID is the id of a leg's follow (a session/resume); its answer is
-// the stub's, not its client's.
+// the stub's, not its client's, while the leg awaits it (followAwaited).
 var followID = protocol.RawMessage(`"iac-code-follow"`)
 
 // shareLeft, from a proxy to its stub: the session left the holding pod

@@ -267,8 +267,7 @@ func (s *session) legShared(ctx actor.Context, m *legShared) {
 	ctx.Watch(m.proxy)
 	if l.state.kind == legRejoining {
 		if r := l.state.rejoined; r != nil {
-			l.state.rejoined = nil
-			s.followAnswered(ctx, l, r)
+			s.followAnswered(ctx, l, r) // it leaves rejoining, or ends the stub
 		}
 		return // attached once the follow is answered (followAnswered)
 	}
@@ -504,7 +503,7 @@ func (s *session) fromProxy(ctx actor.Context, l *stubLeg, body []byte) {
 		if id == protocol.IDKey(shareInitID) {
 			return
 		}
-		if id == protocol.IDKey(followID) {
+		if id == protocol.IDKey(followID) && l.state.followAwaited() {
 			if l.proxy == nil {
 				l.state.rejoined = msg // the Share's answer is on its way
 				return
