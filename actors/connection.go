@@ -232,16 +232,11 @@ func (c *connection) Receive(ctx actor.Context) {
 			if r.stopping != nil && r.stopping.Equal(m.Who) {
 				// The stopping actor's, not that of one spawned anew under
 				// its name since it left the registry (live: an attach it
-				// gave back, a load): a PID is its name. A drain waits
-				// for that one, when live, not for this one.
-				if r.live == nil {
-					r.actorGone()
-				}
+				// gave back, a load): a PID is its name.
 				gone = append(gone, id)
 				continue
 			}
 			if r.live != nil && r.live.Equal(m.Who) {
-				r.actorGone()
 				c.sessions.forget(id)
 			}
 		}

@@ -40,7 +40,7 @@ type sessionRecord struct {
 	settling int
 	// idleWait: a drain waits for the session's turn of this connection:
 	// the seq of the last drain sent to its actor (0: none), which its
-	// sessionIdle of that seq ends, or the actor's end (actorGone).
+	// sessionIdle of that seq ends.
 	idleWait uint64
 	// deletingLive: a session/delete of it, live on other connections,
 	// waits for it to end there (session_delete.go).
@@ -56,14 +56,6 @@ func (r *sessionRecord) empty() bool {
 	return r.live == nil && r.sent == 0 && !r.known && r.servers == nil && r.stopping == nil && len(r.deferred) == 0 &&
 		r.checking == nil && len(r.attaching) == 0 && r.settling == 0 && r.idleWait == 0 && !r.deletingLive && !r.moved
 }
-
-// actorGone: the session's actor the connection used (live, or stopping)
-// is gone. A drain sent to it is not waited for any longer: a stopped
-// actor runs no turn, and one that stopped with the drain unanswered (it
-// crashed, or the drain reached it as it stopped: dropped with its
-// mailbox, or a dead letter) never answers it. What it sent before it
-// stopped is still waited for (settling).
-func (r *sessionRecord) actorGone() { r.idleWait = 0 }
 
 // sessionRecords are a connection's records, by session id.
 type sessionRecords map[string]*sessionRecord
