@@ -126,6 +126,25 @@ func (b *turnBudget) checked(m *budgetChecked) *store.BudgetState {
 	return nil
 }
 
+// turnCounted: the ended turn's usage is in the store (reportEnd).
+type turnCounted struct{}
+
+func (*turnCounted) IgnoreDeadLetterLogging() {}
+
+// counting is what closes once the turn's counts are in the store, while
+// one is still being written for a principal with a budget; nil otherwise.
+func (b *turnBudget) counting() chan struct{} {
+	if b.counted == nil || !b.ledger.budgetOf(b.owner).Limited() {
+		return nil
+	}
+	select {
+	case <-b.counted:
+		return nil
+	default:
+		return b.counted
+	}
+}
+
 // count records one model call's usage.
 func (b *turnBudget) count(model string, u llm.Usage) {
 	l := b.ledger

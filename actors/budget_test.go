@@ -24,18 +24,23 @@ var _ = Describe("token budgets", func() {
 		budget store.Budget
 		now    time.Time
 		seen   []llm.Usage
+		slow   *slowCounter
 	)
 	ctx := context.Background()
 	BeforeEach(func() {
 		p = &scriptedProvider{}
 		now = time.Date(2026, 12, 6, 7, 30, 0, 0, time.UTC)
-		seen = nil
+		seen, slow = nil, nil
 		var err error
 		st, err = store.New(GinkgoT().TempDir())
 		Expect(err).NotTo(HaveOccurred())
 	})
 	start := func() {
-		ledger := &Ledger{Counter: st, Now: func() time.Time { return now },
+		var counter store.UsageCounter = st
+		if slow != nil {
+			counter = slow
+		}
+		ledger := &Ledger{Counter: counter, Now: func() time.Time { return now },
 			Budget:  func(string) store.Budget { return budget },
 			Observe: func(_, _ string, u llm.Usage) { seen = append(seen, u) }}
 		srv := NewServer(Deps{Store: st, Provider: p, Tools: tools.NewRegistry(echoTool{readOnly: true}), Log: zerolog.New(io.Discard),
@@ -116,4 +121,43 @@ var _ = Describe("token budgets", func() {
 		// The next prompt is refused outright.
 		Expect(h.errorOf(prompt("more"))["data"]).To(HaveKeyWithValue("period", "month"))
 	})
+	It("answers a prompt of a person with a budget once its usage is counted, so the next prompt anywhere is checked against it", func() {
+		costly := func(_ context.Context, emit func(llm.Event)) error {
+			emit(llm.Event{Type: llm.EventTextDelta, Text: "done"})
+			emit(llm.Event{Type: llm.EventUsage, Usage: llm.Usage{InputTokens: 60, OutputTokens: 10}})
+			emit(llm.Event{Type: llm.EventStop, StopReason: llm.StopEndTurn})
+			return nil
+		}
+		slow = &slowCounter{UsageCounter: st, gate: make(chan struct{})}
+		budget = store.Budget{PerDay: 100}
+		p.then(costly)
+		start()
+		id := prompt("one")
+		Consistently(func() map[string]any { return h.out.response(id) }, 300*time.Millisecond, 10*time.Millisecond).Should(BeNil(),
+			"not answered while its usage is being counted")
+		close(slow.gate)
+		Expect(h.result(id)["stopReason"]).To(Equal("end_turn"))
+		Expect(used()).To(Equal([2]int64{70, 70}), "counted when the answer is there")
+
+		By("without a budget the answer does not wait for the count")
+		slow.gate = make(chan struct{})
+		budget = store.Budget{}
+		p.then(costly)
+		Expect(h.result(prompt("two"))["stopReason"]).To(Equal("end_turn"))
+		Expect(used()).To(Equal([2]int64{70, 70}), "the count is still held")
+		close(slow.gate)
+		Eventually(used).Should(Equal([2]int64{140, 140}))
+	})
 })
+
+// slowCounter is a real usage counter whose AddUsage waits for gate: a
+// store slow to take a count.
+type slowCounter struct {
+	store.UsageCounter
+	gate chan struct{}
+}
+
+func (c *slowCounter) AddUsage(ctx context.Context, principal, model string, at time.Time, u llm.Usage) error {
+	<-c.gate
+	return c.UsageCounter.AddUsage(ctx, principal, model, at, u)
+}

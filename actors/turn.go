@@ -283,6 +283,8 @@ func (t *turn) Receive(ctx actor.Context) {
 		t.toolStopped(ctx, m.index)
 	case *stopGrace:
 		t.reportEnd(ctx)
+	case *turnCounted:
+		t.sendReport(ctx)
 	case *childCrashed:
 		if i, ok := t.toolPIDs[m.child.Id]; ok {
 			t.log.Error().Interface("panic", m.reason.value).Bytes("stack", m.reason.stack).Msg("tool actor crashed")
@@ -465,6 +467,22 @@ func (t *turn) reportEnd(ctx actor.Context) {
 		return
 	}
 	t.reported = true
+	if counting := t.budget.counting(); counting != nil {
+		// A person held to a budget is answered once the turn's usage is
+		// in the store (bounded by ledgerTimeout): their next prompt, on
+		// this pod or another, is checked against it.
+		self, root := ctx.Self(), ctx.ActorSystem().Root
+		go func() {
+			<-counting
+			root.Send(self, &turnCounted{})
+		}()
+		return
+	}
+	t.sendReport(ctx)
+}
+
+// sendReport gives the session the turn's end, and the actor stops.
+func (t *turn) sendReport(ctx actor.Context) {
 	ctx.Send(ctx.Parent(), t.report)
 	ctx.Stop(ctx.Self())
 }
