@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"cmp"
 	"fmt"
 	"time"
 
@@ -31,7 +32,8 @@ const (
 // The session actor lives in several files, one per concern, each with its
 // messages: session_phase.go (its phase, the one transition function and
 // the step of each phase: read it first, with docs/architecture.md),
-// session_stash.go (messages waiting for a transition), session_quiet.go
+// session_stash.go (messages waiting for a transition), session_inhand.go
+// (the request served in the message at hand), session_quiet.go
 // (its one definition of idle), session.go (lifecycle, the live step, the
 // connection it serves),
 // session_attach.go (the connections attached to it, updates to them),
@@ -147,6 +149,9 @@ type session struct {
 	// stash: the messages waiting for the store handle, or for any
 	// transition (session_stash.go).
 	stash []*envelope
+	// inHand: the request served in the message at hand, answered by
+	// crashing if still owed (session_inhand.go).
+	inHand requestInHand
 
 	// perm: the permission arbiter (session_permission.go).
 	perm permissionArbiter
@@ -306,6 +311,7 @@ func (s *session) stepLive(ctx actor.Context, e envelope) {
 // serveRequest serves a request of a connection; counted: it was counted
 // in the connection's seen before (it waited for the store handle).
 func (s *session) serveRequest(ctx actor.Context, m *sessionRequest, counted bool) {
+	s.inHand.take(m, cmp.Or(m.conn, s.conn)) // the connection respondTo answers
 	c := s.clients.find(m.conn)
 	if m.conn != nil && c == nil {
 		s.respondTo(ctx, m.conn, m.id, nil, errSessionMoved())
@@ -340,6 +346,7 @@ func (s *session) handle(ctx actor.Context, r *sessionRequest) {
 		// they write nothing: a released handle stays released
 	default:
 		if !s.acquire(ctx, r, r.conn, r.id, false) {
+			s.inHand.handedOff(r) // to the stash
 			return
 		}
 	}
@@ -409,6 +416,7 @@ func (s *session) respondTo(ctx actor.Context, conn *actor.PID, id protocol.RawM
 			return // a session with no client (Server.Adopt)
 		}
 	}
+	s.inHand.settled(conn, id)
 	ctx.Send(conn, &outbound{frame: Frame{Data: answerData(id, result, e), SessionID: s.id}})
 }
 
@@ -421,24 +429,33 @@ func answerData(id protocol.RawMessage, result any, e *protocol.Error) []byte {
 }
 
 // crashing answers, when the message being served panicked, the prompt
-// of the session's turn -32603, once: the session's guardian (stopOnCrash)
-// stops the actor, whose mailbox, the turn's end with it, is never served,
-// and closing the store clears the turn's record, so nothing resumes it.
-// The prompt is owed from the slot's claim to its end (endTurn,
-// pausedTurn): a panic in endTurn before its answer is a crash mid-turn
-// too. A resumed turn whose prompt's connection is not here is answered
-// by no one here (endTurn keeps its answer for a follower). The panic goes
-// on to the guardian, which logs it with its stack.
+// of the session's turn and the request in hand -32603 (with one error
+// id), each once: the session's guardian (stopOnCrash) stops the actor,
+// whose mailbox, the turn's end with it, is never served, and closing the
+// store clears the turn's record, so nothing resumes it. The prompt is
+// owed from the slot's claim to its end (endTurn, pausedTurn): a panic in
+// endTurn before its answer is a crash mid-turn too. A resumed turn whose
+// prompt's connection is not here is answered by no one here (endTurn
+// keeps its answer for a follower). The request in hand is owed unless it
+// was answered or handed to what answers it as the actor stops (the
+// stash, the queue, the held prompt, the phase's close; see
+// requestInHand). The panic goes on to the guardian, which logs it with
+// its stack.
 func (s *session) crashing(ctx actor.Context) {
 	r := recover()
 	if r == nil {
 		return
 	}
 	p := recovered(r)
+	errorID := newErrorID()
+	answer := protocol.ErrInternal(fmt.Sprint(p.value), errorID)
 	if prompt := s.turn.end(); prompt.id != nil && prompt.conn != nil {
-		errorID := newErrorID()
 		s.log.Error().Str("error_id", errorID).Interface("panic", p.value).Msg("session crashed; its turn's prompt answered")
-		s.respondTo(ctx, prompt.conn, prompt.id, nil, protocol.ErrInternal(fmt.Sprint(p.value), errorID))
+		s.respondTo(ctx, prompt.conn, prompt.id, nil, answer)
+	}
+	if conn, id := s.inHand.owedTo(); id != nil {
+		s.log.Error().Str("error_id", errorID).Interface("panic", p.value).Msg("session crashed; the request it served answered")
+		s.respondTo(ctx, conn, id, nil, answer)
 	}
 	panic(p)
 }
@@ -447,10 +464,16 @@ func (s *session) crashing(ctx actor.Context) {
 // of (timers, turn slot, store handle, jail) and what waits is answered.
 func (s *session) stopped(ctx actor.Context) {
 	s.deps.Metrics.Sessions.Add(-1)
+	ending := s.phase
 	if s.phase.kind != phaseStopped {
 		s.become(phase{kind: phaseStopped})
 	}
 	s.release(ctx)
+	// A close the ending kept is answered, its store entry let go of: the
+	// session crashed before finishEnding answered it.
+	if ending.closeID != nil {
+		s.respondTo(ctx, ending.closeConn, ending.closeID, struct{}{}, nil)
+	}
 	// What the stash still holds (its prompts were answered cancelled) is
 	// answered too: a session stopped while it took its handle back.
 	for _, e := range s.stash {

@@ -23,6 +23,8 @@ type crashingStore struct {
 	// of it went through; disarmed by the panic.
 	armed string
 	skip  int
+	// acquiring, when set, holds every Acquire until it is closed.
+	acquiring chan struct{}
 }
 
 func (c *crashingStore) arm(method string) { c.armAfter(method, 0) }
@@ -32,6 +34,16 @@ func (c *crashingStore) armAfter(method string, skip int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.armed, c.skip = method, skip
+}
+
+// holdAcquires makes every later Acquire wait until the returned func is
+// called: the session's requests wait in its stash meanwhile.
+func (c *crashingStore) holdAcquires() (let func()) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	gate := make(chan struct{})
+	c.acquiring = gate
+	return func() { close(gate) }
 }
 
 func (c *crashingStore) crashIn(method string) {
@@ -77,6 +89,21 @@ func (s crashingSession) SaveMeta(m store.Meta) error {
 	return s.fileHandle.SaveMeta(m)
 }
 
+func (s crashingSession) Close() error {
+	s.c.crashIn("Close")
+	return s.fileHandle.Close()
+}
+
+func (s crashingSession) Acquire() ([]store.Entry, bool, error) {
+	s.c.mu.Lock()
+	gate := s.c.acquiring
+	s.c.mu.Unlock()
+	if gate != nil {
+		<-gate
+	}
+	return s.fileHandle.Acquire()
+}
+
 func (c *crashingStore) Create(m store.Meta) (store.Session, error) {
 	s, err := c.Store.Create(m)
 	if err != nil {
@@ -93,7 +120,7 @@ func (c *crashingStore) Open(id string) (store.Session, []store.Entry, error) {
 	return crashingSession{s.(fileHandle), c}, es, nil
 }
 
-var _ = Describe("a session actor that crashes while a turn runs", func() {
+var _ = Describe("a session actor that crashes serving a message (a bug in its store)", func() {
 	var (
 		p  *scriptedProvider
 		st *crashingStore
@@ -196,11 +223,12 @@ var _ = Describe("a session actor that crashes while a turn runs", func() {
 		queued := h.call("session/prompt", textPrompt(sid, "plain words"))
 		Consistently(func() map[string]any { return h.out.response(held) }, 200*time.Millisecond).Should(BeNil(), "prompts/get runs")
 		st.arm("SaveMeta")
-		h.call("session/set_mode", map[string]any{"sessionId": sid, "modeId": "plan"}) // its write panics
+		setMode := h.call("session/set_mode", map[string]any{"sessionId": sid, "modeId": "plan"}) // its write panics
 		Expect(h.result(held)["stopReason"]).To(Equal("cancelled"))
 		Expect(h.result(queued)["stopReason"]).To(Equal("cancelled"))
-		Consistently(func() []int { return []int{answers(held), answers(queued)} }, 300*time.Millisecond, 10*time.Millisecond).
-			Should(Equal([]int{1, 1}))
+		Expect(h.errorOf(setMode)["code"]).To(Equal(-32603.0))
+		Consistently(func() []int { return []int{answers(held), answers(queued), answers(setMode)} }, 300*time.Millisecond, 10*time.Millisecond).
+			Should(Equal([]int{1, 1, 1}))
 		Expect(p.requests()).To(BeEmpty())
 	})
 
@@ -220,5 +248,60 @@ var _ = Describe("a session actor that crashes while a turn runs", func() {
 		Expect(time.Since(began)).To(BeNumerically("<", time.Second), "the close waited for a turn whose session was gone")
 		Expect(answers(id)).To(Equal(1))
 		Expect(h.errorOf(id)["code"]).To(Equal(-32603.0))
+	})
+
+	// A request other than a prompt is the session's to answer from the
+	// message serving it until it is answered or kept by what answers it
+	// later (requestInHand).
+	DescribeTable("answers a request whose handler panics -32603 once, with an error id, and the connection goes on",
+		func(method string, params func(sid string) map[string]any) {
+			sid := h.newSession(GinkgoT().TempDir())
+			st.arm("SaveMeta")
+			id := h.call(method, params(sid))
+			e := h.errorOf(id)
+			Expect(e["code"]).To(Equal(-32603.0))
+			Expect(e["message"]).To(ContainSubstring("store exploded in SaveMeta"))
+			Expect(e["data"]).To(HaveKey("error_id"))
+			Consistently(func() int { return answers(id) }, 300*time.Millisecond, 10*time.Millisecond).Should(Equal(1))
+
+			Expect(h.result(h.call("session/new", map[string]any{"cwd": GinkgoT().TempDir(), "mcpServers": []any{}}))).
+				To(HaveKey("sessionId"))
+			Expect(h.result(h.call("session/prompt", textPrompt(sid, "again")))["stopReason"]).To(Equal("end_turn"))
+		},
+		Entry("session/set_mode", "session/set_mode", func(sid string) map[string]any {
+			return map[string]any{"sessionId": sid, "modeId": "plan"}
+		}),
+		Entry("session/set_config_option", "session/set_config_option", func(sid string) map[string]any {
+			return map[string]any{"sessionId": sid, "configId": "mode", "value": "plan"}
+		}),
+	)
+
+	It("answers once each a request answered before another one of the same message panicked, and that one", func() {
+		sid := h.newSession(GinkgoT().TempDir())
+		// The handle was let go of after session/new: the two set_modes wait
+		// for it in the stash and are served in one message, once it is back.
+		let := st.holdAcquires()
+		first := h.call("session/set_mode", map[string]any{"sessionId": sid, "modeId": "plan"})
+		second := h.call("session/set_mode", map[string]any{"sessionId": sid, "modeId": "default"})
+		// Served at once, after the set_modes were stashed (one mailbox).
+		h.result(h.call("session/cancel", map[string]any{"sessionId": sid}))
+		st.armAfter("SaveMeta", 1) // the first one's write goes through, the second one's panics
+		let()
+		Expect(h.result(first)).To(BeEmpty())
+		e := h.errorOf(second)
+		Expect(e["code"]).To(Equal(-32603.0))
+		Expect(e["message"]).To(ContainSubstring("store exploded in SaveMeta"))
+		Consistently(func() []int { return []int{answers(first), answers(second)} }, 300*time.Millisecond, 10*time.Millisecond).
+			Should(Equal([]int{1, 1}))
+	})
+
+	It("answers once a session/close whose handling panicked after the session kept it for its stop", func() {
+		sid := h.newSession(GinkgoT().TempDir())
+		st.arm("Close") // the close lets go of the store entry, and panics
+		id := h.call("session/close", map[string]any{"sessionId": sid})
+		h.await(id)
+		Consistently(func() int { return answers(id) }, 300*time.Millisecond, 10*time.Millisecond).Should(Equal(1))
+		Expect(h.result(h.call("session/load", map[string]any{"sessionId": sid, "cwd": GinkgoT().TempDir(), "mcpServers": []any{}}))).
+			NotTo(BeNil(), "the session was let go of")
 	})
 })

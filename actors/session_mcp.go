@@ -233,6 +233,7 @@ func (s *session) holdPrompt(r *sessionRequest) bool {
 		return false
 	}
 	s.mcp.held = r
+	s.inHand.handedOff(r)
 	return true
 }
 

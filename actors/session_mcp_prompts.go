@@ -128,6 +128,7 @@ func (s *session) mcpPromptCommand(ctx actor.Context, r *sessionRequest, user *l
 	}
 	c, cancel := context.WithTimeout(context.Background(), s.deps.Config.MCPToolTimeout)
 	s.mcp.held, s.mcp.resolving, s.mcp.stopGet = r, true, cancel
+	s.inHand.handedOff(r)
 	srv, remote := p.srv, p.prompt.Name
 	self, root, got := ctx.Self(), ctx.ActorSystem().Root, &mcpPromptGot{r: r, user: *user}
 	go func() {

@@ -205,6 +205,7 @@ func (s *session) stop(ctx actor.Context) {
 // Receive does the work of every phase around the phase's step.
 func (s *session) Receive(ctx actor.Context) {
 	defer s.crashing(ctx)
+	s.inHand = requestInHand{}
 	switch ctx.Message().(type) {
 	case *idleTick, *releaseTick:
 	default:
@@ -341,6 +342,11 @@ func (s *session) letGo(ctx actor.Context, to phase) {
 	if s.phase.lettingGo() && !legal(s.phase, to) || !s.become(to) {
 		return
 	}
+	if to.closeID != nil {
+		// Kept: answered once the session stopped (finishEnding, or
+		// stopped after a crash), not by crashing.
+		s.inHand.settled(to.closeConn, to.closeID)
+	}
 	if s.phase.left == nil {
 		// A handOff that reaches the actor once it is stopping is dropped
 		// unanswered; Server.HandOff waits on left instead.
@@ -368,6 +374,7 @@ func (s *session) finishEnding(ctx actor.Context) {
 	switch p.why {
 	case endClose:
 		s.respondTo(ctx, p.closeConn, p.closeID, struct{}{}, nil)
+		s.phase.closeID, s.phase.closeConn = nil, nil // answered: not again as the actor stops
 	case endHandOff:
 		s.cancelQueued(ctx, nil, nil)
 		told = s.tellLeft(ctx)

@@ -117,6 +117,7 @@ func (s *session) startPrompt(ctx actor.Context, r *sessionRequest, user *llm.Me
 	// The prompt is the slot's from here: a panic writing it (the session
 	// crashing) answers it (crashing), as one in its turn does.
 	turnID := s.turn.claim(turnPrompt{id: r.id, conn: r.conn, client: client})
+	s.inHand.handedOff(r)
 	s.clearInterrupted()
 	s.echoPrompt(ctx, user, expanded)
 	firstSeq := s.store.LastSeq() + 1

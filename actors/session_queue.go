@@ -41,6 +41,7 @@ func (s *session) enqueuePrompt(ctx actor.Context, r *sessionRequest) {
 		return
 	}
 	s.queue.waiting = append(s.queue.waiting, r)
+	s.inHand.handedOff(r)
 }
 
 // startQueued starts the next queued prompt once no turn runs (a prompt
