@@ -17,42 +17,56 @@ import (
 // such a request as any other, and its answer is the client's. Two pods
 // over one PostgreSQL (podNet): a holds the session, b serves it to its
 // clients through a stub.
+
+// stubPods makes the two pods, a (its provider pa) and b, and a session a
+// holds; it returns b.
+func stubPods(pa *scriptedProvider) (b *sessionHarness, sid, cwd string) {
+	stores := pgPods(2)
+	a := newSessionHarnessOn(pa, stores[0], nil)
+	b = newSessionHarnessOn(&scriptedProvider{}, stores[1], nil)
+	net := &podNet{pods: map[string]*Server{stores[0].Incarnation(): a.srv, stores[1].Incarnation(): b.srv}, gate: map[string]chan struct{}{}}
+	for _, h := range []*sessionHarness{a, b} {
+		DeferCleanup(h.close)
+		h.srv.SetHandover(podOf{net: net, here: h.srv})
+	}
+	cwd = GinkgoT().TempDir()
+	owner := a.connect()
+	sid = owner.result(owner.call("session/new", map[string]any{"cwd": cwd}))["sessionId"].(string)
+	return b, sid, cwd
+}
+
+// sendWithID delivers h's request method with id; answersWithID are h's
+// answers to id so far.
+func sendWithID(h *harness, id protocol.RawMessage, method string, params any) {
+	h.conn.Deliver(&protocol.Message{JSONRPC: "2.0", ID: id, Method: method, Params: protocol.MustMarshal(params)})
+}
+
+func answersWithID(h *harness, id protocol.RawMessage) []map[string]any {
+	var want any
+	_ = protocol.Unmarshal(id, &want)
+	var out []map[string]any
+	for _, f := range h.out.all() {
+		if f["id"] == want && f["method"] == nil {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
 var _ = Describe("a stub's client using the id of the stub's own follow (PostgreSQL)", func() {
 	var (
-		a, b     *sessionHarness
+		b        *sessionHarness
 		pa       *scriptedProvider
 		sid, cwd string
 	)
 
 	BeforeEach(func() {
-		stores := pgPods(2)
 		pa = &scriptedProvider{}
-		a = newSessionHarnessOn(pa, stores[0], nil)
-		b = newSessionHarnessOn(&scriptedProvider{}, stores[1], nil)
-		net := &podNet{pods: map[string]*Server{stores[0].Incarnation(): a.srv, stores[1].Incarnation(): b.srv}, gate: map[string]chan struct{}{}}
-		for _, h := range []*sessionHarness{a, b} {
-			DeferCleanup(h.close)
-			h.srv.SetHandover(podOf{net: net, here: h.srv})
-		}
-		cwd = GinkgoT().TempDir()
-		owner := a.connect()
-		sid = owner.result(owner.call("session/new", map[string]any{"cwd": cwd}))["sessionId"].(string)
+		b, sid, cwd = stubPods(pa)
 	})
 
-	// send delivers h's request method with the follow's id; answers are
-	// h's answers to it so far.
-	send := func(h *harness, method string, params any) {
-		h.conn.Deliver(&protocol.Message{JSONRPC: "2.0", ID: followID, Method: method, Params: protocol.MustMarshal(params)})
-	}
-	answers := func(h *harness) []map[string]any {
-		var out []map[string]any
-		for _, f := range h.out.all() {
-			if f["id"] == "iac-code-follow" && f["method"] == nil {
-				out = append(out, f)
-			}
-		}
-		return out
-	}
+	send := func(h *harness, method string, params any) { sendWithID(h, followID, method, params) }
+	answers := func(h *harness) []map[string]any { return answersWithID(h, followID) }
 
 	It("answers the client's own request with that id, and leaves its running prompt alone", func() {
 		release := make(chan struct{})
