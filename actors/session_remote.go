@@ -67,6 +67,12 @@ type (
 const proxyConnPrefix = "share-"
 
 // shareInitID is the id of the proxy's initialize; its answer is dropped.
+// A client may use that id too (clients may send any id): the proxy
+// answers its initialize before anything else it was sent (startShare
+// dispatches it first, and a connection answers it at once, writing its
+// frames to the leg in order), so only the first answer of a leg's proxy
+// is the initialize's (stubLeg.initAwaited), even when the client's own
+// load sent with it has the same id.
 var shareInitID = protocol.RawMessage(`"iac-code-share"`)
 
 // shareCancelTurns, from a stub to its proxy, cancels the proxy's turns

@@ -71,6 +71,11 @@ type (
 		// holder for a proxy: the proxy's initialize and the leg's open.
 		seq   uint64
 		share legShare
+		// initAwaited: the proxy of the leg's last Share (on its actor of
+		// now) has answered nothing yet. Its first answer is to the
+		// initialize that Share sent it (shareInitID), and only that one
+		// is the stub's (fromProxy).
+		initAwaited bool
 	}
 	// relayed is a message of the leg's connection, numbered in order.
 	relayed struct {
@@ -161,7 +166,7 @@ func (st *sessionStub) legOfProxy(pid *actor.PID) *stubLeg {
 func (s *session) becomeStub(ctx actor.Context, sc *shareCall, proxy *actor.PID) {
 	c := s.clients.only()
 	l := &stubLeg{conn: c.pid, who: c.who, state: legState{kind: legAttached}, pid: sc.stub, proxy: proxy, pending: map[string]*relayedRequest{},
-		share: legShare{init: sc.init, cwd: s.startCwd, servers: s.mcp.start, dirs: s.startDirs, caps: c.caps, notices: c.notices}}
+		initAwaited: true, share: legShare{init: sc.init, cwd: s.startCwd, servers: s.mcp.start, dirs: s.startDirs, caps: c.caps, notices: c.notices}}
 	l.expectStart(s.startReq, startMethod(s.start), s.openRequest(s.start, s.startReq, s.startCwd, s.mcp.start, s.startDirs))
 	s.stub = &sessionStub{holder: sc.holder, legs: []*stubLeg{l}}
 	ctx.Watch(proxy)
@@ -238,6 +243,7 @@ func (s *session) shareLeg(ctx actor.Context, l *stubLeg, open []byte) {
 	if inc := s.incarnation(); inc != "" && holder == inc {
 		here = &Server{sys: ctx.ActorSystem(), deps: s.deps}
 	}
+	l.initAwaited = true
 	self, root := ctx.Self(), ctx.ActorSystem().Root
 	go func() {
 		var proxy *actor.PID
@@ -500,8 +506,11 @@ func (s *session) fromProxy(ctx actor.Context, l *stubLeg, body []byte) {
 	switch {
 	case msg.IsResponse():
 		id := protocol.IDKey(msg.ID)
-		if id == protocol.IDKey(shareInitID) {
-			return
+		if l.initAwaited {
+			l.initAwaited = false
+			if id == protocol.IDKey(shareInitID) {
+				return // the proxy's initialize's
+			}
 		}
 		if id == protocol.IDKey(followID) && l.state.followAwaited() {
 			if l.proxy == nil {

@@ -13,10 +13,10 @@ import (
 )
 
 // A client of a stub may use any request id, the ids of the stub's own
-// requests to its proxies too (followID, the follow's): the stub relays
-// such a request as any other, and its answer is the client's. Two pods
-// over one PostgreSQL (podNet): a holds the session, b serves it to its
-// clients through a stub.
+// requests to its proxies too (followID, the follow's; shareInitID, the
+// proxy's initialize): the stub relays such a request as any other, and
+// its answer is the client's. Two pods over one PostgreSQL (podNet): a
+// holds the session, b serves it to its clients through a stub.
 
 // stubPods makes the two pods, a (its provider pa) and b, and a session a
 // holds; it returns b.
@@ -108,6 +108,56 @@ var _ = Describe("a stub's client using the id of the stub's own follow (Postgre
 		send(b2, "session/load", map[string]any{"sessionId": sid, "cwd": cwd, "mcpServers": []any{}})
 		Eventually(func() []map[string]any { return answers(b2) }, 5*time.Second, 5*time.Millisecond).Should(
 			ConsistOf(HaveKey("result")), "b's second leg relays it to a, and a's answer is b2's")
+		Expect(b2.result(b2.call("session/set_mode", map[string]any{"sessionId": sid, "modeId": "plan"}))).NotTo(BeNil(), "b2 goes on")
+	})
+})
+
+// shareInitID is the id of the initialize every Share sends the holder's
+// proxy, with the leg's load or resume: a client's request with that id,
+// its load sent with that initialize too, is answered as any other.
+var _ = Describe("a stub's client using the id of its proxy's initialize (PostgreSQL)", func() {
+	var (
+		b        *sessionHarness
+		sid, cwd string
+	)
+
+	BeforeEach(func() {
+		b, sid, cwd = stubPods(&scriptedProvider{})
+	})
+
+	load := func(h *harness) {
+		sendWithID(h, shareInitID, "session/load", map[string]any{"sessionId": sid, "cwd": cwd, "mcpServers": []any{}})
+	}
+	answers := func(h *harness) func() []map[string]any {
+		return func() []map[string]any { return answersWithID(h, shareInitID) }
+	}
+
+	It("answers a request with that id of a client of an attached leg, once", func() {
+		b1 := b.connect()
+		b1.result(b1.call("session/load", map[string]any{"sessionId": sid, "cwd": cwd, "mcpServers": []any{}}))
+		sendWithID(b1, shareInitID, "session/set_mode", map[string]any{"sessionId": sid, "modeId": "plan"})
+		Eventually(answers(b1), 5*time.Second, 5*time.Millisecond).Should(ConsistOf(HaveKey("result")), "its own answer, from a")
+		Consistently(answers(b1), 300*time.Millisecond, 5*time.Millisecond).Should(HaveLen(1))
+	})
+
+	It("answers the load with that id that makes the stub, once", func() {
+		b1 := b.connect()
+		load(b1)
+		Eventually(answers(b1), 5*time.Second, 5*time.Millisecond).Should(
+			ConsistOf(HaveKey("result")), "the first Share's proxy answers its initialize, then b1's load")
+		Consistently(answers(b1), 300*time.Millisecond, 5*time.Millisecond).Should(HaveLen(1), "the initialize's is not b1's")
+		Expect(b1.result(b1.call("session/set_mode", map[string]any{"sessionId": sid, "modeId": "plan"}))).NotTo(BeNil(), "b1 goes on")
+	})
+
+	It("answers a load with that id of another connection, once", func() {
+		b1 := b.connect()
+		b1.result(b1.call("session/load", map[string]any{"sessionId": sid, "cwd": cwd, "mcpServers": []any{}}))
+		b2 := b.connect()
+		load(b2)
+		Eventually(answers(b2), 5*time.Second, 5*time.Millisecond).Should(
+			ConsistOf(HaveKey("result")), "b's second leg's proxy answers its initialize, then b2's load")
+		Consistently(answers(b2), 300*time.Millisecond, 5*time.Millisecond).Should(HaveLen(1), "the initialize's is not b2's")
+		Expect(answers(b1)()).To(BeEmpty())
 		Expect(b2.result(b2.call("session/set_mode", map[string]any{"sessionId": sid, "modeId": "plan"}))).NotTo(BeNil(), "b2 goes on")
 	})
 })
