@@ -265,7 +265,7 @@ func (c *connection) Receive(ctx actor.Context) {
 			}
 			r.stopping, r.live, r.sent = r.live, nil, 0
 		}
-		r.known, r.servers, r.moved = false, nil, true
+		r.movedAway()
 		if c.stub != nil {
 			// a proxy: its stub follows the session (session_follow.go)
 			c.out.Send(Frame{Data: protocol.EncodeNotification(shareLeft, map[string]string{"sessionId": m.id})})
@@ -319,7 +319,7 @@ func (c *connection) Receive(ctx actor.Context) {
 func (c *connection) reattach(ctx actor.Context, a *attachRequest) {
 	if c.deps.shares.draining.Load() {
 		if r := c.sessions.of(a.id); r.live == nil {
-			r.known, r.servers, r.moved = false, nil, true
+			r.movedAway()
 		}
 		c.fail(a.reqID, errSessionMoved())
 		c.sessions.tidy(a.id)

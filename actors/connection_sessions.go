@@ -51,6 +51,11 @@ type sessionRecord struct {
 	moved bool
 }
 
+// movedAway: the session went to another process; the connection knows
+// it no more, and its requests are answered "moved" until it loads it
+// again (moved).
+func (r *sessionRecord) movedAway() { r.known, r.servers, r.moved = false, nil, true }
+
 // empty: the record holds nothing.
 func (r *sessionRecord) empty() bool {
 	return r.live == nil && r.sent == 0 && !r.known && r.servers == nil && r.stopping == nil && len(r.deferred) == 0 &&
